@@ -1,0 +1,1 @@
+//! Host/device shared layouts, defined once: read by codegen, runtime and simulator alike.

@@ -1,0 +1,77 @@
+//! Attributes of the `ab` dialect: operator kinds and the facts that passes attach to operations.
+//!
+//! Each attribute here is a small enum printed by name. Passes record their decisions as these
+//! attributes (how a signal is published, who owns a queue) so that every decision is visible
+//! in the printed IR and checked by golden tests. They carry no behaviour of their own.
+
+use pliron::derive::pliron_attr;
+
+/// The operator of `ab.binop`. Comparisons give 0 or 1 in the operands' type.
+#[pliron_attr(name = "ab.binop_kind", format, verifier = "succ")]
+#[derive(PartialEq, Eq, Clone, Copy, Debug, Hash)]
+pub enum BinaryOperator {
+    /// Wrapping addition.
+    Add,
+    /// Wrapping subtraction.
+    Sub,
+    /// Wrapping multiplication.
+    Mul,
+    /// Signed division; division by zero is an error in the simulator.
+    Div,
+    /// Signed remainder.
+    Rem,
+    /// Signed minimum.
+    Min,
+    /// Signed maximum.
+    Max,
+    /// Bitwise and.
+    And,
+    /// Bitwise or.
+    Or,
+    /// `a == b`.
+    Eq,
+    /// `a != b`.
+    Ne,
+    /// Signed `a < b`.
+    Lt,
+    /// Signed `a <= b`.
+    Le,
+    /// Signed `a > b`.
+    Gt,
+    /// Signed `a >= b`.
+    Ge,
+}
+
+/// How `ab.signal` updates the flag: overwrite it or add to it.
+#[pliron_attr(name = "ab.signal_op", format, verifier = "succ")]
+#[derive(PartialEq, Eq, Clone, Copy, Debug, Hash)]
+pub enum SignalOperation {
+    /// Store the value (the flag becomes `value`).
+    Set,
+    /// Atomically add the value to the flag.
+    Add,
+}
+
+/// How a signal is made visible after the data it publishes (chosen by `choose-signal-publication`).
+#[pliron_attr(name = "ab.publication", format, verifier = "succ")]
+#[derive(PartialEq, Eq, Clone, Copy, Debug, Hash)]
+pub enum Publication {
+    /// Library style: a full fence (or a fenced WQE / a completion wait) before the signal.
+    Fenced,
+    /// The data went on the same in-order queue (RC QP or proxy ring): no fence is needed.
+    InOrderOnQueue,
+    /// NVLink: one `st.release.sys` (or `red.release.sys.add`) after a CTA barrier.
+    ReleaseStore,
+    /// The data went on another queue: wait for its completion, then signal.
+    AfterCompletion,
+}
+
+/// Who posts to an endpoint's queue (found by `assign-queue-owners`).
+#[pliron_attr(name = "ab.queue_owner", format, verifier = "succ")]
+#[derive(PartialEq, Eq, Clone, Copy, Debug, Hash)]
+pub enum QueueOwner {
+    /// Any program may post: reservations need atomics and publication needs ordering.
+    Shared,
+    /// Exactly one program posts to each queue: plain loads and stores of the producer index.
+    Program,
+}

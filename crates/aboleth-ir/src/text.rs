@@ -1,0 +1,282 @@
+//! Reading and printing `.abo` text, and turning pliron errors into located diagnostics.
+//!
+//! [`parse_module`] parses a whole file (with its path recorded in every op's location) and
+//! runs the verifier; [`print_module`] prints a module without location markers, which is the
+//! form golden tests compare. A [`Diagnostic`] is `file:line:column: error: message`, the form
+//! compilers use, so editors jump to it. This module does not run passes.
+
+use std::fmt;
+
+use pliron::combine::Parser;
+use pliron::{
+    context::{Context, Ptr},
+    irfmt::parsers::spaced,
+    location::{Location, Source},
+    operation::{Operation, verify_operation},
+    parsable::{State, state_stream_from_iterator},
+    printable::Printable,
+    result::Error,
+};
+
+/// A user-facing error with the place in the input it concerns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The file (or `<input>` for text without a file).
+    pub file: String,
+    /// 1-based line, 0 when unknown.
+    pub line: u32,
+    /// 1-based column, 0 when unknown.
+    pub column: u32,
+    /// What is wrong, and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: error: {}", self.file, self.message)
+        } else {
+            write!(f, "{}:{}:{}: error: {}", self.file, self.line, self.column, self.message)
+        }
+    }
+}
+
+impl std::error::Error for Diagnostic {}
+
+impl Diagnostic {
+    /// A diagnostic at a pliron location (file and position when the op came from text).
+    pub fn at(ctx: &Context, location: &Location, fallback_file: &str, message: String) -> Self {
+        let (file, line, column) = position_of(ctx, location, fallback_file);
+        Diagnostic { file, line, column, message }
+    }
+
+    /// A diagnostic at the location of `op`.
+    pub fn at_op(ctx: &Context, op: Ptr<Operation>, message: impl Into<String>) -> Self {
+        let location = op.deref(ctx).loc().clone();
+        Self::at(ctx, &location, "<input>", message.into())
+    }
+
+    /// Converts a pliron error into a diagnostic, keeping only the first meaningful line of the
+    /// message (pliron's own text repeats the position and adds a backtrace).
+    pub fn from_pliron(ctx: &Context, error: &Error, fallback_file: &str) -> Self {
+        let mut message = error.err.to_string();
+        if let Some(inner) = error.err.downcast_ref::<Error>() {
+            message = inner.err.to_string();
+        }
+        let message = clean_parser_message(&message);
+        Self::at(ctx, error.loc(), fallback_file, message)
+    }
+}
+
+fn position_of(ctx: &Context, location: &Location, fallback_file: &str) -> (String, u32, u32) {
+    match location {
+        Location::SrcPos { src, pos } => {
+            let file = match src {
+                Source::File(_) => {
+                    let printed = src.disp(ctx).to_string();
+                    printed.trim_matches('"').to_string()
+                }
+                Source::InMemory => fallback_file.to_string(),
+            };
+            (file, pos.line.max(0) as u32, pos.column.max(0) as u32)
+        }
+        Location::Named { child_loc, .. } => position_of(ctx, child_loc, fallback_file),
+        Location::CallSite { caller, .. } => position_of(ctx, caller, fallback_file),
+        Location::Fused { locations, .. } => locations
+            .first()
+            .map(|first| position_of(ctx, first, fallback_file))
+            .unwrap_or((fallback_file.to_string(), 0, 0)),
+        Location::Unknown => (fallback_file.to_string(), 0, 0),
+    }
+}
+
+/// Pliron's parser messages are multi-line ("Parse error at ...\nUnexpected ...\nExpected ...");
+/// keep the lines that say what was wrong and drop the position (we print our own).
+fn clean_parser_message(message: &str) -> String {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("Parse error at"))
+        .filter(|line| !line.starts_with("Error backtrace"))
+        .take_while(|line| !line.starts_with("0:"))
+        .collect();
+    if lines.is_empty() {
+        message.trim().to_string()
+    } else {
+        lines.join("; ")
+    }
+}
+
+/// Parses `text` (the contents of `file`) into a module and verifies it.
+pub fn parse_module(ctx: &mut Context, text: &str, file: &str) -> Result<Ptr<Operation>, Diagnostic> {
+    let source = Source::new_from_file(ctx, file);
+    let text = blank_comments(text);
+    let text = text.as_str();
+    // Keep only plain data out of the parse so the parser's borrow of `ctx` ends here.
+    let parsed: Result<Ptr<Operation>, (pliron::combine::stream::position::SourcePosition, String)> = {
+        let state_stream = state_stream_from_iterator(text.chars(), State::new(ctx, source));
+        match spaced(Operation::top_level_parser()).parse(state_stream) {
+            Ok((module, _)) => Ok(module),
+            Err(error) => Err((error.position, error.to_string())),
+        }
+    };
+    let module = match parsed {
+        Ok(module) => module,
+        Err((position, text)) => {
+            let location = Location::SrcPos { src: source, pos: position };
+            let message = clean_parser_message(&text);
+            return Err(Diagnostic::at(ctx, &location, file, message));
+        }
+    };
+    verify_operation(module, ctx).map_err(|error| Diagnostic::from_pliron(ctx, &error, file))?;
+    crate::verify::verify_module(ctx, module)?;
+    Ok(module)
+}
+
+/// pliron's text format has no comments; `.abo` files allow `// ...` to the end of a line
+/// outside strings. They are replaced by spaces so columns in diagnostics stay right.
+pub fn blank_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let mut in_string = false;
+        let mut cut = None;
+        let bytes = line.as_bytes();
+        for (index, byte) in bytes.iter().enumerate() {
+            match byte {
+                b'"' => in_string = !in_string,
+                b'/' if !in_string && bytes.get(index + 1) == Some(&b'/') => {
+                    cut = Some(index);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        match cut {
+            Some(index) => {
+                out.push_str(&line[..index]);
+                let rest = &line[index..];
+                out.extend(rest.chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// Prints a module without location markers (the golden-test form). Printing a copy keeps the
+/// locations of the original for later diagnostics.
+pub fn print_module(ctx: &Context, module: Ptr<Operation>) -> String {
+    let printed = Operation::get_op_dyn(module, ctx).disp(ctx).to_string();
+    normalize_names(&strip_location_markers(&printed))
+}
+
+/// pliron makes names unique by appending `_vN` to values and `_blockNvM` to block labels,
+/// and appends again on every print. Drop the suffixes where the base name is unique in the
+/// module, and keep `base_N` where it is not, so print -> parse -> print is a fixpoint.
+fn normalize_names(printed: &str) -> String {
+    use std::collections::{BTreeMap, BTreeSet};
+    let is_ident_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    // Split into identifier-like words and the text between them.
+    let mut words: Vec<(bool, &str)> = Vec::new();
+    let mut start = 0;
+    let mut in_word = false;
+    let mut in_string = false;
+    for (index, c) in printed.char_indices() {
+        if c == '"' {
+            in_string = !in_string;
+        }
+        let word_char = is_ident_char(c) && !in_string;
+        if word_char != in_word {
+            if index > start {
+                words.push((in_word, &printed[start..index]));
+            }
+            start = index;
+            in_word = word_char;
+        }
+    }
+    words.push((in_word, &printed[start..]));
+
+    let split = |word: &str| -> Option<(String, String)> {
+        // `name_v12` (values), `label_block3v1` (blocks), `v12` (unnamed values).
+        if let Some(position) = word.rfind("_block") {
+            let tail = &word[position + 6..];
+            if let Some((a, b)) = tail.split_once('v')
+                && !a.is_empty()
+                && a.chars().all(|c| c.is_ascii_digit())
+                && !b.is_empty()
+                && b.chars().all(|c| c.is_ascii_digit())
+            {
+                return Some((word[..position].to_string(), format!("{a}_{b}")));
+            }
+        }
+        if let Some(position) = word.rfind("_v") {
+            let tail = &word[position + 2..];
+            if !tail.is_empty() && tail.chars().all(|c| c.is_ascii_digit()) && position > 0 {
+                return Some((word[..position].to_string(), tail.to_string()));
+            }
+        }
+        None
+    };
+    let mut bases: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (is_word, word) in &words {
+        if *is_word && let Some((base, suffix)) = split(word) {
+            bases.entry(base).or_default().insert(suffix);
+        }
+    }
+    let mut out = String::with_capacity(printed.len());
+    for (is_word, word) in &words {
+        match (*is_word).then(|| split(word)).flatten() {
+            Some((base, suffix)) => {
+                if bases[&base].len() == 1 {
+                    out.push_str(&base);
+                } else {
+                    out.push_str(&format!("{base}_{suffix}"));
+                }
+            }
+            None => out.push_str(word),
+        }
+    }
+    out
+}
+
+/// Prints a module with pliron's outlined locations (re-parsable with positions kept).
+pub fn print_module_with_locations(ctx: &Context, module: Ptr<Operation>) -> String {
+    module.deref(ctx).disp(ctx).to_string()
+}
+
+/// Removes the ` !N` location references pliron appends to ops and blocks, and the trailing
+/// spaces they leave.
+fn strip_location_markers(printed: &str) -> String {
+    let mut out = String::with_capacity(printed.len());
+    for line in printed.lines() {
+        let mut kept = line.to_string();
+        if let Some(position) = kept.rfind(" !") {
+            let tail = &kept[position + 2..];
+            let is_marker = !tail.is_empty()
+                && tail
+                    .trim_end_matches([';', ':'])
+                    .chars()
+                    .all(|c| c.is_ascii_digit());
+            if is_marker {
+                let suffix: String = tail.chars().filter(|c| *c == ';' || *c == ':').collect();
+                kept.truncate(position);
+                kept.push_str(&suffix);
+            }
+        }
+        out.push_str(kept.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Parses then prints: the round trip the fuzz target and the round-trip tests exercise.
+pub fn roundtrip(text: &str, file: &str) -> Result<String, Diagnostic> {
+    let ctx = &mut Context::new();
+    let module = parse_module(ctx, text, file)?;
+    Ok(print_module(ctx, module))
+}
+
+/// The op named `name` ("ab.put", "mlx5.write", ...).
+pub fn op_name(ctx: &Context, op: Ptr<Operation>) -> String {
+    Operation::get_opid(op, ctx).to_string()
+}

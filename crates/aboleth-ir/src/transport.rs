@@ -1,0 +1,160 @@
+//! The transport dialects: `mlx5`, `proxy`, `p2p` and the target-neutral `gpu` ops they share.
+//!
+//! These are what the transport-specialization passes emit and what the simulator executes and
+//! the code generator prints. Every op here is one concrete device action (a WQE write, a
+//! doorbell record store, a ring-entry store, a fence), so counting ops gives the cost the
+//! statistics report. Operands are positional (documented per op); options are attributes in
+//! the op's dictionary (`completion`, `atomic`, ...), read with [`crate::attrs`].
+//! This module does not decide anything: the passes in `aboleth-passes` do.
+
+use pliron::{
+    builtin::op_interfaces::{NResultsInterface, OneResultInterface},
+    derive::pliron_op,
+};
+
+macro_rules! transport_op_without_result {
+    ($(#[$doc:meta])* $rust:ident, $name:literal) => {
+        $(#[$doc])*
+        #[pliron_op(
+            name = $name,
+            format = "operands(CharSpace(`,`)) ` ` attr_dict",
+            interfaces = [NResultsInterface<0>],
+            verifier = "succ"
+        )]
+        pub struct $rust;
+    };
+}
+
+macro_rules! transport_op_with_result {
+    ($(#[$doc:meta])* $rust:ident, $name:literal) => {
+        $(#[$doc])*
+        #[pliron_op(
+            name = $name,
+            format = "operands(CharSpace(`,`)) ` ` attr_dict ` : ` type($0)",
+            interfaces = [OneResultInterface],
+            verifier = "succ"
+        )]
+        pub struct $rust;
+    };
+}
+
+transport_op_without_result!(
+    /// `gpu.fence [scope: "cta"|"gpu"|"sys"]`: a memory fence (`fence.acq_rel.<scope>`).
+    GpuFenceOp, "gpu.fence");
+transport_op_without_result!(
+    /// `gpu.barrier`: a CTA barrier (`bar.sync 0`), so a leader acts after every thread's stores.
+    GpuBarrierOp, "gpu.barrier");
+transport_op_without_result!(
+    /// `gpu.wait_flag %ptr, %value [order: "acquire"|"volatile"]`: spin until `*ptr >= value`.
+    /// `volatile` is the library form: a volatile poll followed by a `gpu.fence`.
+    GpuWaitFlagOp, "gpu.wait_flag");
+transport_op_without_result!(
+    /// `gpu.store %ptr, %value`: a plain local store (compute writing a buffer).
+    GpuStoreOp, "gpu.store");
+
+transport_op_with_result!(
+    /// `%base = mlx5.reserve %ep, %basic_blocks [atomic: bool]`: reserve WQE basic blocks in the SQ.
+    /// Waits while the ring is full. `atomic` is a GPU-scope `atomicAdd` on the shared head.
+    Mlx5ReserveOp, "mlx5.reserve");
+transport_op_without_result!(
+    /// `mlx5.write %ep, %slot, %dst, %src, %bytes, %lkey [completion, inline, fence, predicated]`:
+    /// write an RDMA WRITE WQE at basic block `%slot` (inline: the payload is copied into the WQE).
+    /// With a trailing predicate operand, a NOP of the same size is written when it is 0.
+    Mlx5WriteOp, "mlx5.write");
+transport_op_without_result!(
+    /// `mlx5.atomic %ep, %slot, %flag, %value [op: set|add, completion, fence]`: a signal WQE:
+    /// ATOMIC_FA for add (1 basic block), masked compare-and-swap for set (2 basic blocks).
+    Mlx5AtomicOp, "mlx5.atomic");
+transport_op_without_result!(
+    /// `mlx5.publish %ep, %base, %basic_blocks`: in-order publication on a shared queue: spin on
+    /// `atomicCAS(ready_head, base, base + n)` so earlier reservations are written first.
+    Mlx5PublishOp, "mlx5.publish");
+transport_op_without_result!(
+    /// `mlx5.lock %ep`: take the queue's post lock (`atomicCAS`), as NVSHMEM's shared QPs do.
+    Mlx5LockOp, "mlx5.lock");
+transport_op_without_result!(
+    /// `mlx5.unlock %ep`: release the post lock (a release store).
+    Mlx5UnlockOp, "mlx5.unlock");
+transport_op_without_result!(
+    /// `mlx5.doorbell_record %ep, %producer [atomic_max: bool]`: `st.release` of the SQ doorbell
+    /// record (`BE32(producer & 0xffff)`); with `atomic_max`, an `atomicMax` on the shared index first.
+    Mlx5DoorbellRecordOp, "mlx5.doorbell_record");
+transport_op_without_result!(
+    /// `mlx5.doorbell %ep, %producer`: the 8-byte MMIO store to the UAR that makes the NIC fetch.
+    Mlx5DoorbellOp, "mlx5.doorbell");
+transport_op_without_result!(
+    /// `mlx5.wait_completion %ep, %slot`: poll the CQ until the WQE at `%slot` has completed.
+    Mlx5WaitCompletionOp, "mlx5.wait_completion");
+
+transport_op_with_result!(
+    /// `%base = proxy.reserve %ep, %entries [atomic: bool]`: reserve ring entries (waits while full).
+    ProxyReserveOp, "proxy.reserve");
+transport_op_without_result!(
+    /// `proxy.put %ep, %slot, %dst, %src, %bytes, %lkey [completion] [, %predicate]`: write a put entry.
+    ProxyPutOp, "proxy.put");
+transport_op_without_result!(
+    /// `proxy.signal %ep, %slot, %flag, %value [op, completion, fence]`: write a signal entry; the proxy
+    /// executes it after every earlier entry of the ring (same stream).
+    ProxySignalOp, "proxy.signal");
+transport_op_without_result!(
+    /// `proxy.publish %ep, %base, %entries`: in-order publication on a shared ring (`atomicCAS`).
+    ProxyPublishOp, "proxy.publish");
+transport_op_without_result!(
+    /// `proxy.doorbell %ep, %producer [atomic_max]`: `st.release.sys` of the producer head the
+    /// host thread polls.
+    ProxyDoorbellOp, "proxy.doorbell");
+transport_op_without_result!(
+    /// `proxy.wait_completion %ep, %slot`: poll the host-written completion counter past `%slot`.
+    ProxyWaitCompletionOp, "proxy.wait_completion");
+
+transport_op_without_result!(
+    /// `p2p.copy %ep, %dst, %src, %bytes [, %predicate]`: every thread of the program stores its share
+    /// of the payload into the peer's memory over NVLink (plain, weakly ordered stores).
+    P2pCopyOp, "p2p.copy");
+transport_op_without_result!(
+    /// `p2p.signal %ep, %flag, %value [op, order: "release"|"relaxed"]`: one thread updates the
+    /// peer's flag: `st.release.sys` / `red.release.sys.add`, or a relaxed (volatile) store.
+    P2pSignalOp, "p2p.signal");
+
+/// Target of a lowering: which transport dialect a kernel is specialized to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// GPU-initiated RDMA on ConnectX (WQEs, doorbell record, UAR doorbell).
+    Mlx5,
+    /// Host proxy: ring entries executed by a host thread with the copy engine.
+    Proxy,
+    /// NVLink / peer memory: loads and stores over peer pointers.
+    P2p,
+    /// AWS EFA (encoders only; not lowered yet).
+    Efa,
+    /// AMD + Pensando Ionic (experimental; not lowered yet).
+    Ionic,
+}
+
+impl Target {
+    /// Every target name, in the order the CLI lists them.
+    pub const NAMES: [&'static str; 5] = ["mlx5", "proxy", "p2p", "efa", "ionic"];
+
+    /// Parses a target name.
+    pub fn from_name(name: &str) -> Option<Target> {
+        Some(match name {
+            "mlx5" => Target::Mlx5,
+            "proxy" => Target::Proxy,
+            "p2p" => Target::P2p,
+            "efa" => Target::Efa,
+            "ionic" => Target::Ionic,
+            _ => return None,
+        })
+    }
+
+    /// The name used on the command line and in statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Mlx5 => "mlx5",
+            Target::Proxy => "proxy",
+            Target::P2p => "p2p",
+            Target::Efa => "efa",
+            Target::Ionic => "ionic",
+        }
+    }
+}
