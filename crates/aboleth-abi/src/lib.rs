@@ -1,1 +1,25 @@
 //! Host/device shared layouts, defined once: read by codegen, runtime and simulator alike.
+//!
+//! Every struct that crosses the host/device boundary or is read by a NIC lives here as a
+//! `#[repr(C)]` type whose size and field offsets are asserted at compile time, with a safe
+//! `to_bytes`/`from_bytes` pair and typed decoding errors:
+//! - [`mlx5`]: work queue entries, completion queue entries and doorbells of ConnectX NICs,
+//!   encoded and decoded byte-exactly (cross-checked against rdma-core's `mlx5dv.h`);
+//! - [`proxy`]: the host-proxy command ring;
+//! - [`region`]: remote and local memory region descriptors;
+//! - [`endpoint`]: per-peer endpoint handles and the transport enum.
+//!
+//! This crate holds layouts and pure encode/decode functions only: no I/O, no synchronisation, no
+//! dependency on CUDA, ibverbs or Python.
+
+mod wire;
+
+pub mod endpoint;
+pub mod mlx5;
+pub mod proxy;
+pub mod region;
+
+pub use endpoint::{EndpointError, EndpointHandle, Mlx5QueueManagement, TransportKind};
+pub use proxy::{ProxyCommand, ProxyRingEntry, ProxyRingHeader};
+pub use region::{LocalRegionDescriptor, RemoteRegionDescriptor};
+pub use wire::{Be16, Be32, Be64};

@@ -1,0 +1,334 @@
+//! Per-peer endpoint handles as kernels read them: [`TransportKind`], the 128-byte
+//! [`EndpointHandle`] (one per peer, every transport's fields present, no union) and the 64-byte
+//! [`Mlx5QueueManagement`] block of device-side queue counters.
+//!
+//! The runtime fills handles after connecting; the code generator reads fields at the offsets
+//! asserted here; the simulator validates them. This module creates no queue and maps no memory.
+
+use crate::proxy::{ProxyDecodeError, validate_capacity_entries};
+use crate::wire::wire_layout;
+
+/// The transport that reaches a peer.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// GPU-initiated RDMA: the GPU writes mlx5 WQEs and rings the doorbell.
+    Mlx5 = 1,
+    /// Host proxy: the GPU writes commands into a host-pinned ring.
+    Proxy = 2,
+    /// NVLink / peer memory: plain loads and stores.
+    P2p = 3,
+    /// AWS EFA (experimental).
+    Efa = 4,
+    /// AMD Pensando Ionic (experimental).
+    Ionic = 5,
+}
+
+/// A transport field holding no known [`TransportKind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transport kind {value} (expected 1..=5: mlx5, proxy, p2p, efa, ionic)")]
+pub struct TransportKindError {
+    /// The value found.
+    pub value: u32,
+}
+
+impl TransportKind {
+    /// Decodes the field.
+    pub fn from_u32(value: u32) -> Result<Self, TransportKindError> {
+        Ok(match value {
+            1 => Self::Mlx5,
+            2 => Self::Proxy,
+            3 => Self::P2p,
+            4 => Self::Efa,
+            5 => Self::Ionic,
+            _ => return Err(TransportKindError { value }),
+        })
+    }
+}
+
+/// Device-side counters of one mlx5 send queue, in basic blocks, in GPU memory (64 B). Modelled
+/// on NVSHMEM's management block; counters are 64-bit so they never wrap, and only their low 16
+/// bits go into WQEs and doorbells.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mlx5QueueManagement {
+    /// Last reserved basic block + 1 (producers `atomicAdd` it).
+    pub reserved_head: u64,
+    /// Last filled basic block + 1 (published in reservation order).
+    pub ready_head: u64,
+    /// Last doorbelled basic block + 1 (also what a host thread rings on the staged path).
+    pub producer_index: u64,
+    /// Last completed basic block + 1, rebuilt from CQEs.
+    pub consumer_index: u64,
+    /// Doorbell lock for shared queues under library-style lowering (0 free, 1 held); queues with
+    /// one owner never touch it.
+    pub post_send_lock: u64,
+    /// Zero.
+    pub reserved: [u8; 24],
+}
+wire_layout!(Mlx5QueueManagement, 64, {
+    reserved_head: u64 = 0, ready_head: u64 = 8, producer_index: u64 = 16,
+    consumer_index: u64 = 24, post_send_lock: u64 = 32, reserved: [u8; 24] = 40,
+});
+
+/// `flags` bit: the SQ, DBR or CQ are in host memory, so publishing needs a system-scope fence.
+pub const ENDPOINT_FLAG_NIC_BUFFERS_IN_HOST_MEMORY: u32 = 1 << 0;
+/// `flags` bit: unprivileged staged path: the GPU advances `producer_index` and a host thread
+/// writes the doorbell record and rings the UAR (`uar_doorbell_address` may then be 0).
+pub const ENDPOINT_FLAG_HOST_RINGS_DOORBELL: u32 = 1 << 1;
+/// Every defined `flags` bit.
+pub const ENDPOINT_FLAGS_ALL: u32 =
+    ENDPOINT_FLAG_NIC_BUFFERS_IN_HOST_MEMORY | ENDPOINT_FLAG_HOST_RINGS_DOORBELL;
+
+/// What a kernel needs to talk to one peer (128 B). Fields of other transports are zero.
+#[repr(C, align(128))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointHandle {
+    /// [`TransportKind`] as u32.
+    pub transport: u32,
+    /// The peer.
+    pub peer_rank: u32,
+    /// This rank.
+    pub local_rank: u32,
+    /// `ENDPOINT_FLAG_*` bits.
+    pub flags: u32,
+    /// mlx5: send ring base.
+    pub sq_buffer_address: u64,
+    /// mlx5: send ring size in basic blocks (power of two).
+    pub sq_wqe_basic_block_count: u32,
+    /// mlx5: queue pair number (24 bits).
+    pub qpn: u32,
+    /// mlx5: the QP doorbell record (8 B; the send word is at +4).
+    pub doorbell_record_address: u64,
+    /// mlx5: the UAR doorbell register, mapped for the GPU.
+    pub uar_doorbell_address: u64,
+    /// mlx5: CQ buffer (64-byte CQEs).
+    pub cq_buffer_address: u64,
+    /// mlx5: number of CQEs (power of two).
+    pub cqe_count: u32,
+    /// mlx5: 1 if the CQ is collapsed (every CQE in slot 0), else 0.
+    pub cq_collapsed: u32,
+    /// mlx5: this queue's [`Mlx5QueueManagement`] block.
+    pub management_address: u64,
+    /// proxy: the [`crate::proxy::ProxyRingHeader`], entries after it.
+    pub proxy_ring_address: u64,
+    /// proxy: ring capacity (power of two).
+    pub proxy_ring_capacity_entries: u32,
+    /// Zero.
+    pub reserved_0: u32,
+    /// p2p: added to a local symmetric address to get the peer's.
+    pub peer_base_delta: i64,
+    /// Zero; room for EFA/Ionic fields.
+    pub reserved_1: [u8; 32],
+}
+wire_layout!(EndpointHandle, 128, {
+    transport: u32 = 0, peer_rank: u32 = 4, local_rank: u32 = 8, flags: u32 = 12,
+    sq_buffer_address: u64 = 16, sq_wqe_basic_block_count: u32 = 24, qpn: u32 = 28,
+    doorbell_record_address: u64 = 32, uar_doorbell_address: u64 = 40, cq_buffer_address: u64 = 48,
+    cqe_count: u32 = 56, cq_collapsed: u32 = 60, management_address: u64 = 64,
+    proxy_ring_address: u64 = 72, proxy_ring_capacity_entries: u32 = 80, reserved_0: u32 = 84,
+    peer_base_delta: i64 = 88, reserved_1: [u8; 32] = 96,
+});
+
+/// Why an endpoint handle is unusable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// The transport field.
+    #[error(transparent)]
+    Transport(#[from] TransportKindError),
+    /// Undefined flag bits.
+    #[error("endpoint flags {flags:#x} contain undefined bits")]
+    UnknownFlags {
+        /// The value found.
+        flags: u32,
+    },
+    /// The send ring size.
+    #[error("sq_wqe_basic_block_count {count} is not a power of two")]
+    SqBasicBlockCountNotPowerOfTwo {
+        /// The value found.
+        count: u32,
+    },
+    /// The CQ size.
+    #[error("cqe_count {count} is not a power of two")]
+    CqeCountNotPowerOfTwo {
+        /// The value found.
+        count: u32,
+    },
+    /// `cq_collapsed` is neither 0 nor 1.
+    #[error("cq_collapsed is {value}, expected 0 or 1")]
+    InvalidCqCollapsed {
+        /// The value found.
+        value: u32,
+    },
+    /// QPN wider than 24 bits.
+    #[error("qpn {qpn:#x} does not fit in 24 bits")]
+    QpnTooLarge {
+        /// The value found.
+        qpn: u32,
+    },
+    /// A required address is zero.
+    #[error("{field} is null")]
+    NullAddress {
+        /// The field name.
+        field: &'static str,
+    },
+    /// An address is not aligned as the hardware or the atomics on it need.
+    #[error("{field} = {address:#x} is not {alignment_bytes}-byte aligned")]
+    Misaligned {
+        /// The field name.
+        field: &'static str,
+        /// The value found.
+        address: u64,
+        /// Required alignment.
+        alignment_bytes: u64,
+    },
+    /// The proxy ring capacity.
+    #[error(transparent)]
+    ProxyRing(#[from] ProxyDecodeError),
+}
+
+fn check_address(
+    field: &'static str,
+    address: u64,
+    alignment_bytes: u64,
+) -> Result<(), EndpointError> {
+    if address == 0 {
+        return Err(EndpointError::NullAddress { field });
+    }
+    if !address.is_multiple_of(alignment_bytes) {
+        return Err(EndpointError::Misaligned {
+            field,
+            address,
+            alignment_bytes,
+        });
+    }
+    Ok(())
+}
+
+impl EndpointHandle {
+    /// The transport field, decoded.
+    pub fn transport_kind(&self) -> Result<TransportKind, TransportKindError> {
+        TransportKind::from_u32(self.transport)
+    }
+
+    /// Checks the fields of the handle's transport. EFA and Ionic have no fields yet.
+    pub fn validate(&self) -> Result<TransportKind, EndpointError> {
+        let kind = self.transport_kind()?;
+        if self.flags & !ENDPOINT_FLAGS_ALL != 0 {
+            return Err(EndpointError::UnknownFlags { flags: self.flags });
+        }
+        match kind {
+            TransportKind::Mlx5 => {
+                if !self.sq_wqe_basic_block_count.is_power_of_two() {
+                    let count = self.sq_wqe_basic_block_count;
+                    return Err(EndpointError::SqBasicBlockCountNotPowerOfTwo { count });
+                }
+                if !self.cqe_count.is_power_of_two() {
+                    return Err(EndpointError::CqeCountNotPowerOfTwo {
+                        count: self.cqe_count,
+                    });
+                }
+                if self.cq_collapsed > 1 {
+                    return Err(EndpointError::InvalidCqCollapsed {
+                        value: self.cq_collapsed,
+                    });
+                }
+                if self.qpn > 0x00ff_ffff {
+                    return Err(EndpointError::QpnTooLarge { qpn: self.qpn });
+                }
+                check_address("sq_buffer_address", self.sq_buffer_address, 64)?;
+                check_address("doorbell_record_address", self.doorbell_record_address, 8)?;
+                check_address("cq_buffer_address", self.cq_buffer_address, 64)?;
+                // 64-bit atomics on the counters need 8; 64 keeps the block on one line.
+                check_address("management_address", self.management_address, 64)?;
+                if self.flags & ENDPOINT_FLAG_HOST_RINGS_DOORBELL == 0 {
+                    // The doorbell is one 64-bit store.
+                    check_address("uar_doorbell_address", self.uar_doorbell_address, 8)?;
+                }
+            }
+            TransportKind::Proxy => {
+                check_address("proxy_ring_address", self.proxy_ring_address, 64)?;
+                validate_capacity_entries(self.proxy_ring_capacity_entries)?;
+            }
+            TransportKind::P2p | TransportKind::Efa | TransportKind::Ionic => {}
+        }
+        Ok(kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mlx5_handle() -> EndpointHandle {
+        EndpointHandle {
+            transport: TransportKind::Mlx5 as u32,
+            sq_buffer_address: 0x10000,
+            sq_wqe_basic_block_count: 1024,
+            qpn: 0x1234,
+            doorbell_record_address: 0x20008,
+            uar_doorbell_address: 0x30800,
+            cq_buffer_address: 0x40000,
+            cqe_count: 1,
+            cq_collapsed: 1,
+            management_address: 0x50040,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn validation_accepts_good_handles_and_names_bad_fields() {
+        assert_eq!(mlx5_handle().validate(), Ok(TransportKind::Mlx5));
+        let bad = |edit: fn(&mut EndpointHandle)| {
+            let mut handle = mlx5_handle();
+            edit(&mut handle);
+            handle.validate().unwrap_err()
+        };
+        assert_eq!(
+            bad(|h| h.transport = 9),
+            EndpointError::Transport(TransportKindError { value: 9 })
+        );
+        assert_eq!(
+            bad(|h| h.sq_wqe_basic_block_count = 1000),
+            EndpointError::SqBasicBlockCountNotPowerOfTwo { count: 1000 }
+        );
+        assert_eq!(
+            bad(|h| h.flags = 4),
+            EndpointError::UnknownFlags { flags: 4 }
+        );
+        assert_eq!(
+            bad(|h| h.qpn = 1 << 24),
+            EndpointError::QpnTooLarge { qpn: 1 << 24 }
+        );
+        assert_eq!(
+            bad(|h| h.cq_collapsed = 2),
+            EndpointError::InvalidCqCollapsed { value: 2 }
+        );
+        assert_eq!(
+            bad(|h| h.uar_doorbell_address = 0),
+            EndpointError::NullAddress {
+                field: "uar_doorbell_address"
+            }
+        );
+        assert!(matches!(
+            bad(|h| h.management_address = 0x50008),
+            EndpointError::Misaligned { .. }
+        ));
+        let mut staged = mlx5_handle();
+        (staged.flags, staged.uar_doorbell_address) = (ENDPOINT_FLAG_HOST_RINGS_DOORBELL, 0);
+        assert_eq!(staged.validate(), Ok(TransportKind::Mlx5));
+        let proxy = EndpointHandle {
+            transport: TransportKind::Proxy as u32,
+            proxy_ring_address: 0x1000,
+            proxy_ring_capacity_entries: 3,
+            ..Default::default()
+        };
+        assert!(matches!(proxy.validate(), Err(EndpointError::ProxyRing(_))));
+        let p2p = EndpointHandle {
+            transport: 3,
+            peer_base_delta: -64,
+            ..Default::default()
+        };
+        assert_eq!(p2p.validate(), Ok(TransportKind::P2p));
+    }
+}
