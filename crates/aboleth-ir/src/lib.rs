@@ -8,6 +8,7 @@
 
 pub mod ab;
 pub mod attrs;
+pub mod builder;
 pub mod scalar;
 pub mod text;
 pub mod transport;

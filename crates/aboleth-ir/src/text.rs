@@ -122,16 +122,63 @@ pub fn parse_module(ctx: &mut Context, text: &str, file: &str) -> Result<Ptr<Ope
     };
     let module = match parsed {
         Ok(module) => module,
-        Err((position, text)) => {
+        Err((position, error_text)) => {
             let location = Location::SrcPos { src: source, pos: position };
-            let message = clean_parser_message(&text);
-            return Err(Diagnostic::at(ctx, &location, file, message));
+            let message = clean_parser_message(&error_text);
+            return Err(improve_parse_error(text, Diagnostic::at(ctx, &location, file, message)));
         }
     };
     verify_operation(module, ctx).map_err(|error| Diagnostic::from_pliron(ctx, &error, file))?;
     crate::verify::verify_module(ctx, module)?;
     Ok(module)
 }
+
+/// Makes pliron's parse errors say what to do, and point at the use of an undefined name
+/// (pliron reports those at the enclosing function).
+fn improve_parse_error(text: &str, mut diagnostic: Diagnostic) -> Diagnostic {
+    let original = diagnostic.message.clone();
+    if let Some(rest) = original.strip_prefix("Identifier ")
+        && let Some(name) = rest.split_whitespace().next()
+        && rest.contains("was not resolved")
+    {
+        diagnostic.message = format!(
+            "'{name}' is used but never defined (a wait on an undefined token, or a typo); \
+             define it before its use"
+        );
+        if let Some((line, column)) = first_use(text, name) {
+            diagnostic.line = line;
+            diagnostic.column = column;
+        }
+    } else if let Some(op) = original.strip_prefix("Unregistered Op ") {
+        let op = op.split_whitespace().next().unwrap_or(op);
+        diagnostic.message = format!(
+            "unknown op '{op}': not an op of the ab, mlx5, proxy, p2p or gpu dialects \
+             (docs/PROGRAMMING_MODEL.md lists them)"
+        );
+    }
+    diagnostic
+}
+
+fn first_use(text: &str, name: &str) -> Option<(u32, u32)> {
+    for (line_index, line) in text.lines().enumerate() {
+        let mut search = 0;
+        while let Some(found) = line[search..].find(name) {
+            let start = search + found;
+            let end = start + name.len();
+            let before = line[..start].chars().next_back();
+            let after = line[end..].chars().next();
+            let boundary = |c: Option<char>| c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+            let is_definition = line[end..].trim_start().starts_with('=')
+                || line[end..].trim_start().starts_with(':');
+            if boundary(before) && boundary(after) && !is_definition {
+                return Some((line_index as u32 + 1, start as u32 + 1));
+            }
+            search = end;
+        }
+    }
+    None
+}
+
 
 /// pliron's text format has no comments; `.abo` files allow `// ...` to the end of a line
 /// outside strings. They are replaced by spaces so columns in diagnostics stay right.

@@ -104,10 +104,10 @@ pub struct LoadOp;
 )]
 pub struct StoreOp;
 
-/// `ab.for %lower, %upper, %step { ^body(%i: i64): ... ab.yield }`: a counted loop.
+/// `ab.for %lower, %upper, %step [attrs] { ^body(%i: i64): ... ab.yield }`: a counted loop.
 #[pliron_op(
     name = "ab.for",
-    format = "$0 `, ` $1 `, ` $2 ` ` region($0)",
+    format = "$0 `, ` $1 `, ` $2 ` ` attr_dict ` ` region($0)",
     interfaces = [NOpdsInterface<3>, NResultsInterface<0>, NRegionsInterface<1>, SingleBlockRegionInterface],
     verifier = "succ"
 )]

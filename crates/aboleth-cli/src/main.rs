@@ -1,0 +1,180 @@
+//! The `aboleth` command line: `opt` prints IR after the pipeline, `compile --emit stats` prints
+//! what each kernel does, `passes` lists the passes.
+//!
+//! Each subcommand parses its input, runs the library, and prints; errors are printed as
+//! `file:line:column: error: message` and exit with status 1. No compiler logic lives here.
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use aboleth_ir::{
+    Diagnostic,
+    pliron::context::Context,
+    text::{parse_module, print_module},
+    transport::Target,
+    walk::{kernel_name, kernels},
+};
+use aboleth_passes::{PipelineOptions, registry::PASSES, run_pipeline, stats::{KernelStats, count_kernel}};
+
+#[derive(Parser)]
+#[command(name = "aboleth", version, about = "A compiler for GPU-initiated communication")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TargetArgument {
+    Mlx5,
+    Proxy,
+    P2p,
+    Efa,
+    Ionic,
+}
+
+impl TargetArgument {
+    fn target(self) -> Target {
+        match self {
+            TargetArgument::Mlx5 => Target::Mlx5,
+            TargetArgument::Proxy => Target::Proxy,
+            TargetArgument::P2p => Target::P2p,
+            TargetArgument::Efa => Target::Efa,
+            TargetArgument::Ionic => Target::Ionic,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct PipelineArguments {
+    /// The transport to specialize to.
+    #[arg(long, value_enum, default_value = "mlx5")]
+    target: TargetArgument,
+    /// Lower every call library-style (the baseline every benchmark compares against).
+    #[arg(long)]
+    passes_off: bool,
+    /// Skip one planning pass (repeatable); see `aboleth passes`.
+    #[arg(long = "disable-pass", value_name = "NAME")]
+    disable_pass: Vec<String>,
+}
+
+impl PipelineArguments {
+    fn options(&self) -> PipelineOptions {
+        let mut options = PipelineOptions::new(self.target.target());
+        options.passes_off = self.passes_off;
+        options.disabled = self.disable_pass.iter().cloned().collect::<BTreeSet<_>>();
+        options
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Emit {
+    /// The lowered Aboleth IR.
+    Aboleth,
+    /// JSON statistics per kernel.
+    Stats,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the pipeline on an .abo file and print the resulting IR.
+    Opt {
+        /// The input file.
+        file: String,
+        #[command(flatten)]
+        pipeline: PipelineArguments,
+        /// Print the IR after every pass.
+        #[arg(long)]
+        print_after_all: bool,
+        /// Stop after the planning passes (print the annotated semantic IR).
+        #[arg(long)]
+        no_lowering: bool,
+    },
+    /// Compile an .abo file and emit IR or statistics.
+    Compile {
+        /// The input file.
+        file: String,
+        #[command(flatten)]
+        pipeline: PipelineArguments,
+        /// What to print.
+        #[arg(long, value_enum, default_value = "stats")]
+        emit: Emit,
+    },
+    /// List the planning passes in pipeline order.
+    Passes,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn read(file: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(file).map_err(|error| anyhow::anyhow!("{file}: error: cannot read the file: {error}"))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Passes => {
+            for pass in PASSES {
+                println!("{:<30} {:<11} {}", pass.name, pass.level.name(), pass.description);
+            }
+            Ok(())
+        }
+        Command::Opt { file, pipeline, print_after_all, no_lowering } => {
+            let text = read(&file)?;
+            let ctx = &mut Context::new();
+            let module = parse_module(ctx, &text, &file)?;
+            let mut options = pipeline.options();
+            options.print_after_all = print_after_all;
+            options.stop_before_lowering = no_lowering;
+            let report = run_pipeline(ctx, module, &options)?;
+            for (pass, snapshot) in &report.snapshots {
+                println!("// ----- IR after {pass} -----");
+                print!("{snapshot}");
+            }
+            if !print_after_all {
+                print!("{}", print_module(ctx, module));
+            }
+            Ok(())
+        }
+        Command::Compile { file, pipeline, emit } => {
+            let text = read(&file)?;
+            let json = compile(&text, &file, &pipeline.options(), emit)?;
+            println!("{json}");
+            Ok(())
+        }
+    }
+}
+
+fn compile(text: &str, file: &str, options: &PipelineOptions, emit: Emit) -> Result<String, Diagnostic> {
+    let ctx = &mut Context::new();
+    let module = parse_module(ctx, text, file)?;
+    let report = run_pipeline(ctx, module, options)?;
+    match emit {
+        Emit::Aboleth => Ok(print_module(ctx, module)),
+        Emit::Stats => {
+            let mut kernel_stats = Vec::new();
+            for kernel in kernels(ctx, module) {
+                let (counts, per_iteration, conditional) = count_kernel(ctx, kernel);
+                kernel_stats.push(KernelStats {
+                    name: kernel_name(ctx, kernel),
+                    target: options.target.name().to_string(),
+                    passes: report.passes_run.clone(),
+                    counts,
+                    per_iteration,
+                    conditional,
+                });
+            }
+            let value = serde_json::json!({ "kernels": kernel_stats });
+            Ok(serde_json::to_string_pretty(&value).expect("stats serialize"))
+        }
+    }
+}

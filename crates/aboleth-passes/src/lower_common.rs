@@ -1,0 +1,392 @@
+//! The lowering shared by the queue transports (mlx5 and proxy): reservation, commands,
+//! submission and completion waits, driven by the planning attributes.
+//!
+//! For each batch (or each single transfer when there is none) it emits: one reservation of
+//! the batch's slots (atomic unless the endpoint has one owner), the commands at their slots
+//! (loops included: a slot is `base + offset + iteration * slots_per_iteration + k`), and the
+//! submission after the last command (or after each command without `coalesce-doorbells`).
+//! Where an attribute is absent it does what a library does on every call: atomic
+//! reservation, a GPU fence, in-order publication, the post lock, `atomicMax` on the producer
+//! index, a completion per command, a fenced signal. `ab.wait` becomes a completion wait on its
+//! token's slot, `ab.drain` and `ab.fence` a wait for everything reserved, `ab.wait_signal` a
+//! flag poll. The per-transport differences (op names, slot sizes, what submission is) live in
+//! [`QueueTransport`] implementations; this module holds no transport detail.
+
+use std::collections::HashMap;
+
+use aboleth_ir::{
+    Diagnostic,
+    ab::{
+        attributes::{BinaryOperator, Publication, QueueOwner},
+        ops::operand,
+    },
+    attrs,
+    builder::{Builder, i64_type},
+    pliron::{
+        basic_block::BasicBlock,
+        context::{Context, Ptr},
+        operation::Operation,
+        value::Value,
+    },
+    scalar::constant_trip_count,
+    text::op_name,
+    transport::{GpuFenceOp, GpuWaitFlagOp, Target},
+    walk::{block_ops, kernels, region_block},
+};
+
+use crate::batching::is_pure_scalar;
+use crate::comm::{endpoint_of, is_transfer, put_predicate, slots_of};
+
+/// One command to emit: its op, the endpoint, the slot, and the completion decision.
+pub struct Command {
+    /// The semantic `ab.put` or `ab.signal`.
+    pub op: Ptr<Operation>,
+    /// The endpoint value.
+    pub endpoint: Value,
+    /// The first slot of the command.
+    pub slot: Value,
+    /// 1 when the command must request a completion, 0 when not (may be computed).
+    pub completion: Value,
+    /// True when `completion` is nonzero only on a loop's last iteration.
+    pub completion_once: bool,
+    /// True for library-style signals: the transport fences before executing them.
+    pub fenced: bool,
+}
+
+/// What differs between queue transports.
+pub trait QueueTransport {
+    /// The target.
+    fn target(&self) -> Target;
+    /// Emits the reservation; returns the base slot (`i64`).
+    fn emit_reserve(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slots: Value, atomic: bool) -> Value;
+    /// Emits one put command.
+    fn emit_put(&self, ctx: &mut Context, builder: &mut Builder, command: &Command, predicate: Value);
+    /// Emits one signal command.
+    fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command);
+    /// Emits the submission of slots `[base, end)`.
+    fn emit_submit(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, base: Value, count: Value, end: Value, shared: bool);
+    /// Emits a wait for the command at `slot`, or for everything reserved when `None`.
+    fn emit_wait_completion(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slot: Option<Value>);
+}
+
+/// True when the endpoint was found to have one owner.
+pub fn has_single_owner(ctx: &Context, endpoint: Value) -> bool {
+    endpoint
+        .defining_op()
+        .and_then(|op| attrs::get_typed::<QueueOwner>(ctx, op, "owner"))
+        == Some(QueueOwner::Program)
+}
+
+/// Lowers every kernel of `module` with `transport`.
+pub fn lower_module(ctx: &mut Context, module: Ptr<Operation>, transport: &dyn QueueTransport) -> Result<bool, Diagnostic> {
+    for kernel in kernels(ctx, module) {
+        let mut lowering = Lowering { transport, tokens: HashMap::new(), erase: Vec::new() };
+        let block = region_block(ctx, kernel, 0);
+        lowering.lower_block(ctx, block)?;
+        for op in lowering.erase.into_iter().rev() {
+            Operation::erase(op, ctx);
+        }
+    }
+    Ok(true)
+}
+
+struct Lowering<'a> {
+    transport: &'a dyn QueueTransport,
+    /// Token -> (endpoint, last slot of its command).
+    tokens: HashMap<Value, (Value, Value)>,
+    erase: Vec<Ptr<Operation>>,
+}
+
+impl Lowering<'_> {
+    fn lower_block(&mut self, ctx: &mut Context, block: Ptr<BasicBlock>) -> Result<(), Diagnostic> {
+        let ops = block_ops(ctx, block);
+        let mut index = 0;
+        while index < ops.len() {
+            let op = ops[index];
+            let name = op_name(ctx, op);
+            let batch = attrs::get_int(ctx, op, "batch");
+            if is_transfer(ctx, op) || (name == "ab.for" && batch.is_some()) {
+                let mut members = vec![op];
+                let mut last = index;
+                let mut library_put_signal = false;
+                if batch.is_none()
+                    && let Some(signal_index) = fusable_signal(ctx, &ops, index)
+                {
+                    // Library style still has put_signal: one call, one reservation and one
+                    // doorbell for a put and the signal that names it in `after`.
+                    members.push(ops[signal_index]);
+                    last = signal_index;
+                    library_put_signal = true;
+                    if attrs::get(ctx, op, "completion").is_none() {
+                        // As NVSHMEM: CQ_UPDATE only on the call's last WQE (the signal).
+                        attrs::set_string(ctx, op, "completion", "never");
+                    }
+                }
+                if let Some(id) = batch {
+                    for (later_index, later) in ops.iter().enumerate().skip(index + 1) {
+                        if attrs::get_int(ctx, *later, "batch") == Some(id) {
+                            members.push(*later);
+                            last = later_index;
+                        } else if !is_pure_scalar(&op_name(ctx, *later)) {
+                            break;
+                        }
+                    }
+                }
+                self.lower_batch(ctx, &members, library_put_signal)?;
+                index = last + 1;
+                continue;
+            }
+            match name.as_str() {
+                "ab.for" | "ab.if" => {
+                    let body = region_block(ctx, op, 0);
+                    self.lower_block(ctx, body)?;
+                }
+                "ab.wait" => {
+                    let token = op.deref(ctx).get_operand(0);
+                    let (endpoint, slot) = *self.tokens.get(&token).ok_or_else(|| {
+                        Diagnostic::at_op(ctx, op, "ab.wait on a token whose transfer was not lowered in an enclosing scope (a compiler bug)")
+                    })?;
+                    let mut builder = Builder::before(ctx, op);
+                    self.transport.emit_wait_completion(ctx, &mut builder, endpoint, Some(slot));
+                    self.erase.push(op);
+                }
+                "ab.drain" | "ab.fence" => {
+                    let endpoint = endpoint_of(ctx, op);
+                    let mut builder = Builder::before(ctx, op);
+                    self.transport.emit_wait_completion(ctx, &mut builder, endpoint, None);
+                    self.erase.push(op);
+                }
+                "ab.wait_signal" => {
+                    lower_wait_signal(ctx, op);
+                    self.erase.push(op);
+                }
+                _ => {}
+            }
+            index += 1;
+        }
+        Ok(())
+    }
+
+    fn lower_batch(&mut self, ctx: &mut Context, members: &[Ptr<Operation>], library_put_signal: bool) -> Result<(), Diagnostic> {
+        let target = self.transport.target();
+        let first = members[0];
+        let endpoint = member_endpoint(ctx, first);
+        let shared = !has_single_owner(ctx, endpoint);
+        let coalesce = library_put_signal
+            || members.iter().all(|m| attrs::get_string(ctx, *m, "doorbell").as_deref() == Some("batch"));
+        let mut total = 0i64;
+        for member in members {
+            total += member_slots(ctx, *member, target)?;
+        }
+        let mut builder = Builder::before(ctx, first);
+        let count = builder.constant(ctx, total);
+        let base = self.transport.emit_reserve(ctx, &mut builder, endpoint, count, shared);
+        let mut offset = 0i64;
+        for member in members {
+            if op_name(ctx, *member) == "ab.for" {
+                offset += self.lower_loop_member(ctx, *member, base, offset, shared, coalesce)?;
+            } else {
+                let mut builder = Builder::before(ctx, *member);
+                let offset_value = builder.constant(ctx, offset);
+                let slot = builder.binary(ctx, BinaryOperator::Add, base, offset_value);
+                let slots = self.lower_transfer(ctx, *member, slot, None, shared, coalesce)?;
+                offset += slots;
+            }
+        }
+        if coalesce {
+            let last = *members.last().expect("a batch has members");
+            let mut builder = Builder::after(ctx, last);
+            let end = builder.binary(ctx, BinaryOperator::Add, base, count);
+            self.transport.emit_submit(ctx, &mut builder, endpoint, base, count, end, shared);
+        }
+        Ok(())
+    }
+
+    /// Lowers a batched loop whose slots start at `base + offset`; returns the slots it takes.
+    fn lower_loop_member(&mut self, ctx: &mut Context, for_op: Ptr<Operation>, base: Value, offset: i64, shared: bool, coalesce: bool) -> Result<i64, Diagnostic> {
+        let target = self.transport.target();
+        let trip = constant_trip_count(ctx, for_op).expect("batched loops have constant trip counts");
+        let body = region_block(ctx, for_op, 0);
+        let body_ops = block_ops(ctx, body);
+        let mut per_iteration = 0;
+        for op in &body_ops {
+            if is_transfer(ctx, *op) || op_name(ctx, *op) == "ab.for" {
+                per_iteration += member_slots(ctx, *op, target)?;
+            }
+        }
+        let induction = body.deref(ctx).get_argument(0);
+        let (lower, step) = {
+            let operation = for_op.deref(ctx);
+            (operation.get_operand(0), operation.get_operand(2))
+        };
+        let first_op = body_ops[0];
+        let mut builder = Builder::before(ctx, first_op);
+        let distance = builder.binary(ctx, BinaryOperator::Sub, induction, lower);
+        let iteration = builder.binary(ctx, BinaryOperator::Div, distance, step);
+        let per_iteration_value = builder.constant(ctx, per_iteration);
+        let scaled = builder.binary(ctx, BinaryOperator::Mul, iteration, per_iteration_value);
+        let offset_value = builder.constant(ctx, offset);
+        let start = builder.binary(ctx, BinaryOperator::Add, base, offset_value);
+        let iteration_base = builder.binary(ctx, BinaryOperator::Add, start, scaled);
+        let last_index = builder.constant(ctx, trip - 1);
+        let is_last = builder.binary(ctx, BinaryOperator::Eq, iteration, last_index);
+        let mut inner_offset = 0i64;
+        for op in body_ops {
+            if op_name(ctx, op) == "ab.for" {
+                inner_offset += self.lower_loop_member(ctx, op, iteration_base, inner_offset, shared, coalesce)?;
+            } else if is_transfer(ctx, op) {
+                let mut builder = Builder::before(ctx, op);
+                let inner = builder.constant(ctx, inner_offset);
+                let slot = builder.binary(ctx, BinaryOperator::Add, iteration_base, inner);
+                inner_offset += self.lower_transfer(ctx, op, slot, Some(is_last), shared, coalesce)?;
+            }
+        }
+        Ok(trip * per_iteration)
+    }
+
+    /// Lowers one transfer at `slot`; returns its slot count.
+    fn lower_transfer(&mut self, ctx: &mut Context, op: Ptr<Operation>, slot: Value, last_iteration: Option<Value>, shared: bool, coalesce: bool) -> Result<i64, Diagnostic> {
+        let target = self.transport.target();
+        let slots = slots_of(ctx, op, target).ok_or_else(|| {
+            Diagnostic::at_op(ctx, op, "cannot size this command's queue slots: an inline put needs a constant byte count")
+        })?;
+        let endpoint = endpoint_of(ctx, op);
+        let mut builder = Builder::before(ctx, op);
+        let decision = attrs::get_string(ctx, op, "completion");
+        let (completion, completion_once) = match (decision.as_deref(), last_iteration) {
+            (Some("never"), _) => (builder.constant(ctx, 0), false),
+            (Some("last_iteration"), Some(is_last)) => (is_last, true),
+            _ => (builder.constant(ctx, 1), false),
+        };
+        let publication = attrs::get_typed::<Publication>(ctx, op, "publication");
+        let command = Command {
+            op,
+            endpoint,
+            slot,
+            completion,
+            completion_once,
+            fenced: publication.is_none() || publication == Some(Publication::Fenced),
+        };
+        if op_name(ctx, op) == "ab.put" {
+            let predicate = match put_predicate(ctx, op) {
+                Some(predicate) => builder.to_i64(ctx, predicate),
+                None => builder.constant(ctx, 1),
+            };
+            self.transport.emit_put(ctx, &mut builder, &command, predicate);
+        } else {
+            self.transport.emit_signal(ctx, &mut builder, &command);
+        }
+        let slots_value = builder.constant(ctx, slots);
+        let end = builder.binary(ctx, BinaryOperator::Add, slot, slots_value);
+        let one = builder.constant(ctx, 1);
+        let last_slot = builder.binary(ctx, BinaryOperator::Sub, end, one);
+        if !coalesce {
+            self.transport.emit_submit(ctx, &mut builder, endpoint, slot, slots_value, end, shared);
+        }
+        self.tokens.insert(op.deref(ctx).get_result(0), (endpoint, last_slot));
+        self.erase.push(op);
+        Ok(slots)
+    }
+}
+
+/// The index of a signal right after the put at `index` (pure scalar ops between them allowed)
+/// on the same endpoint whose `after` is the put's token, when neither is batched.
+fn fusable_signal(ctx: &Context, ops: &[Ptr<Operation>], index: usize) -> Option<usize> {
+    let put = ops[index];
+    if op_name(ctx, put) != "ab.put" {
+        return None;
+    }
+    let token = put.deref(ctx).get_result(0);
+    for (later_index, later) in ops.iter().enumerate().skip(index + 1) {
+        let name = op_name(ctx, *later);
+        if name == "ab.signal" {
+            let fusable = attrs::get_int(ctx, *later, "batch").is_none()
+                && endpoint_of(ctx, *later) == endpoint_of(ctx, put)
+                && crate::comm::signal_after(ctx, *later) == Some(token);
+            return fusable.then_some(later_index);
+        }
+        if !is_pure_scalar(&name) {
+            return None;
+        }
+    }
+    None
+}
+
+fn member_endpoint(ctx: &Context, member: Ptr<Operation>) -> Value {
+    if op_name(ctx, member) == "ab.for" {
+        crate::batching::batchable_loop_endpoint(ctx, member).expect("batched loops have one endpoint")
+    } else {
+        endpoint_of(ctx, member)
+    }
+}
+
+fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result<i64, Diagnostic> {
+    if op_name(ctx, member) == "ab.for" {
+        let trip = constant_trip_count(ctx, member).unwrap_or(0);
+        let mut per_iteration = 0;
+        for op in block_ops(ctx, region_block(ctx, member, 0)) {
+            if is_transfer(ctx, op) || op_name(ctx, op) == "ab.for" {
+                per_iteration += member_slots(ctx, op, target)?;
+            }
+        }
+        return Ok(trip * per_iteration);
+    }
+    slots_of(ctx, member, target).ok_or_else(|| {
+        Diagnostic::at_op(ctx, member, "cannot size this command's queue slots: an inline put needs a constant byte count")
+    })
+}
+
+/// Lowers `ab.wait_signal` to a flag poll: `ld.acquire.sys` when planned, else the library's
+/// volatile poll followed by a GPU fence.
+pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>) {
+    let (flag, value) = {
+        let operation = op.deref(ctx);
+        (operation.get_operand(0), operation.get_operand(1))
+    };
+    let acquire = attrs::get_string(ctx, op, "order").as_deref() == Some("acquire");
+    let mut builder = Builder::before(ctx, op);
+    let value = builder.to_i64(ctx, value);
+    let poll = builder.create::<GpuWaitFlagOp>(ctx, vec![], vec![flag, value]);
+    attrs::set_string(ctx, poll, "order", if acquire { "acquire" } else { "volatile" });
+    if !acquire {
+        let fence = builder.create::<GpuFenceOp>(ctx, vec![], vec![]);
+        attrs::set_string(ctx, fence, "scope", "gpu");
+    }
+}
+
+/// Emits `gpu.fence [scope]`.
+pub fn emit_fence(ctx: &mut Context, builder: &mut Builder, scope: &str) {
+    let fence = builder.create::<GpuFenceOp>(ctx, vec![], vec![]);
+    attrs::set_string(ctx, fence, "scope", scope);
+}
+
+/// The `i64` result type, for ops that return a slot.
+pub fn slot_type(ctx: &mut Context) -> aboleth_ir::pliron::r#type::TypeHandle {
+    i64_type(ctx).into()
+}
+
+/// The operands of an `ab.put` in transport order: destination, source, bytes, key.
+pub fn put_operands(ctx: &mut Context, builder: &mut Builder, op: Ptr<Operation>) -> [Value; 4] {
+    let (destination, source, bytes, key) = {
+        let operation = op.deref(ctx);
+        (
+            operation.get_operand(operand::put::DESTINATION),
+            operation.get_operand(operand::put::SOURCE),
+            operation.get_operand(operand::put::BYTES),
+            operation.get_operand(operand::put::SOURCE_KEY),
+        )
+    };
+    let bytes = builder.to_i64(ctx, bytes);
+    let key = builder.to_i64(ctx, key);
+    [destination, source, bytes, key]
+}
+
+/// The operands of an `ab.signal` in transport order: flag, value.
+pub fn signal_operands(ctx: &mut Context, builder: &mut Builder, op: Ptr<Operation>) -> [Value; 2] {
+    let (flag, value) = {
+        let operation = op.deref(ctx);
+        (operation.get_operand(operand::signal::FLAG), operation.get_operand(operand::signal::VALUE))
+    };
+    let value = builder.to_i64(ctx, value);
+    [flag, value]
+}

@@ -1,0 +1,86 @@
+//! `lower-proxy`: specialize to the host proxy (ring entries executed by a host thread).
+//!
+//! Puts and signals become 64-byte ring entries (`aboleth_abi::proxy::ProxyRingEntry`) written
+//! into the endpoint's host-pinned ring; the sequence word is written last. Submission is one
+//! `st.release.sys` of the producer head that the proxy thread polls (the proxy's doorbell);
+//! on a shared ring it is preceded by a system fence and in-order publication and done with
+//! `atomicMax`. The proxy executes one ring's entries in order on one stream, so a signal entry
+//! after its data needs no fence. Completions are a host-written counter the GPU polls.
+
+use aboleth_ir::{
+    Diagnostic, attrs,
+    builder::Builder,
+    pliron::{
+        context::{Context, Ptr},
+        operation::Operation,
+        value::Value,
+    },
+    transport::{
+        ProxyDoorbellOp, ProxyPublishOp, ProxyPutOp, ProxyReserveOp, ProxySignalOp,
+        ProxyWaitCompletionOp, Target,
+    },
+};
+
+use crate::comm::signal_operation;
+use crate::lower_common::{Command, QueueTransport, emit_fence, lower_module, put_operands, signal_operands, slot_type};
+use crate::registry::PassContext;
+
+/// The proxy transport.
+pub struct ProxyTransport;
+
+impl QueueTransport for ProxyTransport {
+    fn target(&self) -> Target {
+        Target::Proxy
+    }
+
+    fn emit_reserve(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slots: Value, atomic: bool) -> Value {
+        let ty = slot_type(ctx);
+        let op = builder.create::<ProxyReserveOp>(ctx, vec![ty], vec![endpoint, slots]);
+        attrs::set_bool(ctx, op, "atomic", atomic);
+        op.deref(ctx).get_result(0)
+    }
+
+    fn emit_put(&self, ctx: &mut Context, builder: &mut Builder, command: &Command, predicate: Value) {
+        let [destination, source, bytes, key] = put_operands(ctx, builder, command.op);
+        let op = builder.create::<ProxyPutOp>(
+            ctx,
+            vec![],
+            vec![command.endpoint, command.slot, destination, source, bytes, key, predicate, command.completion],
+        );
+        if command.completion_once {
+            attrs::set_bool(ctx, op, "completion_once", true);
+        }
+    }
+
+    fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command) {
+        let [flag, value] = signal_operands(ctx, builder, command.op);
+        let op = builder.create::<ProxySignalOp>(ctx, vec![], vec![command.endpoint, command.slot, flag, value, command.completion]);
+        let operation = signal_operation(ctx, command.op);
+        attrs::set(ctx, op, "op", Box::new(operation));
+        attrs::set_bool(ctx, op, "fence", command.fenced);
+        if command.completion_once {
+            attrs::set_bool(ctx, op, "completion_once", true);
+        }
+    }
+
+    fn emit_submit(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, base: Value, count: Value, end: Value, shared: bool) {
+        if shared {
+            emit_fence(ctx, builder, "sys");
+            builder.create::<ProxyPublishOp>(ctx, vec![], vec![endpoint, base, count]);
+        }
+        let doorbell = builder.create::<ProxyDoorbellOp>(ctx, vec![], vec![endpoint, end]);
+        attrs::set_bool(ctx, doorbell, "atomic_max", shared);
+        attrs::set_string(ctx, doorbell, "scope", "thread");
+    }
+
+    fn emit_wait_completion(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slot: Option<Value>) {
+        let mut operands = vec![endpoint];
+        operands.extend(slot);
+        builder.create::<ProxyWaitCompletionOp>(ctx, vec![], operands);
+    }
+}
+
+/// Runs the lowering on every kernel of `module`.
+pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {
+    lower_module(ctx, module, &ProxyTransport)
+}

@@ -1,0 +1,170 @@
+//! The default pipeline, written out in one function, with the verifier between passes.
+//!
+//! [`run_pipeline`] runs the planning passes in order (skipping disabled ones, or all of them
+//! for `--passes-off`), verifying after each, then the target's lowering, then verifies again.
+//! It records the module's text after each pass when asked (`--print-after-all`).
+
+use std::collections::BTreeSet;
+
+use aboleth_ir::{
+    Diagnostic,
+    pliron::{
+        context::{Context, Ptr},
+        operation::{Operation, verify_operation},
+    },
+    text::print_module,
+    transport::Target,
+    verify::verify_module,
+};
+
+use crate::registry::{PASSES, PassContext, PassFunction};
+
+/// How to run the pipeline.
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// The transport to lower to.
+    pub target: Target,
+    /// Skip every planning pass (library-style lowering: the baseline).
+    pub passes_off: bool,
+    /// Planning passes to skip, by flag name.
+    pub disabled: BTreeSet<String>,
+    /// Record the module text after each pass.
+    pub print_after_all: bool,
+    /// Stop before lowering (prints the planned semantic IR).
+    pub stop_before_lowering: bool,
+}
+
+impl PipelineOptions {
+    /// All passes on, for `target`.
+    pub fn new(target: Target) -> Self {
+        PipelineOptions {
+            target,
+            passes_off: false,
+            disabled: BTreeSet::new(),
+            print_after_all: false,
+            stop_before_lowering: false,
+        }
+    }
+
+    /// Checks that every disabled name is a real pass.
+    pub fn validate(&self) -> Result<(), String> {
+        for name in &self.disabled {
+            if crate::registry::find(name).is_none() {
+                let known: Vec<&str> = PASSES.iter().map(|pass| pass.name).collect();
+                return Err(format!(
+                    "unknown pass '{name}' in --disable-pass; known passes: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the pipeline did.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineReport {
+    /// The passes that ran, in order (planning passes then the lowering).
+    pub passes_run: Vec<String>,
+    /// `(pass, module text after it)` when `print_after_all` was set.
+    pub snapshots: Vec<(String, String)>,
+}
+
+/// Runs the pipeline on `module` in place.
+pub fn run_pipeline(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    options: &PipelineOptions,
+) -> Result<PipelineReport, Diagnostic> {
+    options.validate().map_err(|message| Diagnostic {
+        file: "<command line>".into(),
+        line: 0,
+        column: 0,
+        message,
+    })?;
+    if matches!(options.target, Target::Efa | Target::Ionic) {
+        return Err(Diagnostic {
+            file: "<command line>".into(),
+            line: 0,
+            column: 0,
+            message: format!(
+                "--target {}: not supported yet: the {} encoders and simulator model exist but \
+                 no lowering does; use --target mlx5, proxy or p2p",
+                options.target.name(),
+                options.target.name()
+            ),
+        });
+    }
+    let pass_context = PassContext { target: options.target };
+    let mut report = PipelineReport::default();
+    verify(ctx, module, "input")?;
+
+    // Storage planning.
+    run_one(ctx, module, options, &pass_context, &mut report, "eliminate-dead-communication")?;
+    run_one(ctx, module, options, &pass_context, &mut report, "size-buffers")?;
+    // Transfer planning.
+    run_one(ctx, module, options, &pass_context, &mut report, "inline-small-payloads")?;
+    run_one(ctx, module, options, &pass_context, &mut report, "choose-signal-publication")?;
+    run_one(ctx, module, options, &pass_context, &mut report, "plan-completions")?;
+    // Submission planning.
+    run_one(ctx, module, options, &pass_context, &mut report, "assign-queue-owners")?;
+    run_one(ctx, module, options, &pass_context, &mut report, "order-publications")?;
+    run_one(ctx, module, options, &pass_context, &mut report, "batch-commands")?;
+    run_one(ctx, module, options, &pass_context, &mut report, "coalesce-doorbells")?;
+    if options.stop_before_lowering {
+        return Ok(report);
+    }
+    // Transport specialization.
+    let (name, lowering): (&str, PassFunction) = match options.target {
+        Target::Mlx5 => ("lower-mlx5", crate::lower_mlx5::run),
+        Target::Proxy => ("lower-proxy", crate::lower_proxy::run),
+        Target::P2p => ("lower-p2p", crate::lower_p2p::run),
+        Target::Efa | Target::Ionic => unreachable!("refused above"),
+    };
+    lowering(ctx, module, &pass_context)?;
+    record(ctx, module, options, &mut report, name)?;
+    Ok(report)
+}
+
+fn run_one(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    options: &PipelineOptions,
+    pass_context: &PassContext,
+    report: &mut PipelineReport,
+    name: &str,
+) -> Result<(), Diagnostic> {
+    if options.passes_off || options.disabled.contains(name) {
+        return Ok(());
+    }
+    let pass = crate::registry::find(name).expect("the pipeline names registered passes");
+    (pass.run)(ctx, module, pass_context)?;
+    record(ctx, module, options, report, name)
+}
+
+fn record(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    options: &PipelineOptions,
+    report: &mut PipelineReport,
+    name: &str,
+) -> Result<(), Diagnostic> {
+    verify(ctx, module, name)?;
+    report.passes_run.push(name.to_string());
+    if options.print_after_all {
+        report.snapshots.push((name.to_string(), print_module(ctx, module)));
+    }
+    Ok(())
+}
+
+fn verify(ctx: &Context, module: Ptr<Operation>, after: &str) -> Result<(), Diagnostic> {
+    verify_operation(module, ctx).map_err(|error| {
+        let mut diagnostic = Diagnostic::from_pliron(ctx, &error, "<input>");
+        diagnostic.message = format!("IR invalid after {after} (a compiler bug): {}", diagnostic.message);
+        diagnostic
+    })?;
+    verify_module(ctx, module).map_err(|mut diagnostic| {
+        diagnostic.message = format!("IR invalid after {after} (a compiler bug): {}", diagnostic.message);
+        diagnostic
+    })
+}

@@ -1,0 +1,196 @@
+//! Static counts of what a lowered kernel does, per program instance (`--emit stats`).
+//!
+//! Counts transport ops, multiplying by the trip counts of enclosing constant loops. Ops in
+//! loops whose trip count is unknown are counted once and the kernel is flagged
+//! `per_iteration`; ops under `ab.if` or a runtime predicate are counted as if executed and
+//! flagged `conditional`. The simulator reports executed counts with the same keys.
+
+use serde::Serialize;
+
+use aboleth_ir::{
+    ab::attributes::SignalOperation,
+    attrs,
+    pliron::{
+        context::{Context, Ptr},
+        operation::Operation,
+    },
+    scalar::{constant_trip_count, constant_value, enclosing_loops},
+    text::op_name,
+    walk::all_ops,
+};
+
+/// Fence counts by scope.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FenceCounts {
+    /// `fence.acq_rel.cta` and CTA-scope fences.
+    pub cta: u64,
+    /// `fence.acq_rel.gpu` / `__threadfence()`.
+    pub gpu: u64,
+    /// `fence.sc.sys` / `__threadfence_system()`.
+    pub sys: u64,
+}
+
+/// The counters of `--emit stats` and `aboleth sim --stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Queue reservations (mlx5 SQ or proxy ring).
+    pub reservations: u64,
+    /// Commands written: WQEs on mlx5, ring entries on proxy.
+    pub wqes: u64,
+    /// Doorbells: UAR MMIO writes (mlx5) or producer-head release stores (proxy).
+    pub doorbells: u64,
+    /// mlx5 doorbell-record stores.
+    pub doorbell_record_updates: u64,
+    /// Memory fences by scope.
+    pub fences: FenceCounts,
+    /// GPU atomic read-modify-writes (reservation, publication, lock, atomicMax, red.add).
+    pub atomics: u64,
+    /// Commands that ask for a completion (CQ_UPDATE / completion counter).
+    pub completions_requested: u64,
+    /// Payload bytes carried inside commands.
+    pub inline_bytes: u64,
+    /// Payload bytes moved.
+    pub payload_bytes: u64,
+}
+
+impl Counts {
+    /// Adds `other` to `self`.
+    pub fn add(&mut self, other: &Counts) {
+        self.reservations += other.reservations;
+        self.wqes += other.wqes;
+        self.doorbells += other.doorbells;
+        self.doorbell_record_updates += other.doorbell_record_updates;
+        self.fences.cta += other.fences.cta;
+        self.fences.gpu += other.fences.gpu;
+        self.fences.sys += other.fences.sys;
+        self.atomics += other.atomics;
+        self.completions_requested += other.completions_requested;
+        self.inline_bytes += other.inline_bytes;
+        self.payload_bytes += other.payload_bytes;
+    }
+}
+
+/// Statistics of one kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelStats {
+    /// Kernel name.
+    pub name: String,
+    /// Target transport.
+    pub target: String,
+    /// Passes that ran, in order.
+    pub passes: Vec<String>,
+    /// Static counts per program instance.
+    pub counts: Counts,
+    /// Some counted ops sit in loops of unknown trip count (counted once per iteration).
+    pub per_iteration: bool,
+    /// Some counted ops run only under a runtime condition (counted as if they ran).
+    pub conditional: bool,
+}
+
+/// Counts the transport ops of a lowered kernel.
+pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, bool) {
+    let mut counts = Counts::default();
+    let mut per_iteration = false;
+    let mut conditional = false;
+    for op in all_ops(ctx, kernel) {
+        let name = op_name(ctx, op);
+        if !(name.starts_with("mlx5.") || name.starts_with("proxy.") || name.starts_with("p2p.") || name.starts_with("gpu.")) {
+            continue;
+        }
+        let loops = enclosing_loops(ctx, op);
+        let mut multiplicity: u64 = 1;
+        let mut innermost_trip: u64 = 1;
+        for (depth, loop_op) in loops.iter().enumerate() {
+            match constant_trip_count(ctx, *loop_op) {
+                Some(trip) => {
+                    multiplicity *= trip.max(0) as u64;
+                    if depth == 0 {
+                        innermost_trip = trip.max(1) as u64;
+                    }
+                }
+                None => per_iteration = true,
+            }
+        }
+        if has_if_ancestor(ctx, op) {
+            conditional = true;
+        }
+        let operand_constant = |index: usize| -> Option<i64> {
+            let operation = op.deref(ctx);
+            (index < operation.get_num_operands()).then(|| constant_value(ctx, operation.get_operand(index))).flatten()
+        };
+        let completion = |index: usize| -> u64 {
+            if attrs::get_bool(ctx, op, "completion_once") {
+                multiplicity / innermost_trip
+            } else if operand_constant(index).unwrap_or(1) != 0 {
+                multiplicity
+            } else {
+                0
+            }
+        };
+        let bytes_of = |index: usize, conditional: &mut bool| -> u64 {
+            if operand_constant(index + 2).is_none_or(|p| p != 1) {
+                *conditional = true;
+            }
+            operand_constant(index).unwrap_or(0).max(0) as u64 * multiplicity
+        };
+        match name.as_str() {
+            "mlx5.reserve" | "proxy.reserve" => {
+                counts.reservations += multiplicity;
+                if attrs::get_bool(ctx, op, "atomic") {
+                    counts.atomics += multiplicity;
+                }
+            }
+            "mlx5.write" | "proxy.put" => {
+                counts.wqes += multiplicity;
+                let bytes = bytes_of(4, &mut conditional);
+                counts.payload_bytes += bytes;
+                if attrs::get_bool(ctx, op, "inline") {
+                    counts.inline_bytes += bytes;
+                }
+                counts.completions_requested += completion(7);
+            }
+            "mlx5.atomic" | "proxy.signal" => {
+                counts.wqes += multiplicity;
+                counts.completions_requested += completion(4);
+            }
+            "mlx5.publish" | "proxy.publish" | "mlx5.lock" => counts.atomics += multiplicity,
+            "mlx5.doorbell_record" => {
+                counts.doorbell_record_updates += multiplicity;
+                if attrs::get_bool(ctx, op, "atomic_max") {
+                    counts.atomics += multiplicity;
+                }
+            }
+            "mlx5.doorbell" => counts.doorbells += multiplicity,
+            "proxy.doorbell" => {
+                counts.doorbells += multiplicity;
+                if attrs::get_bool(ctx, op, "atomic_max") {
+                    counts.atomics += multiplicity;
+                }
+            }
+            "p2p.copy" => counts.payload_bytes += bytes_of(3, &mut conditional),
+            "p2p.signal" => {
+                if attrs::get_typed::<SignalOperation>(ctx, op, "op") == Some(SignalOperation::Add) {
+                    counts.atomics += multiplicity;
+                }
+            }
+            "gpu.fence" => match attrs::get_string(ctx, op, "scope").as_deref() {
+                Some("cta") => counts.fences.cta += multiplicity,
+                Some("sys") => counts.fences.sys += multiplicity,
+                _ => counts.fences.gpu += multiplicity,
+            },
+            _ => {}
+        }
+    }
+    (counts, per_iteration, conditional)
+}
+
+fn has_if_ancestor(ctx: &Context, op: Ptr<Operation>) -> bool {
+    let mut current = op.deref(ctx).get_parent_op(ctx);
+    while let Some(parent) = current {
+        if op_name(ctx, parent) == "ab.if" {
+            return true;
+        }
+        current = parent.deref(ctx).get_parent_op(ctx);
+    }
+    false
+}
