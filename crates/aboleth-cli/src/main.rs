@@ -16,10 +16,19 @@ use aboleth_ir::{
     transport::Target,
     walk::{kernel_name, kernels},
 };
-use aboleth_passes::{PipelineOptions, registry::PASSES, run_pipeline, stats::{KernelStats, count_kernel}};
+use aboleth_passes::{
+    PipelineOptions,
+    registry::PASSES,
+    run_pipeline,
+    stats::{KernelStats, count_kernel},
+};
 
 #[derive(Parser)]
-#[command(name = "aboleth", version, about = "A compiler for GPU-initiated communication")]
+#[command(
+    name = "aboleth",
+    version,
+    about = "A compiler for GPU-initiated communication"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -103,6 +112,12 @@ enum Command {
     },
     /// List the planning passes in pipeline order.
     Passes,
+    /// Print what the passes decided for a file and a table of costs, library-style
+    /// (`--passes-off`) against Aboleth, for mlx5, proxy and p2p.
+    Plan {
+        /// The input file.
+        file: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -117,18 +132,29 @@ fn main() -> ExitCode {
 }
 
 fn read(file: &str) -> anyhow::Result<String> {
-    std::fs::read_to_string(file).map_err(|error| anyhow::anyhow!("{file}: error: cannot read the file: {error}"))
+    std::fs::read_to_string(file)
+        .map_err(|error| anyhow::anyhow!("{file}: error: cannot read the file: {error}"))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Passes => {
             for pass in PASSES {
-                println!("{:<30} {:<11} {}", pass.name, pass.level.name(), pass.description);
+                println!(
+                    "{:<30} {:<11} {}",
+                    pass.name,
+                    pass.level.name(),
+                    pass.description
+                );
             }
             Ok(())
         }
-        Command::Opt { file, pipeline, print_after_all, no_lowering } => {
+        Command::Opt {
+            file,
+            pipeline,
+            print_after_all,
+            no_lowering,
+        } => {
             let text = read(&file)?;
             let ctx = &mut Context::new();
             let module = parse_module(ctx, &text, &file)?;
@@ -145,7 +171,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Compile { file, pipeline, emit } => {
+        Command::Plan { file } => {
+            let text = read(&file)?;
+            print!("{}", plan(&text, &file)?);
+            Ok(())
+        }
+        Command::Compile {
+            file,
+            pipeline,
+            emit,
+        } => {
             let text = read(&file)?;
             let json = compile(&text, &file, &pipeline.options(), emit)?;
             println!("{json}");
@@ -154,7 +189,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn compile(text: &str, file: &str, options: &PipelineOptions, emit: Emit) -> Result<String, Diagnostic> {
+fn compile(
+    text: &str,
+    file: &str,
+    options: &PipelineOptions,
+    emit: Emit,
+) -> Result<String, Diagnostic> {
     let ctx = &mut Context::new();
     let module = parse_module(ctx, text, file)?;
     let report = run_pipeline(ctx, module, options)?;
@@ -177,4 +217,88 @@ fn compile(text: &str, file: &str, options: &PipelineOptions, emit: Emit) -> Res
             Ok(serde_json::to_string_pretty(&value).expect("stats serialize"))
         }
     }
+}
+
+fn total_counts(
+    text: &str,
+    file: &str,
+    options: &PipelineOptions,
+) -> Result<aboleth_passes::stats::Counts, Diagnostic> {
+    let ctx = &mut Context::new();
+    let module = parse_module(ctx, text, file)?;
+    run_pipeline(ctx, module, options)?;
+    let mut total = aboleth_passes::stats::Counts::default();
+    for kernel in kernels(ctx, module) {
+        total.add(&count_kernel(ctx, kernel).0);
+    }
+    Ok(total)
+}
+
+/// The decisions the planning passes took (one line per annotated op) and the cost table.
+fn plan(text: &str, file: &str) -> Result<String, Diagnostic> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let ctx = &mut Context::new();
+    let module = parse_module(ctx, text, file)?;
+    let mut options = PipelineOptions::new(Target::Mlx5);
+    options.stop_before_lowering = true;
+    run_pipeline(ctx, module, &options)?;
+    let _ = writeln!(
+        out,
+        "plan for {file} (mlx5 planning; every op's decisions):"
+    );
+    let printed = print_module(ctx, module);
+    for line in printed.lines() {
+        let interesting = [
+            "owner:",
+            "publication:",
+            "completion:",
+            "batch:",
+            "inline:",
+            "queue_slots:",
+        ];
+        if interesting.iter().any(|key| line.contains(key)) {
+            let _ = writeln!(out, "  {}", line.trim());
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<6} {:<9} {:>12} {:>9} {:>10} {:>7} {:>8} {:>12} {:>10}",
+        "target",
+        "lowering",
+        "reservations",
+        "commands",
+        "doorbells",
+        "fences",
+        "atomics",
+        "completions",
+        "payload_B"
+    );
+    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+        for passes_off in [true, false] {
+            let mut options = PipelineOptions::new(target);
+            options.passes_off = passes_off;
+            let c = total_counts(text, file, &options)?;
+            let fences = c.fences.cta + c.fences.gpu + c.fences.sys;
+            let _ = writeln!(
+                out,
+                "{:<6} {:<9} {:>12} {:>9} {:>10} {:>7} {:>8} {:>12} {:>10}",
+                target.name(),
+                if passes_off { "library" } else { "aboleth" },
+                c.reservations,
+                c.wqes,
+                c.doorbells,
+                fences,
+                c.atomics,
+                c.completions_requested,
+                c.payload_bytes
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "(static counts per program instance; `aboleth compile FILE --target T --emit stats` gives the JSON)"
+    );
+    Ok(out)
 }

@@ -39,7 +39,10 @@ pub fn remove(ctx: &Context, op: Ptr<Operation>, name: &str) {
 /// Reads a boolean attribute (absent means `false`).
 pub fn get_bool(ctx: &Context, op: Ptr<Operation>, name: &str) -> bool {
     get(ctx, op, name)
-        .and_then(|attr| attr.downcast_ref::<BoolAttr>().map(|b| bool::from(b.clone())))
+        .and_then(|attr| {
+            attr.downcast_ref::<BoolAttr>()
+                .map(|b| bool::from(b.clone()))
+        })
         .unwrap_or(false)
 }
 

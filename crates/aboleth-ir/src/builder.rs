@@ -79,7 +79,14 @@ impl Builder {
         result_types: Vec<TypeHandle>,
         operands: Vec<Value>,
     ) -> Ptr<Operation> {
-        let op = Operation::new(ctx, T::get_concrete_op_info(), result_types, operands, vec![], 0);
+        let op = Operation::new(
+            ctx,
+            T::get_concrete_op_info(),
+            result_types,
+            operands,
+            vec![],
+            0,
+        );
         self.insert(ctx, op)
     }
 

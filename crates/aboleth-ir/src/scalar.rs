@@ -5,11 +5,7 @@
 //! def-use chains; it never rewrites IR. The simulator has its own full interpreter.
 
 use pliron::{
-    builtin::{
-        attributes::IntegerAttr,
-        ops::ConstantOp,
-        types::IntegerType,
-    },
+    builtin::{attributes::IntegerAttr, ops::ConstantOp, types::IntegerType},
     context::{Context, Ptr},
     op::Op,
     operation::Operation,
@@ -134,7 +130,11 @@ pub fn program_id_dependence(ctx: &Context, value: Value) -> ProgramIdDependence
             let input = op.deref(ctx).get_operand(0);
             let widens = integer_width(ctx, value) >= integer_width(ctx, input);
             let inner = program_id_dependence(ctx, input);
-            if widens || inner == Uniform { inner } else { Unknown }
+            if widens || inner == Uniform {
+                inner
+            } else {
+                Unknown
+            }
         }
         "ab.binop" => {
             let binary = Operation::get_op::<BinaryOp>(op, ctx).expect("name matched");
@@ -166,7 +166,11 @@ pub fn program_id_dependence(ctx: &Context, value: Value) -> ProgramIdDependence
                     }
                 }
                 BinaryOperator::Ge | BinaryOperator::Gt if rhs == Uniform => {
-                    if lhs == Unknown { Unknown } else { NonDecreasing }
+                    if lhs == Unknown {
+                        Unknown
+                    } else {
+                        NonDecreasing
+                    }
                 }
                 _ => Unknown,
             }

@@ -36,7 +36,11 @@ impl fmt::Display for Diagnostic {
         if self.line == 0 {
             write!(f, "{}: error: {}", self.file, self.message)
         } else {
-            write!(f, "{}:{}:{}: error: {}", self.file, self.line, self.column, self.message)
+            write!(
+                f,
+                "{}:{}:{}: error: {}",
+                self.file, self.line, self.column, self.message
+            )
         }
     }
 }
@@ -47,7 +51,12 @@ impl Diagnostic {
     /// A diagnostic at a pliron location (file and position when the op came from text).
     pub fn at(ctx: &Context, location: &Location, fallback_file: &str, message: String) -> Self {
         let (file, line, column) = position_of(ctx, location, fallback_file);
-        Diagnostic { file, line, column, message }
+        Diagnostic {
+            file,
+            line,
+            column,
+            message,
+        }
     }
 
     /// A diagnostic at the location of `op`.
@@ -108,12 +117,65 @@ fn clean_parser_message(message: &str) -> String {
 }
 
 /// Parses `text` (the contents of `file`) into a module and verifies it.
-pub fn parse_module(ctx: &mut Context, text: &str, file: &str) -> Result<Ptr<Operation>, Diagnostic> {
+///
+/// A panic inside pliron's parser or verifier (a bug there, found by fuzzing) is turned into a
+/// diagnostic instead of aborting the caller.
+pub fn parse_module(
+    ctx: &mut Context,
+    text: &str,
+    file: &str,
+) -> Result<Ptr<Operation>, Diagnostic> {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        parse_module_unguarded(ctx, text, file)
+    }));
+    outcome.unwrap_or_else(|panic| {
+        let detail = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(Diagnostic {
+            file: file.to_string(),
+            line: 0,
+            column: 0,
+            message: format!(
+                "the parser failed on this input (internal error: {detail}); please report it"
+            ),
+        })
+    })
+}
+
+fn parse_module_unguarded(
+    ctx: &mut Context,
+    text: &str,
+    file: &str,
+) -> Result<Ptr<Operation>, Diagnostic> {
+    let uncommented = blank_comments(text);
+    if !uncommented.trim_start().starts_with("builtin.module") {
+        let (line, column) = uncommented
+            .lines()
+            .enumerate()
+            .find_map(|(i, l)| {
+                l.find(|c: char| !c.is_whitespace())
+                    .map(|c| (i as u32 + 1, c as u32 + 1))
+            })
+            .unwrap_or((1, 1));
+        return Err(Diagnostic {
+            file: file.to_string(),
+            line,
+            column,
+            message: "an .abo file holds one `builtin.module @name { ^entry(): ... }` with the kernels inside"
+                .into(),
+        });
+    }
     let source = Source::new_from_file(ctx, file);
     let text = blank_comments(text);
     let text = text.as_str();
     // Keep only plain data out of the parse so the parser's borrow of `ctx` ends here.
-    let parsed: Result<Ptr<Operation>, (pliron::combine::stream::position::SourcePosition, String)> = {
+    let parsed: Result<
+        Ptr<Operation>,
+        (pliron::combine::stream::position::SourcePosition, String),
+    > = {
         let state_stream = state_stream_from_iterator(text.chars(), State::new(ctx, source));
         match spaced(Operation::top_level_parser()).parse(state_stream) {
             Ok((module, _)) => Ok(module),
@@ -123,9 +185,15 @@ pub fn parse_module(ctx: &mut Context, text: &str, file: &str) -> Result<Ptr<Ope
     let module = match parsed {
         Ok(module) => module,
         Err((position, error_text)) => {
-            let location = Location::SrcPos { src: source, pos: position };
+            let location = Location::SrcPos {
+                src: source,
+                pos: position,
+            };
             let message = clean_parser_message(&error_text);
-            return Err(improve_parse_error(text, Diagnostic::at(ctx, &location, file, message)));
+            return Err(improve_parse_error(
+                text,
+                Diagnostic::at(ctx, &location, file, message),
+            ));
         }
     };
     verify_operation(module, ctx).map_err(|error| Diagnostic::from_pliron(ctx, &error, file))?;
@@ -167,7 +235,8 @@ fn first_use(text: &str, name: &str) -> Option<(u32, u32)> {
             let end = start + name.len();
             let before = line[..start].chars().next_back();
             let after = line[end..].chars().next();
-            let boundary = |c: Option<char>| c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+            let boundary =
+                |c: Option<char>| c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
             let is_definition = line[end..].trim_start().starts_with('=')
                 || line[end..].trim_start().starts_with(':');
             if boundary(before) && boundary(after) && !is_definition {
@@ -178,7 +247,6 @@ fn first_use(text: &str, name: &str) -> Option<(u32, u32)> {
     }
     None
 }
-
 
 /// pliron's text format has no comments; `.abo` files allow `// ...` to the end of a line
 /// outside strings. They are replaced by spaces so columns in diagnostics stay right.

@@ -121,14 +121,22 @@ struct Signature {
 
 fn signature(name: &str) -> Option<Signature> {
     use Expect::*;
-    let sig = |operand_names, operands, optional| Signature { operand_names, operands, optional };
+    let sig = |operand_names, operands, optional| Signature {
+        operand_names,
+        operands,
+        optional,
+    };
     Some(match name {
         "ab.binop" => sig(&["lhs", "rhs"], &[Integer, Integer], &[]),
         "ab.cast" => sig(&["value"], &[Integer], &[]),
         "ab.ptr_add" => sig(&["pointer", "offset"], &[Pointer, Integer], &[]),
         "ab.load" => sig(&["pointer"], &[Pointer], &[]),
         "ab.store" => sig(&["pointer", "value"], &[Pointer, Integer], &[]),
-        "ab.for" => sig(&["lower", "upper", "step"], &[Integer, Integer, Integer], &[]),
+        "ab.for" => sig(
+            &["lower", "upper", "step"],
+            &[Integer, Integer, Integer],
+            &[],
+        ),
         "ab.if" => sig(&["condition"], &[Integer], &[]),
         "ab.endpoint" => sig(&["handles", "peer"], &[Pointer, Integer], &[]),
         "ab.remote" => sig(&["regions", "peer"], &[Pointer, Integer], &[]),
@@ -224,7 +232,10 @@ fn check_operands(
         return Err(Diagnostic::at_op(
             ctx,
             op,
-            format!("{name} takes operands ({}) but has {count}", expected.join(", ")),
+            format!(
+                "{name} takes operands ({}) but has {count}",
+                expected.join(", ")
+            ),
         ));
     }
     for index in 0..count {
@@ -259,7 +270,11 @@ fn check_single_block_region(
     let name = op_name(ctx, op);
     let region = op.deref(ctx).get_region(0);
     if region.deref(ctx).get_head().is_none() {
-        return Err(Diagnostic::at_op(ctx, op, format!("{name} needs a body block")));
+        return Err(Diagnostic::at_op(
+            ctx,
+            op,
+            format!("{name} needs a body block"),
+        ));
     }
     let block = region_block(ctx, op, 0);
     let count = block.deref(ctx).get_num_arguments();

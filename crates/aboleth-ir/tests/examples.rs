@@ -10,7 +10,11 @@ fn examples() -> Vec<PathBuf> {
         .filter(|path| path.extension().is_some_and(|ext| ext == "abo"))
         .collect();
     paths.sort();
-    assert!(paths.len() >= 6, "expected at least 6 examples in {}", dir.display());
+    assert!(
+        paths.len() >= 6,
+        "expected at least 6 examples in {}",
+        dir.display()
+    );
     paths
 }
 
@@ -23,6 +27,9 @@ fn examples_parse_verify_and_print_to_a_fixpoint() {
             .unwrap_or_else(|diagnostic| panic!("{diagnostic}"));
         let twice = aboleth_ir::text::roundtrip(&once, &file)
             .unwrap_or_else(|diagnostic| panic!("reparse of printed {file}: {diagnostic}\n{once}"));
-        assert_eq!(once, twice, "print -> parse -> print is not a fixpoint for {file}");
+        assert_eq!(
+            once, twice,
+            "print -> parse -> print is not a fixpoint for {file}"
+        );
     }
 }

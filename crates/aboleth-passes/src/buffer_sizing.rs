@@ -29,7 +29,11 @@ use crate::registry::PassContext;
 pub const QUEUE_SLOTS_MIN: i64 = 64;
 
 /// Runs the pass on every kernel of `module`.
-pub fn run(ctx: &mut Context, module: Ptr<Operation>, pass: &PassContext) -> Result<bool, Diagnostic> {
+pub fn run(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    pass: &PassContext,
+) -> Result<bool, Diagnostic> {
     if matches!(pass.target, Target::P2p) {
         return Ok(false);
     }
@@ -41,7 +45,9 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, pass: &PassContext) -> Res
             let endpoint = endpoint_of(ctx, op);
             let mut multiplicity = Some(1i64);
             for loop_op in enclosing_loops(ctx, op) {
-                multiplicity = multiplicity.zip(constant_trip_count(ctx, loop_op)).map(|(a, b)| a * b);
+                multiplicity = multiplicity
+                    .zip(constant_trip_count(ctx, loop_op))
+                    .map(|(a, b)| a * b);
             }
             let entry = in_flight.entry(endpoint).or_insert((0, 0, false));
             match (multiplicity, slots_of(ctx, op, pass.target)) {

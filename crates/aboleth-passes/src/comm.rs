@@ -91,12 +91,18 @@ pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Target) -> Option<i64
 
 /// The transfers of a kernel in program order (nested bodies included).
 pub fn transfers(ctx: &Context, kernel: Ptr<Operation>) -> Vec<Ptr<Operation>> {
-    all_ops(ctx, kernel).into_iter().filter(|op| is_transfer(ctx, *op)).collect()
+    all_ops(ctx, kernel)
+        .into_iter()
+        .filter(|op| is_transfer(ctx, *op))
+        .collect()
 }
 
 /// The ops of the block that contains `op`.
 pub fn siblings(ctx: &Context, op: Ptr<Operation>) -> Vec<Ptr<Operation>> {
-    let block = op.deref(ctx).get_parent_block().expect("ops in a kernel live in blocks");
+    let block = op
+        .deref(ctx)
+        .get_parent_block()
+        .expect("ops in a kernel live in blocks");
     block_ops(ctx, block)
 }
 

@@ -12,6 +12,7 @@
 //!   completion point, and an `ab.wait` on it is inserted before the store: the source must not
 //!   change while the NIC or the proxy may still read it;
 //! - `never` for everything else.
+//!
 //! A transfer inside an `ab.if` cannot be relied on to execute, so when the last transfer of
 //! an endpoint is conditional, every transfer on that endpoint keeps `always`.
 //! Without this pass every transfer requests a completion (library style).
@@ -75,13 +76,16 @@ fn plan_kernel(ctx: &mut Context, kernel: Ptr<Operation>) -> bool {
     // The last transfer on each endpoint before each drain, and before the end.
     let mut last_on: HashMap<Value, Ptr<Operation>> = HashMap::new();
     let mut conditional_endpoints: Vec<Value> = Vec::new();
-    let mut mark_last = |ctx: &Context, decision: &mut HashMap<Ptr<Operation>, &'static str>, last: Ptr<Operation>| {
+    let mut mark_last = |ctx: &Context,
+                         decision: &mut HashMap<Ptr<Operation>, &'static str>,
+                         last: Ptr<Operation>| {
         if inside_if(ctx, last) {
             conditional_endpoints.push(endpoint_of(ctx, last));
             return;
         }
         let loops = enclosing_loops(ctx, last);
-        let constant = !loops.is_empty() && loops.iter().all(|l| constant_trip_count(ctx, *l).is_some());
+        let constant =
+            !loops.is_empty() && loops.iter().all(|l| constant_trip_count(ctx, *l).is_some());
         let current = decision.get(&last).copied().unwrap_or("never");
         if current != "always" {
             decision.insert(last, if constant { "last_iteration" } else { "always" });

@@ -5,6 +5,7 @@
 //! the same size, unconditionally, with no signal, fence, drain, wait or store in between, and
 //! the earlier put's token is unused. Case 3 is safe because both puts travel on one in-order
 //! queue, so the later data lands last, and nothing can have published the earlier data.
+//!
 //! Tokens of removed puts: `ab.wait` on them is removed (nothing is outstanding) and a signal's
 //! `after` on them is dropped. Signals are never removed: a waiter depends on them.
 
@@ -53,23 +54,33 @@ fn same_destination(ctx: &Context, a: Value, b: Value) -> bool {
     };
     let (a, b) = (at_a.deref(ctx), at_b.deref(ctx));
     a.get_operand(0) == b.get_operand(0)
-        && match (constant_value(ctx, a.get_operand(1)), constant_value(ctx, b.get_operand(1))) {
+        && match (
+            constant_value(ctx, a.get_operand(1)),
+            constant_value(ctx, b.get_operand(1)),
+        ) {
             (Some(x), Some(y)) => x == y,
             _ => a.get_operand(1) == b.get_operand(1),
         }
 }
 
 fn same_size(ctx: &Context, a: Value, b: Value) -> bool {
-    a == b || matches!((constant_value(ctx, a), constant_value(ctx, b)), (Some(x), Some(y)) if x == y)
+    a == b
+        || matches!((constant_value(ctx, a), constant_value(ctx, b)), (Some(x), Some(y)) if x == y)
 }
 
 fn is_overwritten(ctx: &Context, put: Ptr<Operation>) -> bool {
     if put.deref(ctx).get_result(0).is_used(ctx) {
         return false;
     }
-    let block = put.deref(ctx).get_parent_block().expect("ops live in blocks");
+    let block = put
+        .deref(ctx)
+        .get_parent_block()
+        .expect("ops live in blocks");
     let ops = block_ops(ctx, block);
-    let position = ops.iter().position(|op| *op == put).expect("put is in its block");
+    let position = ops
+        .iter()
+        .position(|op| *op == put)
+        .expect("put is in its block");
     let endpoint = endpoint_of(ctx, put);
     let destination = put.deref(ctx).get_operand(operand::put::DESTINATION);
     let bytes = put.deref(ctx).get_operand(operand::put::BYTES);
@@ -79,7 +90,11 @@ fn is_overwritten(ctx: &Context, put: Ptr<Operation>) -> bool {
             "ab.put" => {
                 let operation = later.deref(ctx);
                 let covers = operation.get_operand(operand::put::ENDPOINT) == endpoint
-                    && same_destination(ctx, operation.get_operand(operand::put::DESTINATION), destination)
+                    && same_destination(
+                        ctx,
+                        operation.get_operand(operand::put::DESTINATION),
+                        destination,
+                    )
                     && same_size(ctx, operation.get_operand(operand::put::BYTES), bytes);
                 drop(operation);
                 if covers && put_predicate(ctx, *later).is_none() {

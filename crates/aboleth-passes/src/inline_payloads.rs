@@ -25,7 +25,11 @@ use crate::comm::MLX5_INLINE_BYTES_LIMIT;
 use crate::registry::PassContext;
 
 /// Runs the pass on every kernel of `module`.
-pub fn run(ctx: &mut Context, module: Ptr<Operation>, pass: &PassContext) -> Result<bool, Diagnostic> {
+pub fn run(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    pass: &PassContext,
+) -> Result<bool, Diagnostic> {
     if pass.target != Target::Mlx5 {
         return Ok(false);
     }

@@ -54,19 +54,51 @@ pub struct Command {
 }
 
 /// What differs between queue transports.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a submission names the queue, the slot range and the sharing mode"
+)]
 pub trait QueueTransport {
     /// The target.
     fn target(&self) -> Target;
     /// Emits the reservation; returns the base slot (`i64`).
-    fn emit_reserve(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slots: Value, atomic: bool) -> Value;
+    fn emit_reserve(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        slots: Value,
+        atomic: bool,
+    ) -> Value;
     /// Emits one put command.
-    fn emit_put(&self, ctx: &mut Context, builder: &mut Builder, command: &Command, predicate: Value);
+    fn emit_put(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        command: &Command,
+        predicate: Value,
+    );
     /// Emits one signal command.
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command);
     /// Emits the submission of slots `[base, end)`.
-    fn emit_submit(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, base: Value, count: Value, end: Value, shared: bool);
+    fn emit_submit(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        base: Value,
+        count: Value,
+        end: Value,
+        shared: bool,
+    );
     /// Emits a wait for the command at `slot`, or for everything reserved when `None`.
-    fn emit_wait_completion(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slot: Option<Value>);
+    fn emit_wait_completion(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        slot: Option<Value>,
+    );
 }
 
 /// True when the endpoint was found to have one owner.
@@ -78,9 +110,17 @@ pub fn has_single_owner(ctx: &Context, endpoint: Value) -> bool {
 }
 
 /// Lowers every kernel of `module` with `transport`.
-pub fn lower_module(ctx: &mut Context, module: Ptr<Operation>, transport: &dyn QueueTransport) -> Result<bool, Diagnostic> {
+pub fn lower_module(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    transport: &dyn QueueTransport,
+) -> Result<bool, Diagnostic> {
     for kernel in kernels(ctx, module) {
-        let mut lowering = Lowering { transport, tokens: HashMap::new(), erase: Vec::new() };
+        let mut lowering = Lowering {
+            transport,
+            tokens: HashMap::new(),
+            erase: Vec::new(),
+        };
         let block = region_block(ctx, kernel, 0);
         lowering.lower_block(ctx, block)?;
         for op in lowering.erase.into_iter().rev() {
@@ -147,13 +187,15 @@ impl Lowering<'_> {
                         Diagnostic::at_op(ctx, op, "ab.wait on a token whose transfer was not lowered in an enclosing scope (a compiler bug)")
                     })?;
                     let mut builder = Builder::before(ctx, op);
-                    self.transport.emit_wait_completion(ctx, &mut builder, endpoint, Some(slot));
+                    self.transport
+                        .emit_wait_completion(ctx, &mut builder, endpoint, Some(slot));
                     self.erase.push(op);
                 }
                 "ab.drain" | "ab.fence" => {
                     let endpoint = endpoint_of(ctx, op);
                     let mut builder = Builder::before(ctx, op);
-                    self.transport.emit_wait_completion(ctx, &mut builder, endpoint, None);
+                    self.transport
+                        .emit_wait_completion(ctx, &mut builder, endpoint, None);
                     self.erase.push(op);
                 }
                 "ab.wait_signal" => {
@@ -167,20 +209,29 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    fn lower_batch(&mut self, ctx: &mut Context, members: &[Ptr<Operation>], library_put_signal: bool) -> Result<(), Diagnostic> {
+    fn lower_batch(
+        &mut self,
+        ctx: &mut Context,
+        members: &[Ptr<Operation>],
+        library_put_signal: bool,
+    ) -> Result<(), Diagnostic> {
         let target = self.transport.target();
         let first = members[0];
         let endpoint = member_endpoint(ctx, first);
         let shared = !has_single_owner(ctx, endpoint);
         let coalesce = library_put_signal
-            || members.iter().all(|m| attrs::get_string(ctx, *m, "doorbell").as_deref() == Some("batch"));
+            || members
+                .iter()
+                .all(|m| attrs::get_string(ctx, *m, "doorbell").as_deref() == Some("batch"));
         let mut total = 0i64;
         for member in members {
             total += member_slots(ctx, *member, target)?;
         }
         let mut builder = Builder::before(ctx, first);
         let count = builder.constant(ctx, total);
-        let base = self.transport.emit_reserve(ctx, &mut builder, endpoint, count, shared);
+        let base = self
+            .transport
+            .emit_reserve(ctx, &mut builder, endpoint, count, shared);
         let mut offset = 0i64;
         for member in members {
             if op_name(ctx, *member) == "ab.for" {
@@ -197,15 +248,25 @@ impl Lowering<'_> {
             let last = *members.last().expect("a batch has members");
             let mut builder = Builder::after(ctx, last);
             let end = builder.binary(ctx, BinaryOperator::Add, base, count);
-            self.transport.emit_submit(ctx, &mut builder, endpoint, base, count, end, shared);
+            self.transport
+                .emit_submit(ctx, &mut builder, endpoint, base, count, end, shared);
         }
         Ok(())
     }
 
     /// Lowers a batched loop whose slots start at `base + offset`; returns the slots it takes.
-    fn lower_loop_member(&mut self, ctx: &mut Context, for_op: Ptr<Operation>, base: Value, offset: i64, shared: bool, coalesce: bool) -> Result<i64, Diagnostic> {
+    fn lower_loop_member(
+        &mut self,
+        ctx: &mut Context,
+        for_op: Ptr<Operation>,
+        base: Value,
+        offset: i64,
+        shared: bool,
+        coalesce: bool,
+    ) -> Result<i64, Diagnostic> {
         let target = self.transport.target();
-        let trip = constant_trip_count(ctx, for_op).expect("batched loops have constant trip counts");
+        let trip =
+            constant_trip_count(ctx, for_op).expect("batched loops have constant trip counts");
         let body = region_block(ctx, for_op, 0);
         let body_ops = block_ops(ctx, body);
         let mut per_iteration = 0;
@@ -233,22 +294,42 @@ impl Lowering<'_> {
         let mut inner_offset = 0i64;
         for op in body_ops {
             if op_name(ctx, op) == "ab.for" {
-                inner_offset += self.lower_loop_member(ctx, op, iteration_base, inner_offset, shared, coalesce)?;
+                inner_offset += self.lower_loop_member(
+                    ctx,
+                    op,
+                    iteration_base,
+                    inner_offset,
+                    shared,
+                    coalesce,
+                )?;
             } else if is_transfer(ctx, op) {
                 let mut builder = Builder::before(ctx, op);
                 let inner = builder.constant(ctx, inner_offset);
                 let slot = builder.binary(ctx, BinaryOperator::Add, iteration_base, inner);
-                inner_offset += self.lower_transfer(ctx, op, slot, Some(is_last), shared, coalesce)?;
+                inner_offset +=
+                    self.lower_transfer(ctx, op, slot, Some(is_last), shared, coalesce)?;
             }
         }
         Ok(trip * per_iteration)
     }
 
     /// Lowers one transfer at `slot`; returns its slot count.
-    fn lower_transfer(&mut self, ctx: &mut Context, op: Ptr<Operation>, slot: Value, last_iteration: Option<Value>, shared: bool, coalesce: bool) -> Result<i64, Diagnostic> {
+    fn lower_transfer(
+        &mut self,
+        ctx: &mut Context,
+        op: Ptr<Operation>,
+        slot: Value,
+        last_iteration: Option<Value>,
+        shared: bool,
+        coalesce: bool,
+    ) -> Result<i64, Diagnostic> {
         let target = self.transport.target();
         let slots = slots_of(ctx, op, target).ok_or_else(|| {
-            Diagnostic::at_op(ctx, op, "cannot size this command's queue slots: an inline put needs a constant byte count")
+            Diagnostic::at_op(
+                ctx,
+                op,
+                "cannot size this command's queue slots: an inline put needs a constant byte count",
+            )
         })?;
         let endpoint = endpoint_of(ctx, op);
         let mut builder = Builder::before(ctx, op);
@@ -272,7 +353,8 @@ impl Lowering<'_> {
                 Some(predicate) => builder.to_i64(ctx, predicate),
                 None => builder.constant(ctx, 1),
             };
-            self.transport.emit_put(ctx, &mut builder, &command, predicate);
+            self.transport
+                .emit_put(ctx, &mut builder, &command, predicate);
         } else {
             self.transport.emit_signal(ctx, &mut builder, &command);
         }
@@ -281,9 +363,11 @@ impl Lowering<'_> {
         let one = builder.constant(ctx, 1);
         let last_slot = builder.binary(ctx, BinaryOperator::Sub, end, one);
         if !coalesce {
-            self.transport.emit_submit(ctx, &mut builder, endpoint, slot, slots_value, end, shared);
+            self.transport
+                .emit_submit(ctx, &mut builder, endpoint, slot, slots_value, end, shared);
         }
-        self.tokens.insert(op.deref(ctx).get_result(0), (endpoint, last_slot));
+        self.tokens
+            .insert(op.deref(ctx).get_result(0), (endpoint, last_slot));
         self.erase.push(op);
         Ok(slots)
     }
@@ -314,7 +398,8 @@ fn fusable_signal(ctx: &Context, ops: &[Ptr<Operation>], index: usize) -> Option
 
 fn member_endpoint(ctx: &Context, member: Ptr<Operation>) -> Value {
     if op_name(ctx, member) == "ab.for" {
-        crate::batching::batchable_loop_endpoint(ctx, member).expect("batched loops have one endpoint")
+        crate::batching::batchable_loop_endpoint(ctx, member)
+            .expect("batched loops have one endpoint")
     } else {
         endpoint_of(ctx, member)
     }
@@ -332,7 +417,11 @@ fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result
         return Ok(trip * per_iteration);
     }
     slots_of(ctx, member, target).ok_or_else(|| {
-        Diagnostic::at_op(ctx, member, "cannot size this command's queue slots: an inline put needs a constant byte count")
+        Diagnostic::at_op(
+            ctx,
+            member,
+            "cannot size this command's queue slots: an inline put needs a constant byte count",
+        )
     })
 }
 
@@ -347,7 +436,12 @@ pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>) {
     let mut builder = Builder::before(ctx, op);
     let value = builder.to_i64(ctx, value);
     let poll = builder.create::<GpuWaitFlagOp>(ctx, vec![], vec![flag, value]);
-    attrs::set_string(ctx, poll, "order", if acquire { "acquire" } else { "volatile" });
+    attrs::set_string(
+        ctx,
+        poll,
+        "order",
+        if acquire { "acquire" } else { "volatile" },
+    );
     if !acquire {
         let fence = builder.create::<GpuFenceOp>(ctx, vec![], vec![]);
         attrs::set_string(ctx, fence, "scope", "gpu");
@@ -385,7 +479,10 @@ pub fn put_operands(ctx: &mut Context, builder: &mut Builder, op: Ptr<Operation>
 pub fn signal_operands(ctx: &mut Context, builder: &mut Builder, op: Ptr<Operation>) -> [Value; 2] {
     let (flag, value) = {
         let operation = op.deref(ctx);
-        (operation.get_operand(operand::signal::FLAG), operation.get_operand(operand::signal::VALUE))
+        (
+            operation.get_operand(operand::signal::FLAG),
+            operation.get_operand(operand::signal::VALUE),
+        )
     };
     let value = builder.to_i64(ctx, value);
     [flag, value]

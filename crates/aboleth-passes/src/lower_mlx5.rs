@@ -23,7 +23,9 @@ use aboleth_ir::{
 };
 
 use crate::comm::signal_operation;
-use crate::lower_common::{Command, QueueTransport, emit_fence, lower_module, put_operands, signal_operands, slot_type};
+use crate::lower_common::{
+    Command, QueueTransport, emit_fence, lower_module, put_operands, signal_operands, slot_type,
+};
 use crate::registry::PassContext;
 
 /// The mlx5 transport.
@@ -40,19 +42,41 @@ impl QueueTransport for Mlx5Transport {
         Target::Mlx5
     }
 
-    fn emit_reserve(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slots: Value, atomic: bool) -> Value {
+    fn emit_reserve(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        slots: Value,
+        atomic: bool,
+    ) -> Value {
         let ty = slot_type(ctx);
         let op = builder.create::<Mlx5ReserveOp>(ctx, vec![ty], vec![endpoint, slots]);
         attrs::set_bool(ctx, op, "atomic", atomic);
         op.deref(ctx).get_result(0)
     }
 
-    fn emit_put(&self, ctx: &mut Context, builder: &mut Builder, command: &Command, predicate: Value) {
+    fn emit_put(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        command: &Command,
+        predicate: Value,
+    ) {
         let [destination, source, bytes, key] = put_operands(ctx, builder, command.op);
         let op = builder.create::<Mlx5WriteOp>(
             ctx,
             vec![],
-            vec![command.endpoint, command.slot, destination, source, bytes, key, predicate, command.completion],
+            vec![
+                command.endpoint,
+                command.slot,
+                destination,
+                source,
+                bytes,
+                key,
+                predicate,
+                command.completion,
+            ],
         );
         if attrs::get_bool(ctx, command.op, "inline") {
             attrs::set_bool(ctx, op, "inline", true);
@@ -62,14 +86,33 @@ impl QueueTransport for Mlx5Transport {
 
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command) {
         let [flag, value] = signal_operands(ctx, builder, command.op);
-        let op = builder.create::<Mlx5AtomicOp>(ctx, vec![], vec![command.endpoint, command.slot, flag, value, command.completion]);
+        let op = builder.create::<Mlx5AtomicOp>(
+            ctx,
+            vec![],
+            vec![
+                command.endpoint,
+                command.slot,
+                flag,
+                value,
+                command.completion,
+            ],
+        );
         let operation = signal_operation(ctx, command.op);
         attrs::set(ctx, op, "op", Box::new(operation));
         attrs::set_bool(ctx, op, "fence", command.fenced);
         mark_completion(ctx, op, command);
     }
 
-    fn emit_submit(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, base: Value, count: Value, end: Value, shared: bool) {
+    fn emit_submit(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        base: Value,
+        count: Value,
+        end: Value,
+        shared: bool,
+    ) {
         if shared {
             emit_fence(ctx, builder, "gpu");
             builder.create::<Mlx5PublishOp>(ctx, vec![], vec![endpoint, base, count]);
@@ -84,7 +127,13 @@ impl QueueTransport for Mlx5Transport {
         }
     }
 
-    fn emit_wait_completion(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slot: Option<Value>) {
+    fn emit_wait_completion(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        slot: Option<Value>,
+    ) {
         let mut operands = vec![endpoint];
         operands.extend(slot);
         builder.create::<Mlx5WaitCompletionOp>(ctx, vec![], operands);

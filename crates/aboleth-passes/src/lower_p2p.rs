@@ -40,21 +40,32 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
                     Some(predicate) => builder.to_i64(ctx, predicate),
                     None => builder.constant(ctx, 1),
                 };
-                let copy = builder.create::<P2pCopyOp>(ctx, vec![], vec![endpoint, destination, source, bytes, predicate]);
+                let copy = builder.create::<P2pCopyOp>(
+                    ctx,
+                    vec![],
+                    vec![endpoint, destination, source, bytes, predicate],
+                );
                 attrs::set_string(ctx, copy, "scope", "cta");
             }
             "ab.signal" => {
                 let endpoint = endpoint_of(ctx, op);
-                let release = attrs::get_typed::<Publication>(ctx, op, "publication") == Some(Publication::ReleaseStore);
+                let release = attrs::get_typed::<Publication>(ctx, op, "publication")
+                    == Some(Publication::ReleaseStore);
                 let [flag, value] = signal_operands(ctx, &mut builder, op);
                 builder.create::<GpuBarrierOp>(ctx, vec![], vec![]);
                 if !release {
                     emit_fence(ctx, &mut builder, "sys");
                 }
-                let signal = builder.create::<P2pSignalOp>(ctx, vec![], vec![endpoint, flag, value]);
+                let signal =
+                    builder.create::<P2pSignalOp>(ctx, vec![], vec![endpoint, flag, value]);
                 let operation = signal_operation(ctx, op);
                 attrs::set(ctx, signal, "op", Box::new(operation));
-                attrs::set_string(ctx, signal, "order", if release { "release" } else { "relaxed" });
+                attrs::set_string(
+                    ctx,
+                    signal,
+                    "order",
+                    if release { "release" } else { "relaxed" },
+                );
                 attrs::set_string(ctx, signal, "scope", "thread");
             }
             "ab.wait" => {

@@ -22,7 +22,9 @@ use aboleth_ir::{
 };
 
 use crate::comm::signal_operation;
-use crate::lower_common::{Command, QueueTransport, emit_fence, lower_module, put_operands, signal_operands, slot_type};
+use crate::lower_common::{
+    Command, QueueTransport, emit_fence, lower_module, put_operands, signal_operands, slot_type,
+};
 use crate::registry::PassContext;
 
 /// The proxy transport.
@@ -33,19 +35,41 @@ impl QueueTransport for ProxyTransport {
         Target::Proxy
     }
 
-    fn emit_reserve(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slots: Value, atomic: bool) -> Value {
+    fn emit_reserve(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        slots: Value,
+        atomic: bool,
+    ) -> Value {
         let ty = slot_type(ctx);
         let op = builder.create::<ProxyReserveOp>(ctx, vec![ty], vec![endpoint, slots]);
         attrs::set_bool(ctx, op, "atomic", atomic);
         op.deref(ctx).get_result(0)
     }
 
-    fn emit_put(&self, ctx: &mut Context, builder: &mut Builder, command: &Command, predicate: Value) {
+    fn emit_put(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        command: &Command,
+        predicate: Value,
+    ) {
         let [destination, source, bytes, key] = put_operands(ctx, builder, command.op);
         let op = builder.create::<ProxyPutOp>(
             ctx,
             vec![],
-            vec![command.endpoint, command.slot, destination, source, bytes, key, predicate, command.completion],
+            vec![
+                command.endpoint,
+                command.slot,
+                destination,
+                source,
+                bytes,
+                key,
+                predicate,
+                command.completion,
+            ],
         );
         if command.completion_once {
             attrs::set_bool(ctx, op, "completion_once", true);
@@ -54,7 +78,17 @@ impl QueueTransport for ProxyTransport {
 
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command) {
         let [flag, value] = signal_operands(ctx, builder, command.op);
-        let op = builder.create::<ProxySignalOp>(ctx, vec![], vec![command.endpoint, command.slot, flag, value, command.completion]);
+        let op = builder.create::<ProxySignalOp>(
+            ctx,
+            vec![],
+            vec![
+                command.endpoint,
+                command.slot,
+                flag,
+                value,
+                command.completion,
+            ],
+        );
         let operation = signal_operation(ctx, command.op);
         attrs::set(ctx, op, "op", Box::new(operation));
         attrs::set_bool(ctx, op, "fence", command.fenced);
@@ -63,7 +97,16 @@ impl QueueTransport for ProxyTransport {
         }
     }
 
-    fn emit_submit(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, base: Value, count: Value, end: Value, shared: bool) {
+    fn emit_submit(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        base: Value,
+        count: Value,
+        end: Value,
+        shared: bool,
+    ) {
         if shared {
             emit_fence(ctx, builder, "sys");
             builder.create::<ProxyPublishOp>(ctx, vec![], vec![endpoint, base, count]);
@@ -73,7 +116,13 @@ impl QueueTransport for ProxyTransport {
         attrs::set_string(ctx, doorbell, "scope", "thread");
     }
 
-    fn emit_wait_completion(&self, ctx: &mut Context, builder: &mut Builder, endpoint: Value, slot: Option<Value>) {
+    fn emit_wait_completion(
+        &self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        endpoint: Value,
+        slot: Option<Value>,
+    ) {
         let mut operands = vec![endpoint];
         operands.extend(slot);
         builder.create::<ProxyWaitCompletionOp>(ctx, vec![], operands);

@@ -95,22 +95,87 @@ pub fn run_pipeline(
             ),
         });
     }
-    let pass_context = PassContext { target: options.target };
+    let pass_context = PassContext {
+        target: options.target,
+    };
     let mut report = PipelineReport::default();
     verify(ctx, module, "input")?;
 
     // Storage planning.
-    run_one(ctx, module, options, &pass_context, &mut report, "eliminate-dead-communication")?;
-    run_one(ctx, module, options, &pass_context, &mut report, "size-buffers")?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "eliminate-dead-communication",
+    )?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "size-buffers",
+    )?;
     // Transfer planning.
-    run_one(ctx, module, options, &pass_context, &mut report, "inline-small-payloads")?;
-    run_one(ctx, module, options, &pass_context, &mut report, "choose-signal-publication")?;
-    run_one(ctx, module, options, &pass_context, &mut report, "plan-completions")?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "inline-small-payloads",
+    )?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "choose-signal-publication",
+    )?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "plan-completions",
+    )?;
     // Submission planning.
-    run_one(ctx, module, options, &pass_context, &mut report, "assign-queue-owners")?;
-    run_one(ctx, module, options, &pass_context, &mut report, "order-publications")?;
-    run_one(ctx, module, options, &pass_context, &mut report, "batch-commands")?;
-    run_one(ctx, module, options, &pass_context, &mut report, "coalesce-doorbells")?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "assign-queue-owners",
+    )?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "order-publications",
+    )?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "batch-commands",
+    )?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
+        "coalesce-doorbells",
+    )?;
     if options.stop_before_lowering {
         return Ok(report);
     }
@@ -152,7 +217,9 @@ fn record(
     verify(ctx, module, name)?;
     report.passes_run.push(name.to_string());
     if options.print_after_all {
-        report.snapshots.push((name.to_string(), print_module(ctx, module)));
+        report
+            .snapshots
+            .push((name.to_string(), print_module(ctx, module)));
     }
     Ok(())
 }
@@ -160,11 +227,17 @@ fn record(
 fn verify(ctx: &Context, module: Ptr<Operation>, after: &str) -> Result<(), Diagnostic> {
     verify_operation(module, ctx).map_err(|error| {
         let mut diagnostic = Diagnostic::from_pliron(ctx, &error, "<input>");
-        diagnostic.message = format!("IR invalid after {after} (a compiler bug): {}", diagnostic.message);
+        diagnostic.message = format!(
+            "IR invalid after {after} (a compiler bug): {}",
+            diagnostic.message
+        );
         diagnostic
     })?;
     verify_module(ctx, module).map_err(|mut diagnostic| {
-        diagnostic.message = format!("IR invalid after {after} (a compiler bug): {}", diagnostic.message);
+        diagnostic.message = format!(
+            "IR invalid after {after} (a compiler bug): {}",
+            diagnostic.message
+        );
         diagnostic
     })
 }

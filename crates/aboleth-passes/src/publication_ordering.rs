@@ -32,7 +32,9 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
         {
             continue;
         }
-        let Some(token) = signal_after(ctx, op) else { continue };
+        let Some(token) = signal_after(ctx, op) else {
+            continue;
+        };
         let already_waited = token
             .uses(ctx)
             .iter()

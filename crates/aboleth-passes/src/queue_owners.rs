@@ -29,7 +29,8 @@ use crate::registry::PassContext;
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {
     let mut changed = false;
     for kernel in kernels(ctx, module) {
-        let single_program = attrs::get_string(ctx, kernel, "grid").is_some_and(|g| g.trim() == "1");
+        let single_program =
+            attrs::get_string(ctx, kernel, "grid").is_some_and(|g| g.trim() == "1");
         for op in all_ops(ctx, kernel) {
             if op_name(ctx, op) != "ab.endpoint" {
                 continue;

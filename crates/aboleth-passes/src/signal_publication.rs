@@ -9,6 +9,7 @@
 //!   the data's completion before the signal). Nothing orders two queues.
 //! - p2p: `ReleaseStore`: after a CTA barrier, one `st.release.sys` (or `red.release.sys.add`)
 //!   is cumulative over every store the CTA made before it, whichever peer they went to.
+//!
 //! The matching `ab.wait_signal`s are marked `order = "acquire"`: an `ld.acquire.sys` poll
 //! pairs with the publishing release (or the NIC's in-order write), so no fence follows it.
 //! Without this pass, the lowering publishes library-style (`Fenced`) and waits with a
@@ -31,7 +32,11 @@ use crate::comm::{endpoint_of, signal_after};
 use crate::registry::PassContext;
 
 /// Runs the pass on every kernel of `module`.
-pub fn run(ctx: &mut Context, module: Ptr<Operation>, pass: &PassContext) -> Result<bool, Diagnostic> {
+pub fn run(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    pass: &PassContext,
+) -> Result<bool, Diagnostic> {
     let mut changed = false;
     for op in all_ops(ctx, module) {
         if op_name(ctx, op) == "ab.wait_signal" {

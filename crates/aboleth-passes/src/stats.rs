@@ -94,7 +94,11 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
     let mut conditional = false;
     for op in all_ops(ctx, kernel) {
         let name = op_name(ctx, op);
-        if !(name.starts_with("mlx5.") || name.starts_with("proxy.") || name.starts_with("p2p.") || name.starts_with("gpu.")) {
+        if !(name.starts_with("mlx5.")
+            || name.starts_with("proxy.")
+            || name.starts_with("p2p.")
+            || name.starts_with("gpu."))
+        {
             continue;
         }
         let loops = enclosing_loops(ctx, op);
@@ -116,7 +120,9 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
         }
         let operand_constant = |index: usize| -> Option<i64> {
             let operation = op.deref(ctx);
-            (index < operation.get_num_operands()).then(|| constant_value(ctx, operation.get_operand(index))).flatten()
+            (index < operation.get_num_operands())
+                .then(|| constant_value(ctx, operation.get_operand(index)))
+                .flatten()
         };
         let completion = |index: usize| -> u64 {
             if attrs::get_bool(ctx, op, "completion_once") {
@@ -168,10 +174,11 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 }
             }
             "p2p.copy" => counts.payload_bytes += bytes_of(3, &mut conditional),
-            "p2p.signal" => {
-                if attrs::get_typed::<SignalOperation>(ctx, op, "op") == Some(SignalOperation::Add) {
-                    counts.atomics += multiplicity;
-                }
+            "p2p.signal"
+                if attrs::get_typed::<SignalOperation>(ctx, op, "op")
+                    == Some(SignalOperation::Add) =>
+            {
+                counts.atomics += multiplicity;
             }
             "gpu.fence" => match attrs::get_string(ctx, op, "scope").as_deref() {
                 Some("cta") => counts.fences.cta += multiplicity,

@@ -5,10 +5,15 @@
 use std::path::PathBuf;
 
 use aboleth_ir::{pliron::context::Context, text::parse_module, transport::Target, walk::kernels};
-use aboleth_passes::{PipelineOptions, run_pipeline, stats::{Counts, count_kernel}};
+use aboleth_passes::{
+    PipelineOptions, run_pipeline,
+    stats::{Counts, count_kernel},
+};
 
 fn example(name: &str) -> (String, String) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/ir").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/ir")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     (text, path.display().to_string())
 }
@@ -50,12 +55,21 @@ fn every_example_compiles_for_mlx5_proxy_and_p2p_with_and_without_passes() {
 #[test]
 fn sixteen_chains_on_mlx5_post_with_one_reservation_doorbell_and_record_update() {
     let on = counts("stream_put_signal_16.abo", Target::Mlx5, false);
-    assert_eq!((on.reservations, on.doorbells, on.doorbell_record_updates), (1, 1, 1));
+    assert_eq!(
+        (on.reservations, on.doorbells, on.doorbell_record_updates),
+        (1, 1, 1)
+    );
     assert_eq!(on.atomics, 0, "one owner: no reservation atomic");
     assert_eq!(on.wqes, 32);
     let off = counts("stream_put_signal_16.abo", Target::Mlx5, true);
-    assert_eq!((off.reservations, off.doorbells, off.doorbell_record_updates), (16, 16, 16));
-    assert!(off.atomics >= 16, "library style reserves with an atomic per call");
+    assert_eq!(
+        (off.reservations, off.doorbells, off.doorbell_record_updates),
+        (16, 16, 16)
+    );
+    assert!(
+        off.atomics >= 16,
+        "library style reserves with an atomic per call"
+    );
 }
 
 #[test]

@@ -9,8 +9,18 @@
 
 use std::path::{Path, PathBuf};
 
-use aboleth_ir::{pliron::context::Context, text::{parse_module, print_module}, transport::Target, walk::kernels};
-use aboleth_passes::{PipelineOptions, registry::{LOWERINGS, PassContext, find}, run_pipeline, stats::count_kernel};
+use aboleth_ir::{
+    pliron::context::Context,
+    text::{parse_module, print_module},
+    transport::Target,
+    walk::kernels,
+};
+use aboleth_passes::{
+    PipelineOptions,
+    registry::{LOWERINGS, PassContext, find},
+    run_pipeline,
+    stats::count_kernel,
+};
 
 fn filetests_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/filetests")
@@ -43,7 +53,11 @@ fn run_file(path: &Path) -> String {
         .unwrap_or_else(|| panic!("{}: first line must be `// run: ...`", path.display()))
         .split_whitespace()
         .collect();
-    let file = path.strip_prefix(filetests_root().parent().unwrap().parent().unwrap()).unwrap_or(path).display().to_string();
+    let file = path
+        .strip_prefix(filetests_root().parent().unwrap().parent().unwrap())
+        .unwrap_or(path)
+        .display()
+        .to_string();
     let ctx = &mut Context::new();
     let parsed = parse_module(ctx, &text, &file);
     match words.first().copied() {
@@ -60,7 +74,9 @@ fn run_file(path: &Path) -> String {
         Some("pass") => {
             let module = parsed.unwrap_or_else(|d| panic!("{d}"));
             let name = words[1];
-            let pass_context = PassContext { target: target_of(&words) };
+            let pass_context = PassContext {
+                target: target_of(&words),
+            };
             let run = find(name)
                 .map(|pass| pass.run)
                 .or_else(|| LOWERINGS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f))
@@ -97,7 +113,11 @@ fn filetests_match_their_golden_output() {
     let mut files = Vec::new();
     collect(&filetests_root(), &mut files);
     files.sort();
-    assert!(files.len() >= 10, "expected golden tests under {}", filetests_root().display());
+    assert!(
+        files.len() >= 10,
+        "expected golden tests under {}",
+        filetests_root().display()
+    );
     let bless = std::env::var("ABOLETH_BLESS").is_ok_and(|v| v == "1");
     let mut failures = Vec::new();
     for path in files {
