@@ -206,3 +206,15 @@ pub fn enclosing_loops(ctx: &Context, op: Ptr<Operation>) -> Vec<Ptr<Operation>>
     }
     loops
 }
+
+/// True when `op` is nested (at any depth) in an `ab.if`: it may not execute.
+pub fn inside_if(ctx: &Context, op: Ptr<Operation>) -> bool {
+    let mut current = op.deref(ctx).get_parent_op(ctx);
+    while let Some(parent) = current {
+        if op_name(ctx, parent) == "ab.if" {
+            return true;
+        }
+        current = parent.deref(ctx).get_parent_op(ctx);
+    }
+    false
+}

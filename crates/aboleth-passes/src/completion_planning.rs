@@ -46,17 +46,6 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
     Ok(changed)
 }
 
-fn inside_if(ctx: &Context, op: Ptr<Operation>) -> bool {
-    let mut current = op.deref(ctx).get_parent_op(ctx);
-    while let Some(parent) = current {
-        if op_name(ctx, parent) == "ab.if" {
-            return true;
-        }
-        current = parent.deref(ctx).get_parent_op(ctx);
-    }
-    false
-}
-
 fn plan_kernel(ctx: &mut Context, kernel: Ptr<Operation>) -> bool {
     let ops = all_ops(ctx, kernel);
     let mut decision: HashMap<Ptr<Operation>, &'static str> = HashMap::new();
@@ -79,7 +68,7 @@ fn plan_kernel(ctx: &mut Context, kernel: Ptr<Operation>) -> bool {
     let mut mark_last = |ctx: &Context,
                          decision: &mut HashMap<Ptr<Operation>, &'static str>,
                          last: Ptr<Operation>| {
-        if inside_if(ctx, last) {
+        if aboleth_ir::scalar::inside_if(ctx, last) {
             conditional_endpoints.push(endpoint_of(ctx, last));
             return;
         }

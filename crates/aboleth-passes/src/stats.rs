@@ -115,7 +115,7 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 None => per_iteration = true,
             }
         }
-        if has_if_ancestor(ctx, op) {
+        if aboleth_ir::scalar::inside_if(ctx, op) {
             conditional = true;
         }
         let operand_constant = |index: usize| -> Option<i64> {
@@ -189,15 +189,4 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
         }
     }
     (counts, per_iteration, conditional)
-}
-
-fn has_if_ancestor(ctx: &Context, op: Ptr<Operation>) -> bool {
-    let mut current = op.deref(ctx).get_parent_op(ctx);
-    while let Some(parent) = current {
-        if op_name(ctx, parent) == "ab.if" {
-            return true;
-        }
-        current = parent.deref(ctx).get_parent_op(ctx);
-    }
-    false
 }
