@@ -7,7 +7,6 @@
 
 use awint::bw;
 use pliron::{
-    basic_block::BasicBlock,
     builtin::{
         attributes::IntegerAttr,
         ops::ConstantOp,
@@ -129,9 +128,4 @@ impl Builder {
 /// The `i64` type.
 pub fn i64_type(ctx: &mut Context) -> pliron::r#type::TypedHandle<IntegerType> {
     IntegerType::get(ctx, 64, Signedness::Signless)
-}
-
-/// Appends `op` at the end of `block` (before nothing: used for region bodies being built).
-pub fn append_to_block(ctx: &Context, block: Ptr<BasicBlock>, op: Ptr<Operation>) {
-    op.insert_at_back(block, ctx);
 }

@@ -354,11 +354,6 @@ fn normalize_names(printed: &str) -> String {
     out
 }
 
-/// Prints a module with pliron's outlined locations (re-parsable with positions kept).
-pub fn print_module_with_locations(ctx: &Context, module: Ptr<Operation>) -> String {
-    module.deref(ctx).disp(ctx).to_string()
-}
-
 /// Removes the ` !N` location references pliron appends to ops and blocks, and the trailing
 /// spaces they leave.
 fn strip_location_markers(printed: &str) -> String {

@@ -14,7 +14,6 @@ use aboleth_ir::{
     scalar::constant_value,
     text::op_name,
     transport::Target,
-    walk::{all_ops, block_ops},
 };
 
 /// True for the ops that post a command on a queue (`ab.put`, `ab.signal`).
@@ -87,23 +86,6 @@ pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Target) -> Option<i64
         Target::Proxy => Some(1),
         Target::P2p | Target::Efa | Target::Ionic => Some(0),
     }
-}
-
-/// The transfers of a kernel in program order (nested bodies included).
-pub fn transfers(ctx: &Context, kernel: Ptr<Operation>) -> Vec<Ptr<Operation>> {
-    all_ops(ctx, kernel)
-        .into_iter()
-        .filter(|op| is_transfer(ctx, *op))
-        .collect()
-}
-
-/// The ops of the block that contains `op`.
-pub fn siblings(ctx: &Context, op: Ptr<Operation>) -> Vec<Ptr<Operation>> {
-    let block = op
-        .deref(ctx)
-        .get_parent_block()
-        .expect("ops in a kernel live in blocks");
-    block_ops(ctx, block)
 }
 
 /// Basic blocks of an inline RDMA WRITE of `bytes`: ctrl (16) + raddr (16) + a 4-byte inline

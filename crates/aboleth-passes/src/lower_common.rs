@@ -454,9 +454,84 @@ pub fn emit_fence(ctx: &mut Context, builder: &mut Builder, scope: &str) {
     attrs::set_string(ctx, fence, "scope", scope);
 }
 
-/// The `i64` result type, for ops that return a slot.
-pub fn slot_type(ctx: &mut Context) -> aboleth_ir::pliron::r#type::TypeHandle {
-    i64_type(ctx).into()
+/// Emits a reservation op `T` (`mlx5.reserve`, `proxy.reserve`) and returns its base slot.
+pub fn emit_reserve_op<T: aboleth_ir::pliron::op::Op>(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    endpoint: Value,
+    slots: Value,
+    atomic: bool,
+) -> Value {
+    let ty = i64_type(ctx).into();
+    let op = builder.create::<T>(ctx, vec![ty], vec![endpoint, slots]);
+    attrs::set_bool(ctx, op, "atomic", atomic);
+    op.deref(ctx).get_result(0)
+}
+
+/// Emits a completion wait op `T` for the command at `slot`, or for everything when `None`.
+pub fn emit_wait_completion_op<T: aboleth_ir::pliron::op::Op>(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    endpoint: Value,
+    slot: Option<Value>,
+) {
+    let mut operands = vec![endpoint];
+    operands.extend(slot);
+    builder.create::<T>(ctx, vec![], operands);
+}
+
+/// Emits a put command op `T` (`mlx5.write`, `proxy.put`): endpoint, slot, destination,
+/// source, bytes, key, predicate, completion.
+pub fn emit_put_op<T: aboleth_ir::pliron::op::Op>(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    command: &Command,
+    predicate: Value,
+) -> Ptr<Operation> {
+    let [destination, source, bytes, key] = put_operands(ctx, builder, command.op);
+    let operands = vec![
+        command.endpoint,
+        command.slot,
+        destination,
+        source,
+        bytes,
+        key,
+        predicate,
+        command.completion,
+    ];
+    let op = builder.create::<T>(ctx, vec![], operands);
+    mark_completion_once(ctx, op, command);
+    op
+}
+
+/// Emits a signal command op `T` (`mlx5.atomic`, `proxy.signal`): endpoint, slot, flag,
+/// value, completion, with the signal's `op` and the library `fence` flag.
+pub fn emit_signal_op<T: aboleth_ir::pliron::op::Op>(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    command: &Command,
+) -> Ptr<Operation> {
+    let [flag, value] = signal_operands(ctx, builder, command.op);
+    let operands = vec![
+        command.endpoint,
+        command.slot,
+        flag,
+        value,
+        command.completion,
+    ];
+    let op = builder.create::<T>(ctx, vec![], operands);
+    let operation = crate::comm::signal_operation(ctx, command.op);
+    attrs::set(ctx, op, "op", Box::new(operation));
+    attrs::set_bool(ctx, op, "fence", command.fenced);
+    mark_completion_once(ctx, op, command);
+    op
+}
+
+/// Marks a command op whose completion is requested only on a loop's last iteration.
+fn mark_completion_once(ctx: &Context, op: Ptr<Operation>, command: &Command) {
+    if command.completion_once {
+        attrs::set_bool(ctx, op, "completion_once", true);
+    }
 }
 
 /// The operands of an `ab.put` in transport order: destination, source, bytes, key.

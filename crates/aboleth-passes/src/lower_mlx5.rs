@@ -22,20 +22,14 @@ use aboleth_ir::{
     },
 };
 
-use crate::comm::signal_operation;
 use crate::lower_common::{
-    Command, QueueTransport, emit_fence, lower_module, put_operands, signal_operands, slot_type,
+    Command, QueueTransport, emit_fence, emit_put_op, emit_reserve_op, emit_signal_op,
+    emit_wait_completion_op, lower_module,
 };
 use crate::registry::PassContext;
 
 /// The mlx5 transport.
 pub struct Mlx5Transport;
-
-fn mark_completion(ctx: &Context, op: Ptr<Operation>, command: &Command) {
-    if command.completion_once {
-        attrs::set_bool(ctx, op, "completion_once", true);
-    }
-}
 
 impl QueueTransport for Mlx5Transport {
     fn target(&self) -> Target {
@@ -50,10 +44,7 @@ impl QueueTransport for Mlx5Transport {
         slots: Value,
         atomic: bool,
     ) -> Value {
-        let ty = slot_type(ctx);
-        let op = builder.create::<Mlx5ReserveOp>(ctx, vec![ty], vec![endpoint, slots]);
-        attrs::set_bool(ctx, op, "atomic", atomic);
-        op.deref(ctx).get_result(0)
+        emit_reserve_op::<Mlx5ReserveOp>(ctx, builder, endpoint, slots, atomic)
     }
 
     fn emit_put(
@@ -63,44 +54,14 @@ impl QueueTransport for Mlx5Transport {
         command: &Command,
         predicate: Value,
     ) {
-        let [destination, source, bytes, key] = put_operands(ctx, builder, command.op);
-        let op = builder.create::<Mlx5WriteOp>(
-            ctx,
-            vec![],
-            vec![
-                command.endpoint,
-                command.slot,
-                destination,
-                source,
-                bytes,
-                key,
-                predicate,
-                command.completion,
-            ],
-        );
+        let op = emit_put_op::<Mlx5WriteOp>(ctx, builder, command, predicate);
         if attrs::get_bool(ctx, command.op, "inline") {
             attrs::set_bool(ctx, op, "inline", true);
         }
-        mark_completion(ctx, op, command);
     }
 
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command) {
-        let [flag, value] = signal_operands(ctx, builder, command.op);
-        let op = builder.create::<Mlx5AtomicOp>(
-            ctx,
-            vec![],
-            vec![
-                command.endpoint,
-                command.slot,
-                flag,
-                value,
-                command.completion,
-            ],
-        );
-        let operation = signal_operation(ctx, command.op);
-        attrs::set(ctx, op, "op", Box::new(operation));
-        attrs::set_bool(ctx, op, "fence", command.fenced);
-        mark_completion(ctx, op, command);
+        emit_signal_op::<Mlx5AtomicOp>(ctx, builder, command);
     }
 
     fn emit_submit(
@@ -134,9 +95,7 @@ impl QueueTransport for Mlx5Transport {
         endpoint: Value,
         slot: Option<Value>,
     ) {
-        let mut operands = vec![endpoint];
-        operands.extend(slot);
-        builder.create::<Mlx5WaitCompletionOp>(ctx, vec![], operands);
+        emit_wait_completion_op::<Mlx5WaitCompletionOp>(ctx, builder, endpoint, slot);
     }
 }
 

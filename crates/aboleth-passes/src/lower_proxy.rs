@@ -21,9 +21,9 @@ use aboleth_ir::{
     },
 };
 
-use crate::comm::signal_operation;
 use crate::lower_common::{
-    Command, QueueTransport, emit_fence, lower_module, put_operands, signal_operands, slot_type,
+    Command, QueueTransport, emit_fence, emit_put_op, emit_reserve_op, emit_signal_op,
+    emit_wait_completion_op, lower_module,
 };
 use crate::registry::PassContext;
 
@@ -43,10 +43,7 @@ impl QueueTransport for ProxyTransport {
         slots: Value,
         atomic: bool,
     ) -> Value {
-        let ty = slot_type(ctx);
-        let op = builder.create::<ProxyReserveOp>(ctx, vec![ty], vec![endpoint, slots]);
-        attrs::set_bool(ctx, op, "atomic", atomic);
-        op.deref(ctx).get_result(0)
+        emit_reserve_op::<ProxyReserveOp>(ctx, builder, endpoint, slots, atomic)
     }
 
     fn emit_put(
@@ -56,45 +53,11 @@ impl QueueTransport for ProxyTransport {
         command: &Command,
         predicate: Value,
     ) {
-        let [destination, source, bytes, key] = put_operands(ctx, builder, command.op);
-        let op = builder.create::<ProxyPutOp>(
-            ctx,
-            vec![],
-            vec![
-                command.endpoint,
-                command.slot,
-                destination,
-                source,
-                bytes,
-                key,
-                predicate,
-                command.completion,
-            ],
-        );
-        if command.completion_once {
-            attrs::set_bool(ctx, op, "completion_once", true);
-        }
+        emit_put_op::<ProxyPutOp>(ctx, builder, command, predicate);
     }
 
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command) {
-        let [flag, value] = signal_operands(ctx, builder, command.op);
-        let op = builder.create::<ProxySignalOp>(
-            ctx,
-            vec![],
-            vec![
-                command.endpoint,
-                command.slot,
-                flag,
-                value,
-                command.completion,
-            ],
-        );
-        let operation = signal_operation(ctx, command.op);
-        attrs::set(ctx, op, "op", Box::new(operation));
-        attrs::set_bool(ctx, op, "fence", command.fenced);
-        if command.completion_once {
-            attrs::set_bool(ctx, op, "completion_once", true);
-        }
+        emit_signal_op::<ProxySignalOp>(ctx, builder, command);
     }
 
     fn emit_submit(
@@ -123,9 +86,7 @@ impl QueueTransport for ProxyTransport {
         endpoint: Value,
         slot: Option<Value>,
     ) {
-        let mut operands = vec![endpoint];
-        operands.extend(slot);
-        builder.create::<ProxyWaitCompletionOp>(ctx, vec![], operands);
+        emit_wait_completion_op::<ProxyWaitCompletionOp>(ctx, builder, endpoint, slot);
     }
 }
 
