@@ -118,8 +118,15 @@ pub struct EndpointHandle {
     pub reserved_0: u32,
     /// p2p: added to a local symmetric address to get the peer's.
     pub peer_base_delta: i64,
+    /// mlx5: an 8-byte registered local buffer that receives the old value of a signal's
+    /// remote atomic (the NIC always writes it; nobody reads it).
+    pub atomic_result_address: u64,
+    /// mlx5: the lkey of `atomic_result_address`.
+    pub atomic_result_lkey: u32,
+    /// Zero.
+    pub reserved_1: u32,
     /// Zero; room for EFA/Ionic fields.
-    pub reserved_1: [u8; 32],
+    pub reserved_2: [u8; 16],
 }
 wire_layout!(EndpointHandle, 128, {
     transport: u32 = 0, peer_rank: u32 = 4, local_rank: u32 = 8, flags: u32 = 12,
@@ -127,7 +134,8 @@ wire_layout!(EndpointHandle, 128, {
     doorbell_record_address: u64 = 32, uar_doorbell_address: u64 = 40, cq_buffer_address: u64 = 48,
     cqe_count: u32 = 56, cq_collapsed: u32 = 60, management_address: u64 = 64,
     proxy_ring_address: u64 = 72, proxy_ring_capacity_entries: u32 = 80, reserved_0: u32 = 84,
-    peer_base_delta: i64 = 88, reserved_1: [u8; 32] = 96,
+    peer_base_delta: i64 = 88, atomic_result_address: u64 = 96, atomic_result_lkey: u32 = 104,
+    reserved_1: u32 = 108, reserved_2: [u8; 16] = 112,
 });
 
 /// Why an endpoint handle is unusable.

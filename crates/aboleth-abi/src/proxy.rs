@@ -3,10 +3,15 @@
 //! thread is the consumer.
 //!
 //! Protocol (the layouts here serve it; the code that runs it lives in the runtime and codegen):
-//! a producer takes a ticket with an atomic add on `producer_reservation_counter`, waits until
-//! `ticket < consumer_head + capacity_entries` (its slot is free), writes every field of slot
-//! `slot_index(ticket, capacity_entries)` and then, last and with release ordering,
-//! `sequence = ticket + 1`. The consumer, expecting ticket `t`, treats the slot as full once
+//! a producer takes tickets with an atomic add on `producer_reservation_counter` (a plain
+//! increment when one program owns the ring), waits until `ticket < consumer_head +
+//! capacity_entries` (its slot is free), and writes every field of slot
+//! `slot_index(ticket, capacity_entries)`, `sequence = ticket + 1` last. Entries are published in
+//! batches: after its last entry a producer stores `producer_head = end` with release ordering
+//! (the proxy's doorbell), so one release covers the whole batch. On a shared ring producers
+//! publish in ticket order: each first waits until `producer_ready_counter == base` and advances
+//! it to `end` after its entries are visible, then raises `producer_head` with an atomic max. The
+//! consumer, expecting ticket `t`, treats the slot as full once `producer_head > t` and
 //! `sequence == t + 1` (acquire), executes it and advances `consumer_head`; it advances
 //! `completion_counter` once the command's effects are complete (puts landed). A zeroed ring is
 //! therefore empty. Fields are host-native little-endian. This module does no synchronisation.
@@ -89,12 +94,18 @@ pub struct ProxyRingHeader {
     reserved_2: [u8; 56],
     /// Number of slots, a power of two.
     pub capacity_entries: u32,
-    reserved_3: [u8; 60],
+    reserved_3: u32,
+    /// Shared rings: tickets below it have been published in order (producers only).
+    pub producer_ready_counter: u64,
+    /// Tickets below it are published to the consumer (release-stored by producers).
+    pub producer_head: u64,
+    reserved_4: [u8; 40],
 }
 wire_layout!(ProxyRingHeader, 256, {
     producer_reservation_counter: u64 = 0, reserved_0: [u8; 56] = 8, consumer_head: u64 = 64,
     reserved_1: [u8; 56] = 72, completion_counter: u64 = 128, reserved_2: [u8; 56] = 136,
-    capacity_entries: u32 = 192, reserved_3: [u8; 60] = 196,
+    capacity_entries: u32 = 192, reserved_3: u32 = 196, producer_ready_counter: u64 = 200,
+    producer_head: u64 = 208, reserved_4: [u8; 40] = 216,
 });
 
 const _: () =
@@ -103,6 +114,19 @@ const _: () =
 impl ProxyRingHeader {
     /// Offset of entry 0 from the start of the header.
     pub const ENTRIES_OFFSET_BYTES: usize = 256;
+    /// Offset of `producer_reservation_counter`.
+    pub const PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES: u64 =
+        core::mem::offset_of!(Self, producer_reservation_counter) as u64;
+    /// Offset of `consumer_head`.
+    pub const CONSUMER_HEAD_OFFSET_BYTES: u64 = core::mem::offset_of!(Self, consumer_head) as u64;
+    /// Offset of `completion_counter`.
+    pub const COMPLETION_COUNTER_OFFSET_BYTES: u64 =
+        core::mem::offset_of!(Self, completion_counter) as u64;
+    /// Offset of `producer_ready_counter`.
+    pub const PRODUCER_READY_COUNTER_OFFSET_BYTES: u64 =
+        core::mem::offset_of!(Self, producer_ready_counter) as u64;
+    /// Offset of `producer_head`.
+    pub const PRODUCER_HEAD_OFFSET_BYTES: u64 = core::mem::offset_of!(Self, producer_head) as u64;
 
     /// A fresh header (all counters zero) for a ring of `capacity_entries` slots.
     pub fn new(capacity_entries: u32) -> Result<Self, ProxyDecodeError> {

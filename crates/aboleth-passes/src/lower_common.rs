@@ -132,7 +132,7 @@ pub fn lower_module(
 
 struct Lowering<'a> {
     transport: &'a dyn QueueTransport,
-    /// Token -> (endpoint, last slot of its command).
+    /// Token -> (endpoint, first slot of its command).
     tokens: HashMap<Value, (Value, Value)>,
     erase: Vec<Ptr<Operation>>,
 }
@@ -358,16 +358,16 @@ impl Lowering<'_> {
         } else {
             self.transport.emit_signal(ctx, &mut builder, &command);
         }
-        let slots_value = builder.constant(ctx, slots);
-        let end = builder.binary(ctx, BinaryOperator::Add, slot, slots_value);
-        let one = builder.constant(ctx, 1);
-        let last_slot = builder.binary(ctx, BinaryOperator::Sub, end, one);
         if !coalesce {
+            let slots_value = builder.constant(ctx, slots);
+            let end = builder.binary(ctx, BinaryOperator::Add, slot, slots_value);
             self.transport
                 .emit_submit(ctx, &mut builder, endpoint, slot, slots_value, end, shared);
         }
+        // A command is one WQE (or ring entry); its completion reports the index of its first
+        // slot, so that is what a wait on its token polls for.
         self.tokens
-            .insert(op.deref(ctx).get_result(0), (endpoint, last_slot));
+            .insert(op.deref(ctx).get_result(0), (endpoint, slot));
         self.erase.push(op);
         Ok(slots)
     }

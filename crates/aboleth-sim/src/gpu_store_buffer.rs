@@ -88,6 +88,12 @@ impl GpuStoreBuffer {
         self.pending.len()
     }
 
+    /// The program-order number the next store will get (what [`DrainedStore::program_order`]
+    /// reports when it becomes visible), so a caller can recognise one store among the drained.
+    pub fn next_program_order(&self) -> u64 {
+        self.next_program_order
+    }
+
     /// Queues a plain store. The target is checked now so that a bad address is reported at the
     /// store that made it, not at some later drain.
     pub fn store(

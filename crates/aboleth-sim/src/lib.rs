@@ -14,9 +14,15 @@
 
 pub mod cost_model;
 pub mod gpu_store_buffer;
+pub mod interpreter;
+pub mod launch;
 pub mod memory;
+pub mod mutations;
 pub mod nic;
+pub mod program;
+pub mod program_generator;
 pub mod proxy_engine;
+pub mod validation;
 
 pub use cost_model::{CostModel, SimulatedNanoseconds};
 pub use gpu_store_buffer::{DrainedStore, GpuStoreBuffer};

@@ -3,7 +3,7 @@
 //! [`ProxyRingEntry`] slots).
 //!
 //! What it models: a command for ticket `t` is consumed only when the ring's producer head
-//! (`producer_reservation_counter`) is above `t` and the slot's `sequence` equals `t + 1`, both as
+//! (`producer_head`, release-stored by the GPU after a batch) is above `t` and the slot's `sequence` equals `t + 1`, both as
 //! visible in [`Memory`] (so a GPU store still in its [`crate::gpu_store_buffer`] is not seen);
 //! commands of one ring run in ticket order, each to completion: put (copy-engine copy), signal
 //! (SET or ADD of the peer's little-endian 8-byte word), put-signal (put, then signal), NOP and
@@ -34,12 +34,10 @@ use rand_chacha::ChaCha8Rng;
 use crate::cost_model::{CostModel, SimulatedNanoseconds};
 use crate::memory::{Memory, MemoryError, MemoryKind};
 
-/// Offset of `producer_reservation_counter` in the ring header.
-const PRODUCER_HEAD_OFFSET_BYTES: u64 = 0;
-/// Offset of `consumer_head` in the ring header.
-const CONSUMER_HEAD_OFFSET_BYTES: u64 = 64;
-/// Offset of `completion_counter` in the ring header.
-const COMPLETION_COUNTER_OFFSET_BYTES: u64 = 128;
+/// Offset of `producer_head` in the ring header.
+pub const PRODUCER_HEAD_OFFSET_BYTES: u64 = ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES;
+const CONSUMER_HEAD_OFFSET_BYTES: u64 = ProxyRingHeader::CONSUMER_HEAD_OFFSET_BYTES;
+const COMPLETION_COUNTER_OFFSET_BYTES: u64 = ProxyRingHeader::COMPLETION_COUNTER_OFFSET_BYTES;
 
 /// The exchanged region table: for each region index, one descriptor per rank (indexed by rank).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

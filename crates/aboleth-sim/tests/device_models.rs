@@ -547,7 +547,14 @@ fn the_proxy_executes_put_then_signal_and_waits_for_unwritten_sequences() {
     assert!(fixture.step().unwrap().is_none());
     // Head published, but ticket 0's sequence store is not visible yet: still nothing, and
     // ticket 1 does not overtake it.
-    fixture.memory.write_u64(0, fixture.ring, 2).unwrap();
+    fixture
+        .memory
+        .write_u64(
+            0,
+            fixture.ring + ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES,
+            2,
+        )
+        .unwrap();
     assert!(fixture.engine.pending_work(&fixture.memory));
     assert!(fixture.step().unwrap().is_none());
     assert!(
@@ -583,7 +590,14 @@ fn a_failed_proxy_command_names_its_ticket_and_stops_the_ring() {
     let bad_key = put_command(0, 0xdead, fixture.source).encode();
     fixture.write_entry(&bad_key, true);
     fixture.write_entry(&put_command(1, 0, fixture.source).encode(), true);
-    fixture.memory.write_u64(0, fixture.ring, 2).unwrap();
+    fixture
+        .memory
+        .write_u64(
+            0,
+            fixture.ring + ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES,
+            2,
+        )
+        .unwrap();
     let error = fixture.step().unwrap_err();
     let message = error.to_string();
     assert!(matches!(

@@ -319,6 +319,17 @@ pub fn nop(common: &WqeCommon) -> Wqe {
     Wqe::assemble(common, OPCODE_NOP, 0, 0, &[])
 }
 
+/// NOP occupying `basic_blocks` basic blocks (ds = 4 per block, at most 15 blocks): what a
+/// command under a false predicate posts so that the slots planned for it stay filled.
+pub fn nop_spanning_basic_blocks(common: &WqeCommon, basic_blocks: usize) -> Wqe {
+    assert!(
+        (1..=15).contains(&basic_blocks),
+        "a NOP spans 1 to 15 basic blocks (ds <= 63), not {basic_blocks}"
+    );
+    let body = vec![0u8; basic_blocks * WQE_BASIC_BLOCK_BYTES - WQE_DS_UNIT_BYTES];
+    Wqe::assemble(common, OPCODE_NOP, 0, 0, &body)
+}
+
 /// RDMA write from one local buffer: ctrl + raddr + data, ds = 3, one basic block.
 pub fn rdma_write(common: &WqeCommon, remote: RemoteAddress, local: LocalBuffer) -> Wqe {
     Wqe::assemble(
@@ -1038,5 +1049,16 @@ mod tests {
             decode_wqe_in_ring(&ring, 4, 3).unwrap(),
             decode_wqe(wqe.as_bytes()).unwrap()
         );
+    }
+
+    #[test]
+    fn nop_spanning_basic_blocks_decodes_as_one_nop_of_that_size() {
+        for blocks in [1usize, 2, 4, 15] {
+            let wqe = nop_spanning_basic_blocks(&COMMON, blocks);
+            assert_eq!(wqe.basic_block_count(), blocks);
+            let decoded = decode_wqe(wqe.as_bytes()).expect("decodes");
+            assert_eq!(decoded.basic_block_count(), blocks);
+            assert_eq!(decoded.operation, WqeOperation::Nop);
+        }
     }
 }

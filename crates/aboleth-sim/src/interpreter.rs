@@ -1,0 +1,2460 @@
+//! The interpreter: runs a lowered kernel ([`SimKernel`]) on every program of every simulated
+//! rank, against the device models, under one random schedule, and checks it as it goes.
+//!
+//! Set-up follows the kernel's launch attributes ([`crate::launch`]): every region on every
+//! rank (registered, initialised from the data seed), region-descriptor tables, and one
+//! endpoint per peer pair whose handle ([`aboleth_abi::EndpointHandle`]) the kernel reads from
+//! memory: an RC QP with its SQ ring, doorbell record and collapsed CQ (mlx5), a host-pinned
+//! command ring (proxy), or nothing but peer addresses (p2p).
+//!
+//! Execution: each program is one thread of instructions whose memory effects go through its
+//! own [`GpuStoreBuffer`]; WQEs and ring entries are the bytes `aboleth-abi` encodes, stored
+//! like any other store, so the NIC and proxy models see exactly what has become visible. At
+//! every step the schedule (a seeded rng) picks one agent that can move: a program (pure
+//! instructions run on until the next effect), a store buffer making one store visible, the
+//! NIC executing one WQE, or a proxy executing one ring entry. A program waiting on a flag, a
+//! completion, ring space, in-order publication or a lock is not runnable until its condition
+//! holds; when nothing can move and a program has not finished, that is a deadlock, reported
+//! with each waiting program, what it waits for and what it sees.
+//!
+//! Checks made during the run: when a NIC or proxy executes a put, the bytes that landed must
+//! be the source as the program saw it when it posted the put (otherwise the source was
+//! overwritten early, or its stores were not yet visible); when a `wait_flag` passes, the data
+//! of every put that the delivered signals guard (the program's puts on that endpoint since its
+//! previous signal there) must already be visible at the destination. Final memory is returned
+//! for the caller ([`crate::validation`]) to compare across configurations.
+//!
+//! What it does not model: threads inside a program (one program is one thread: the leader
+//! that the lowering elects), fence scopes (every fence and release is system-wide), caches,
+//! and time beyond the estimate of [`CostModel`]: each agent has a clock advanced by its own
+//! costs, and a program released from a wait jumps to the time the awaited write happened.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    rc::Rc,
+};
+
+use aboleth_abi::{
+    EndpointHandle, Mlx5QueueManagement, ProxyCommand, ProxyRingEntry, ProxyRingHeader,
+    RemoteRegionDescriptor, TransportKind,
+    mlx5::{
+        DoorbellRecord, FENCE_MODE_INITIATOR_SMALL, LocalBuffer, MaskedCompareSwap64,
+        RemoteAddress, UarDoorbell, WQE_CTRL_CQ_UPDATE, WqeCommon, atomic_fetch_add,
+        masked_compare_swap_64, nop_spanning_basic_blocks, rdma_write, rdma_write_inline,
+    },
+    proxy::{ProxyOperation, ProxyPut, ProxySignal, SignalOperation as ProxySignalOperation},
+};
+use aboleth_ir::{
+    ab::attributes::SignalOperation,
+    scalar::{evaluate_binary, truncate_signed},
+    transport::Target,
+};
+use aboleth_passes::{comm::inline_write_basic_blocks, stats::Counts};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::{
+    CostModel, CqPollResult, GpuStoreBuffer, Memory, MemoryKind, Nic, ProxyEngine, QueuePairConfig,
+    RegionTable,
+    gpu_store_buffer::DrainedStore,
+    launch::{ArgumentBinding, RegionInit, ValueBinding},
+    nic::WqeOutcome,
+    program::{FenceScope, Instruction, InstructionKind, Register, SimKernel, StoreOrder},
+};
+
+/// How to run a simulation.
+#[derive(Clone, Debug)]
+pub struct SimulationOptions {
+    /// Number of ranks.
+    pub ranks: u32,
+    /// Kernel launches, one after the other; `value:epoch` arguments get the round number + 1.
+    pub rounds: u32,
+    /// Seed of the schedule (which agent moves at each step).
+    pub schedule_seed: u64,
+    /// Seed of the regions' initial contents (keep it fixed across configurations).
+    pub data_seed: u64,
+    /// Steps after which the run is stopped and reported as not terminating.
+    pub step_limit: u64,
+    /// Latencies and bandwidths.
+    pub cost_model: CostModel,
+    /// mlx5 send-ring size per QP, in 64-byte basic blocks (a power of two).
+    pub sq_basic_block_count: u32,
+    /// Proxy ring capacity per peer, in entries (a power of two).
+    pub proxy_ring_capacity_entries: u32,
+    /// Bytes per store of a p2p copy (how finely its stores may be reordered).
+    pub p2p_store_bytes: u64,
+    /// What the reference run saw at each wait (see [`Observations`]): when set, every wait
+    /// must see the same bytes there.
+    pub expected_observations: Option<Rc<Observations>>,
+}
+
+/// Which wait: (round, rank, program, how many waits that program passed before it).
+pub type ObservationKey = (u32, u32, u32, u64);
+
+/// The data a passed wait guards, as one run saw it: `(rank, address, bytes)` per guarded put.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// The flag waited on: (rank, address).
+    pub flag: (u32, u64),
+    /// The guarded ranges and their bytes when the wait passed.
+    pub ranges: Vec<(u32, u64, Vec<u8>)>,
+}
+
+/// Every wait's observation in one run. The library-style run's, taken as the reference,
+/// defines what each wait guards in the program's own order, independently of how another
+/// lowering orders its commands.
+pub type Observations = HashMap<ObservationKey, Observation>;
+
+impl SimulationOptions {
+    /// Defaults for `ranks` ranks: one round, seeds 0.
+    pub fn new(ranks: u32) -> Self {
+        SimulationOptions {
+            ranks,
+            rounds: 1,
+            schedule_seed: 0,
+            data_seed: 0,
+            step_limit: 2_000_000,
+            cost_model: CostModel::default(),
+            sq_basic_block_count: 1024,
+            proxy_ring_capacity_entries: 256,
+            p2p_store_bytes: 32,
+            expected_observations: None,
+        }
+    }
+}
+
+/// One launch's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RoundReport {
+    /// Simulated time from the launch until its last program finished.
+    pub simulated_time_nanoseconds: u64,
+    /// Executed counts, all programs of all ranks.
+    pub counts: Counts,
+}
+
+/// The final contents of one region on one rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionContents {
+    /// Rank.
+    pub rank: u32,
+    /// Region name.
+    pub region: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// What a finished simulation returns.
+#[derive(Clone, Debug)]
+pub struct SimulationOutcome {
+    /// Per launch.
+    pub rounds: Vec<RoundReport>,
+    /// Every region on every rank, after the last launch and once the NICs and proxies are idle.
+    pub final_regions: Vec<RegionContents>,
+    /// Scheduler steps taken.
+    pub steps: u64,
+    /// What each wait guarded and saw.
+    pub observations: Observations,
+}
+
+impl SimulationOutcome {
+    /// Executed counts summed over the launches.
+    pub fn total_counts(&self) -> Counts {
+        let mut total = Counts::default();
+        for round in &self.rounds {
+            total.add(&round.counts);
+        }
+        total
+    }
+}
+
+/// Why a simulation failed. Each message names ranks, programs, source lines and addresses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SimulationError {
+    /// The launch attributes or the world cannot be set up.
+    #[error("cannot set up the simulation: {0}")]
+    Setup(String),
+    /// No agent can move and some program has not finished.
+    #[error("deadlock: {0}")]
+    Deadlock(String),
+    /// The step limit was reached.
+    #[error("no termination after {steps} steps (a loop that never ends?): {state}")]
+    StepLimit {
+        /// Steps taken.
+        steps: u64,
+        /// What each unfinished program was doing.
+        state: String,
+    },
+    /// A `wait_flag` passed before the data its signal guards was visible.
+    #[error("a wait passed before the data it guards was visible: {0}")]
+    DataNotVisible(String),
+    /// A transfer delivered bytes other than its source at posting time.
+    #[error("a transfer did not deliver its source as posted: {0}")]
+    SourceChanged(String),
+    /// The NIC model reported an error (bad key, out of bounds, malformed WQE, ...).
+    #[error("NIC error: {0}")]
+    Nic(String),
+    /// The proxy model reported an error.
+    #[error("proxy error: {0}")]
+    Proxy(String),
+    /// The program itself did something invalid (bad address, division by zero, ...).
+    #[error("program error: {0}")]
+    Program(String),
+}
+
+impl SimulationError {
+    /// A short name of the kind, for tests and summaries.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SimulationError::Setup(_) => "setup",
+            SimulationError::Deadlock(_) => "deadlock",
+            SimulationError::StepLimit { .. } => "step-limit",
+            SimulationError::DataNotVisible(_) => "data-not-visible",
+            SimulationError::SourceChanged(_) => "source-changed",
+            SimulationError::Nic(_) => "nic",
+            SimulationError::Proxy(_) => "proxy",
+            SimulationError::Program(_) => "program",
+        }
+    }
+}
+
+/// Runs `kernel` under one schedule.
+pub fn simulate(
+    kernel: &SimKernel,
+    options: &SimulationOptions,
+) -> Result<SimulationOutcome, SimulationError> {
+    let mut world = World::new(kernel, options)?;
+    let mut rounds = Vec::new();
+    for round in 0..options.rounds {
+        rounds.push(world.run_round(round)?);
+    }
+    world.quiesce()?;
+    Ok(SimulationOutcome {
+        rounds,
+        final_regions: world.final_regions()?,
+        steps: world.steps,
+        observations: std::mem::take(&mut world.observations),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+#[derive(Clone, Copy, Debug, Default)]
+enum Value {
+    #[default]
+    Undefined,
+    Integer(i64),
+    Endpoint(EndpointValue),
+    Remote(RemoteValue),
+    RemotePointer(RemotePointerValue),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct EndpointValue {
+    peer: u32,
+    /// Index into [`World::endpoint_handles`].
+    handle: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RemoteValue {
+    peer: u32,
+    base_address: u64,
+    length_bytes: u64,
+    rkey: u32,
+    region_index: u32,
+    element_bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RemotePointerValue {
+    peer: u32,
+    address: u64,
+    rkey: u32,
+    region_index: u32,
+    offset_bytes: u64,
+    region_length_bytes: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records the checks use
+
+/// A put as posted: where its bytes must land and what they must be.
+#[derive(Debug)]
+struct PutRecord {
+    rank: u32,
+    program: u32,
+    site: usize,
+    destination_rank: u32,
+    destination_address: u64,
+    expected: Vec<u8>,
+    /// The source bytes visible to the NIC or proxy when the put was posted.
+    visible_at_post: Vec<u8>,
+}
+
+/// A signal as posted, with the puts it guards.
+#[derive(Debug)]
+struct SignalRecord {
+    rank: u32,
+    program: u32,
+    site: usize,
+    /// The flag word: (rank, address).
+    flag: (u32, u64),
+    guarded: Vec<Rc<PutRecord>>,
+}
+
+#[derive(Debug)]
+enum PostedCommand {
+    Put(Rc<PutRecord>),
+    Signal(Rc<SignalRecord>),
+    Other,
+}
+
+/// Which command a NIC or proxy event refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum CommandKey {
+    Mlx5 { rank: u32, qpn: u32, slot: u64 },
+    Proxy { rank: u32, peer: u32, ticket: u64 },
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads
+
+struct Frame {
+    body: Rc<[Instruction]>,
+    pc: usize,
+    /// `(induction register, current, upper, step)` for a loop body.
+    induction: Option<(Register, i64, i64, i64)>,
+}
+
+#[derive(Clone, Debug)]
+enum Block {
+    Flag {
+        address: u64,
+        expected: i64,
+        site: usize,
+    },
+    Mlx5Completion {
+        qpn: u32,
+        peer: u32,
+        slot: u64,
+        site: usize,
+    },
+    ProxyCompletion {
+        ring_address: u64,
+        peer: u32,
+        ticket: u64,
+        site: usize,
+    },
+    Space {
+        peer: u32,
+        site: usize,
+    },
+    Publication {
+        address: u64,
+        base: u64,
+        site: usize,
+    },
+    Lock {
+        address: u64,
+        site: usize,
+    },
+}
+
+struct Thread {
+    rank: u32,
+    program: u32,
+    registers: Vec<Value>,
+    frames: Vec<Frame>,
+    finished: bool,
+    blocked: Option<Block>,
+    clock_nanoseconds: u64,
+    /// Puts posted on each endpoint (by peer) since this program's last signal there.
+    unsignaled_puts: BTreeMap<u32, Vec<Rc<PutRecord>>>,
+    /// The last command slot this program posted on each endpoint (by peer): what a drain waits for.
+    last_posted_slot: BTreeMap<u32, u64>,
+    /// A non-atomic reservation between its load and its store.
+    reservation_loaded: Option<u64>,
+    /// Waits passed so far in this launch.
+    waits_passed: u64,
+}
+
+enum Step {
+    /// A pure instruction ran; keep going.
+    Continue,
+    /// An effect happened (or the program finished): the step ends.
+    Effect,
+    /// The instruction cannot run yet; the program waits.
+    Blocked(Block),
+}
+
+// ---------------------------------------------------------------------------------------------
+// The world
+
+struct RegionAllocation {
+    address: u64,
+    length_bytes: u64,
+    lkey: u32,
+    rkey: u32,
+}
+
+struct World<'k> {
+    kernel: &'k SimKernel,
+    options: SimulationOptions,
+    memory: Memory,
+    nic: Nic,
+    proxies: Vec<ProxyEngine>,
+    store_buffers: Vec<GpuStoreBuffer>,
+    threads: Vec<Thread>,
+    rng: ChaCha8Rng,
+    /// Per rank: region name -> allocation.
+    regions: Vec<BTreeMap<String, RegionAllocation>>,
+    /// (rank, table address) -> region index.
+    region_tables: HashMap<(u32, u64), u32>,
+    /// Per rank: endpoint table address.
+    endpoint_tables: Vec<u64>,
+    /// Decoded endpoint handles, and where they are: (rank, address).
+    endpoint_handles: Vec<EndpointHandle>,
+    endpoint_handle_index: HashMap<(u32, u64), usize>,
+    posted: HashMap<CommandKey, PostedCommand>,
+    /// p2p flag stores still in a store buffer: (thread, program order) -> signal.
+    p2p_signal_stores: HashMap<(usize, u64), Rc<SignalRecord>>,
+    /// Signals delivered to (rank, flag address) and not yet checked by a wait there.
+    deliveries: HashMap<(u32, u64), Vec<Rc<SignalRecord>>>,
+    /// When each (rank, address) word the programs wait on was last written (simulated ns).
+    write_times: HashMap<(u32, u64), u64>,
+    /// When each mlx5 QP (rank, qpn) or proxy ring (rank, ring) was last rung.
+    doorbell_times: HashMap<(u32, u64), u64>,
+    /// Per rank: the NIC's and the proxy's clocks.
+    nic_clocks: Vec<u64>,
+    proxy_clocks: Vec<u64>,
+    counts: Counts,
+    steps: u64,
+    epoch: i64,
+    time_origin: u64,
+    observations: Observations,
+}
+
+const ENDPOINT_HANDLE_BYTES: u64 = 128;
+const REGION_DESCRIPTOR_BYTES: u64 = 32;
+const QPN_BASE: u32 = 0x100;
+
+fn management_offset(field: usize) -> u64 {
+    field as u64
+}
+
+const MANAGEMENT_RESERVED_HEAD: usize = core::mem::offset_of!(Mlx5QueueManagement, reserved_head);
+const MANAGEMENT_READY_HEAD: usize = core::mem::offset_of!(Mlx5QueueManagement, ready_head);
+const MANAGEMENT_PRODUCER_INDEX: usize = core::mem::offset_of!(Mlx5QueueManagement, producer_index);
+const MANAGEMENT_POST_SEND_LOCK: usize = core::mem::offset_of!(Mlx5QueueManagement, post_send_lock);
+
+impl<'k> World<'k> {
+    fn new(kernel: &'k SimKernel, options: &SimulationOptions) -> Result<Self, SimulationError> {
+        let ranks = options.ranks;
+        if ranks < 2 {
+            return Err(SimulationError::Setup(format!(
+                "{ranks} rank(s): communication needs at least 2 ranks (--ranks)"
+            )));
+        }
+        let mut memory = Memory::new();
+        let mut data_rng = ChaCha8Rng::seed_from_u64(options.data_seed);
+        let mut regions = Vec::new();
+        for rank in 0..ranks {
+            let mut by_name = BTreeMap::new();
+            for (name, size) in &kernel.launch.regions {
+                let length_bytes = size.evaluate(ranks);
+                if length_bytes <= 0 {
+                    return Err(SimulationError::Setup(format!(
+                        "region `{name}` has {length_bytes} bytes for {ranks} ranks; sizes must be positive"
+                    )));
+                }
+                let length_bytes = length_bytes as u64;
+                let address = memory.allocate(rank, length_bytes, MemoryKind::Device, name);
+                let (lkey, rkey) = memory
+                    .register(rank, address, length_bytes)
+                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                let mut bytes = vec![0u8; length_bytes as usize];
+                match kernel.launch.init.get(name) {
+                    None | Some(RegionInit::Zero) => {}
+                    Some(RegionInit::Random) => data_rng.fill_bytes(&mut bytes),
+                    Some(RegionInit::RandomModulo(modulus)) => {
+                        let modulus = modulus.evaluate(ranks).max(1) as u64;
+                        for word in bytes.chunks_mut(8) {
+                            let value = data_rng.next_u64() % modulus;
+                            word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
+                        }
+                    }
+                }
+                memory
+                    .write(rank, address, &bytes)
+                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                by_name.insert(
+                    name.clone(),
+                    RegionAllocation {
+                        address,
+                        length_bytes,
+                        lkey,
+                        rkey,
+                    },
+                );
+            }
+            regions.push(by_name);
+        }
+        let transport = match kernel.target {
+            Target::Mlx5 => TransportKind::Mlx5,
+            Target::Proxy => TransportKind::Proxy,
+            Target::P2p => TransportKind::P2p,
+            other => {
+                return Err(SimulationError::Setup(format!(
+                    "the simulator has no model of `{}` yet",
+                    other.name()
+                )));
+            }
+        };
+        // Region-descriptor tables: one per region per rank, indexed by rank.
+        let mut region_tables = HashMap::new();
+        let mut proxy_region_table = RegionTable::new();
+        for (index, (name, _)) in kernel.launch.regions.iter().enumerate() {
+            let descriptors: Vec<RemoteRegionDescriptor> = (0..ranks)
+                .map(|peer| {
+                    let allocation = &regions[peer as usize][name];
+                    RemoteRegionDescriptor {
+                        base_address: allocation.address,
+                        length_bytes: allocation.length_bytes,
+                        rkey: allocation.rkey,
+                        peer_rank: peer,
+                        transport: transport as u32,
+                        reserved: 0,
+                    }
+                })
+                .collect();
+            let table_bytes = aboleth_abi::region::encode_region_table(&descriptors);
+            for rank in 0..ranks {
+                let address = memory.allocate(
+                    rank,
+                    table_bytes.len() as u64,
+                    MemoryKind::Device,
+                    &format!("region table {name}"),
+                );
+                memory
+                    .write(rank, address, &table_bytes)
+                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                region_tables.insert((rank, address), index as u32);
+            }
+            proxy_region_table.insert(index as u32, descriptors);
+        }
+        let mut nic = Nic::new(options.cost_model.clone());
+        let mut proxies = Vec::new();
+        let mut endpoint_tables = Vec::new();
+        for rank in 0..ranks {
+            let mut proxy =
+                ProxyEngine::new(rank, proxy_region_table.clone(), options.cost_model.clone());
+            let table = memory.allocate(
+                rank,
+                u64::from(ranks) * ENDPOINT_HANDLE_BYTES,
+                MemoryKind::Device,
+                "endpoint table",
+            );
+            for peer in 0..ranks {
+                if peer == rank {
+                    continue;
+                }
+                let mut handle = EndpointHandle {
+                    transport: transport as u32,
+                    peer_rank: peer,
+                    local_rank: rank,
+                    ..EndpointHandle::default()
+                };
+                match transport {
+                    TransportKind::Mlx5 => {
+                        let sq_bytes = u64::from(options.sq_basic_block_count) * 64;
+                        let sq = memory.allocate(
+                            rank,
+                            sq_bytes,
+                            MemoryKind::Device,
+                            &format!("sq to {peer}"),
+                        );
+                        let dbr =
+                            memory.allocate(rank, 8, MemoryKind::Device, &format!("dbr to {peer}"));
+                        let cq =
+                            memory.allocate(rank, 64, MemoryKind::Device, &format!("cq to {peer}"));
+                        let management = memory.allocate(
+                            rank,
+                            core::mem::size_of::<Mlx5QueueManagement>() as u64,
+                            MemoryKind::Device,
+                            &format!("queue management to {peer}"),
+                        );
+                        let atomic_result = memory.allocate(
+                            rank,
+                            8,
+                            MemoryKind::Device,
+                            &format!("atomic result to {peer}"),
+                        );
+                        let (atomic_lkey, _) = memory
+                            .register(rank, atomic_result, 8)
+                            .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                        let qpn = QPN_BASE + peer;
+                        nic.create_queue_pair(
+                            &mut memory,
+                            QueuePairConfig {
+                                rank,
+                                peer_rank: peer,
+                                qpn,
+                                sq_buffer_address: sq,
+                                sq_basic_block_count: options.sq_basic_block_count,
+                                doorbell_record_address: dbr,
+                                cq_buffer_address: cq,
+                                cqe_count: 1,
+                                cq_collapsed: true,
+                            },
+                        )
+                        .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                        handle.sq_buffer_address = sq;
+                        handle.sq_wqe_basic_block_count = options.sq_basic_block_count;
+                        handle.qpn = qpn;
+                        handle.doorbell_record_address = dbr;
+                        handle.uar_doorbell_address = dbr;
+                        handle.cq_buffer_address = cq;
+                        handle.cqe_count = 1;
+                        handle.cq_collapsed = 1;
+                        handle.management_address = management;
+                        handle.atomic_result_address = atomic_result;
+                        handle.atomic_result_lkey = atomic_lkey;
+                    }
+                    TransportKind::Proxy => {
+                        let header = ProxyRingHeader::new(options.proxy_ring_capacity_entries)
+                            .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                        let ring = memory.allocate(
+                            rank,
+                            header.ring_total_bytes() as u64,
+                            MemoryKind::HostPinned,
+                            &format!("proxy ring to {peer}"),
+                        );
+                        memory
+                            .write(rank, ring, &header.to_bytes())
+                            .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                        proxy
+                            .register_ring(
+                                &mut memory,
+                                peer,
+                                ring,
+                                options.proxy_ring_capacity_entries,
+                            )
+                            .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                        handle.proxy_ring_address = ring;
+                        handle.proxy_ring_capacity_entries = options.proxy_ring_capacity_entries;
+                    }
+                    _ => {
+                        handle.peer_base_delta = crate::memory::rank_address_space_base(peer)
+                            .wrapping_sub(crate::memory::rank_address_space_base(rank))
+                            as i64;
+                    }
+                }
+                memory
+                    .write(
+                        rank,
+                        table + u64::from(peer) * ENDPOINT_HANDLE_BYTES,
+                        &handle.to_bytes(),
+                    )
+                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+            }
+            endpoint_tables.push(table);
+            proxies.push(proxy);
+        }
+        Ok(World {
+            kernel,
+            options: options.clone(),
+            memory,
+            nic,
+            proxies,
+            store_buffers: Vec::new(),
+            threads: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(options.schedule_seed),
+            regions,
+            region_tables,
+            endpoint_tables,
+            endpoint_handles: Vec::new(),
+            endpoint_handle_index: HashMap::new(),
+            posted: HashMap::new(),
+            p2p_signal_stores: HashMap::new(),
+            deliveries: HashMap::new(),
+            write_times: HashMap::new(),
+            doorbell_times: HashMap::new(),
+            nic_clocks: vec![0; ranks as usize],
+            proxy_clocks: vec![0; ranks as usize],
+            counts: Counts::default(),
+            steps: 0,
+            epoch: 0,
+            time_origin: 0,
+            observations: Observations::new(),
+        })
+    }
+
+    fn site(&self, site: usize) -> String {
+        let site = &self.kernel.sites[site];
+        format!("{} ({})", site.location, site.op_name)
+    }
+
+    fn run_round(&mut self, round: u32) -> Result<RoundReport, SimulationError> {
+        self.epoch = i64::from(round) + 1;
+        self.counts = Counts::default();
+        let start = self.latest_clock();
+        self.time_origin = start;
+        let grid = self.kernel.launch.grid.evaluate(self.options.ranks);
+        if !(1..=4096).contains(&grid) {
+            return Err(SimulationError::Setup(format!(
+                "the grid is {grid} programs per rank for {} ranks; it must be 1 to 4096",
+                self.options.ranks
+            )));
+        }
+        self.threads.clear();
+        self.store_buffers.clear();
+        self.p2p_signal_stores.clear();
+        self.deliveries.clear();
+        for rank in 0..self.options.ranks {
+            for program in 0..grid as u32 {
+                let mut registers = vec![Value::Undefined; self.kernel.register_count];
+                for parameter in &self.kernel.parameters {
+                    registers[parameter.register] =
+                        self.argument(rank, &self.kernel.launch.bindings[&parameter.name]);
+                }
+                self.threads.push(Thread {
+                    rank,
+                    program,
+                    registers,
+                    frames: vec![Frame {
+                        body: self.kernel.body.clone(),
+                        pc: 0,
+                        induction: None,
+                    }],
+                    finished: false,
+                    blocked: None,
+                    clock_nanoseconds: start,
+                    unsignaled_puts: BTreeMap::new(),
+                    last_posted_slot: BTreeMap::new(),
+                    reservation_loaded: None,
+                    waits_passed: 0,
+                });
+                self.store_buffers.push(GpuStoreBuffer::new(rank, program));
+            }
+        }
+        self.schedule()?;
+        // Kernel end: every store of every program becomes visible.
+        for index in 0..self.store_buffers.len() {
+            self.flush(index)?;
+        }
+        let end = self
+            .threads
+            .iter()
+            .map(|thread| thread.clock_nanoseconds)
+            .max()
+            .unwrap_or(start);
+        Ok(RoundReport {
+            simulated_time_nanoseconds: end - start,
+            counts: self.counts,
+        })
+    }
+
+    fn latest_clock(&self) -> u64 {
+        self.threads
+            .iter()
+            .map(|thread| thread.clock_nanoseconds)
+            .chain(self.nic_clocks.iter().copied())
+            .chain(self.proxy_clocks.iter().copied())
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn argument(&self, rank: u32, binding: &ArgumentBinding) -> Value {
+        let regions = &self.regions[rank as usize];
+        Value::Integer(match binding {
+            ArgumentBinding::Endpoints => self.endpoint_tables[rank as usize] as i64,
+            ArgumentBinding::RegionTable(name) => {
+                let index = self
+                    .kernel
+                    .launch
+                    .regions
+                    .iter()
+                    .position(|(region, _)| region == name)
+                    .expect("checked by the launch parser") as u32;
+                let (&(_, address), _) = self
+                    .region_tables
+                    .iter()
+                    .find(|((table_rank, _), table_index)| {
+                        *table_rank == rank && **table_index == index
+                    })
+                    .expect("one table per region per rank");
+                address as i64
+            }
+            ArgumentBinding::LocalAddress(name) => regions[name].address as i64,
+            ArgumentBinding::LocalKey(name) => i64::from(regions[name].lkey),
+            ArgumentBinding::Value(ValueBinding::Constant(value)) => *value,
+            ArgumentBinding::Value(ValueBinding::Epoch) => self.epoch,
+        })
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Scheduling
+
+    fn schedule(&mut self) -> Result<(), SimulationError> {
+        #[derive(Clone, Copy)]
+        enum Agent {
+            Thread(usize),
+            StoreBuffer(usize),
+            Nic,
+            Proxy(usize),
+        }
+        let mut candidates = Vec::new();
+        loop {
+            candidates.clear();
+            let mut unfinished = false;
+            for index in 0..self.threads.len() {
+                if self.threads[index].finished {
+                    continue;
+                }
+                unfinished = true;
+                let runnable = match self.threads[index].blocked.clone() {
+                    None => true,
+                    Some(block) => self.block_released(index, &block)?,
+                };
+                if runnable {
+                    candidates.push(Agent::Thread(index));
+                }
+            }
+            for (index, buffer) in self.store_buffers.iter().enumerate() {
+                if buffer.has_pending() {
+                    candidates.push(Agent::StoreBuffer(index));
+                }
+            }
+            if self.nic.pending_work() {
+                candidates.push(Agent::Nic);
+            }
+            for (index, proxy) in self.proxies.iter().enumerate() {
+                if proxy.pending_work(&self.memory) {
+                    candidates.push(Agent::Proxy(index));
+                }
+            }
+            if !unfinished {
+                return Ok(());
+            }
+            if candidates.is_empty() {
+                return Err(SimulationError::Deadlock(self.describe_waits()?));
+            }
+            self.steps += 1;
+            if self.steps > self.options.step_limit {
+                return Err(SimulationError::StepLimit {
+                    steps: self.steps - 1,
+                    state: self.describe_waits()?,
+                });
+            }
+            match candidates[self.rng.random_range(0..candidates.len())] {
+                Agent::Thread(index) => self.step_thread(index)?,
+                Agent::StoreBuffer(index) => {
+                    let drained = self.store_buffers[index]
+                        .drain_one_random(&mut self.memory, &mut self.rng)
+                        .map_err(|e| SimulationError::Program(e.to_string()))?;
+                    self.on_drained(index, drained.into_iter().collect());
+                }
+                Agent::Nic => self.step_nic()?,
+                Agent::Proxy(index) => self.step_proxy(index)?,
+            }
+        }
+    }
+
+    /// Runs NICs, proxies and store buffers until nothing is pending (after the last launch).
+    fn quiesce(&mut self) -> Result<(), SimulationError> {
+        loop {
+            let mut moved = false;
+            if self.nic.pending_work() {
+                self.step_nic()?;
+                moved = true;
+            }
+            for index in 0..self.proxies.len() {
+                if self.proxies[index].pending_work(&self.memory) {
+                    self.step_proxy(index)?;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return Ok(());
+            }
+            self.steps += 1;
+            if self.steps > self.options.step_limit {
+                return Err(SimulationError::StepLimit {
+                    steps: self.steps - 1,
+                    state: "the NICs and proxies still had work after the last launch".into(),
+                });
+            }
+        }
+    }
+
+    fn final_regions(&self) -> Result<Vec<RegionContents>, SimulationError> {
+        let mut contents = Vec::new();
+        for (rank, regions) in self.regions.iter().enumerate() {
+            for (name, allocation) in regions {
+                contents.push(RegionContents {
+                    rank: rank as u32,
+                    region: name.clone(),
+                    bytes: self
+                        .memory
+                        .read(rank as u32, allocation.address, allocation.length_bytes)
+                        .map_err(|e| SimulationError::Program(e.to_string()))?,
+                });
+            }
+        }
+        Ok(contents)
+    }
+
+    fn describe_waits(&self) -> Result<String, SimulationError> {
+        let mut lines = Vec::new();
+        for (index, thread) in self.threads.iter().enumerate() {
+            if thread.finished {
+                continue;
+            }
+            let who = format!("rank {} program {}", thread.rank, thread.program);
+            let line = match &thread.blocked {
+                None => format!("{who} is runnable"),
+                Some(Block::Flag {
+                    address,
+                    expected,
+                    site,
+                }) => {
+                    let seen = self.load_i64(index, thread.rank, *address)?;
+                    format!(
+                        "{who} waits at {} for flag {} on rank {} to reach {expected} (epoch {}); it holds {seen}: the signal that should set it never arrived",
+                        self.site(*site),
+                        self.memory.describe_address(thread.rank, *address),
+                        thread.rank,
+                        self.epoch
+                    )
+                }
+                Some(Block::Mlx5Completion {
+                    qpn,
+                    peer,
+                    slot,
+                    site,
+                }) => format!(
+                    "{who} waits at {} for the completion of the WQE at slot {slot} on its QP to rank {peer}; {}",
+                    self.site(*site),
+                    self.nic.describe_queue(thread.rank, *qpn)
+                ),
+                Some(Block::ProxyCompletion {
+                    peer, ticket, site, ..
+                }) => format!(
+                    "{who} waits at {} for the proxy to complete ticket {ticket} of its ring to rank {peer}; {}",
+                    self.site(*site),
+                    self.proxies[thread.rank as usize].describe_rings(&self.memory)
+                ),
+                Some(Block::Space { peer, site }) => format!(
+                    "{who} waits at {} for free slots in its queue to rank {peer}",
+                    self.site(*site)
+                ),
+                Some(Block::Publication { base, site, .. }) => format!(
+                    "{who} waits at {} for the commands before slot {base} to be published by another program",
+                    self.site(*site)
+                ),
+                Some(Block::Lock { site, .. }) => {
+                    format!("{who} waits at {} for the post lock", self.site(*site))
+                }
+            };
+            lines.push(line);
+        }
+        Ok(lines.join("; "))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Memory through a program's store buffer
+
+    fn load(
+        &self,
+        thread: usize,
+        rank: u32,
+        address: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<u8>, SimulationError> {
+        self.store_buffers[thread]
+            .load(&self.memory, rank, address, length_bytes)
+            .map_err(|e| self.program_error(thread, format!("load: {e}")))
+    }
+
+    fn load_i64(&self, thread: usize, rank: u32, address: u64) -> Result<i64, SimulationError> {
+        let bytes = self.load(thread, rank, address, 8)?;
+        Ok(i64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+    }
+
+    fn store(
+        &mut self,
+        thread: usize,
+        rank: u32,
+        address: u64,
+        bytes: &[u8],
+        order: StoreOrder,
+    ) -> Result<u64, SimulationError> {
+        let program_order = self.store_buffers[thread].next_program_order();
+        match order {
+            StoreOrder::Relaxed => self.store_buffers[thread]
+                .store(&self.memory, rank, address, bytes)
+                .map_err(|e| self.program_error(thread, format!("store: {e}")))?,
+            StoreOrder::Release => {
+                let drained = self.store_buffers[thread]
+                    .store_release(&mut self.memory, &mut self.rng, rank, address, bytes)
+                    .map_err(|e| self.program_error(thread, format!("store: {e}")))?;
+                self.on_drained(thread, drained);
+            }
+        }
+        Ok(program_order)
+    }
+
+    fn flush(&mut self, thread: usize) -> Result<(), SimulationError> {
+        let drained = self.store_buffers[thread]
+            .fence(&mut self.memory, &mut self.rng)
+            .map_err(|e| SimulationError::Program(e.to_string()))?;
+        self.on_drained(thread, drained);
+        Ok(())
+    }
+
+    /// An atomic read-modify-write on memory (it does not wait in the store buffer).
+    fn atomic_update(
+        &mut self,
+        thread: usize,
+        rank: u32,
+        address: u64,
+        update: impl FnOnce(u64) -> u64,
+    ) -> Result<u64, SimulationError> {
+        // The program's own earlier stores to this word are ordered before its atomic on it.
+        let drained = self.store_buffers[thread]
+            .drain_overlapping(&mut self.memory, rank, address, 8)
+            .map_err(|e| self.program_error(thread, format!("atomic: {e}")))?;
+        self.on_drained(thread, drained);
+        let old = self
+            .memory
+            .read_u64(rank, address)
+            .map_err(|e| self.program_error(thread, format!("atomic: {e}")))?;
+        self.memory
+            .write_u64(rank, address, update(old))
+            .map_err(|e| self.program_error(thread, format!("atomic: {e}")))?;
+        Ok(old)
+    }
+
+    fn on_drained(&mut self, thread: usize, drained: Vec<DrainedStore>) {
+        for store in drained {
+            if let Some(signal) = self
+                .p2p_signal_stores
+                .remove(&(thread, store.program_order))
+            {
+                let time = self.threads[thread].clock_nanoseconds
+                    + self.options.cost_model.nvlink_one_way_latency_nanoseconds;
+                self.deliver(store.target_rank, store.address, signal, time);
+            }
+        }
+    }
+
+    fn deliver(&mut self, rank: u32, address: u64, signal: Rc<SignalRecord>, time: u64) {
+        self.deliveries
+            .entry((rank, address))
+            .or_default()
+            .push(signal);
+        let entry = self.write_times.entry((rank, address)).or_insert(0);
+        *entry = (*entry).max(time);
+    }
+
+    fn program_error(&self, thread: usize, message: String) -> SimulationError {
+        let thread = &self.threads[thread];
+        SimulationError::Program(format!(
+            "rank {} program {}: {message}",
+            thread.rank, thread.program
+        ))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Waits
+
+    fn block_released(&self, thread: usize, block: &Block) -> Result<bool, SimulationError> {
+        let rank = self.threads[thread].rank;
+        Ok(match block {
+            Block::Flag {
+                address, expected, ..
+            } => self.load_i64(thread, rank, *address)? >= *expected,
+            Block::Mlx5Completion { qpn, slot, .. } => !matches!(
+                self.nic
+                    .poll_cq_for_index(&self.memory, rank, *qpn, *slot)
+                    .map_err(|e| SimulationError::Nic(e.to_string()))?,
+                CqPollResult::Pending
+            ),
+            Block::ProxyCompletion {
+                ring_address,
+                ticket,
+                ..
+            } => {
+                self.memory
+                    .read_u64(
+                        rank,
+                        ring_address + ProxyRingHeader::COMPLETION_COUNTER_OFFSET_BYTES,
+                    )
+                    .map_err(|e| SimulationError::Proxy(e.to_string()))?
+                    > *ticket
+            }
+            // Re-evaluated by running the instruction again.
+            Block::Space { .. } => true,
+            Block::Publication { address, base, .. } => {
+                self.memory
+                    .read_u64(rank, *address)
+                    .map_err(|e| SimulationError::Program(e.to_string()))?
+                    == *base
+            }
+            Block::Lock { address, .. } => {
+                self.memory
+                    .read_u64(rank, *address)
+                    .map_err(|e| SimulationError::Program(e.to_string()))?
+                    == 0
+            }
+        })
+    }
+
+    /// Checks, when a wait on `(rank, address)` passes, that the data of every signal delivered
+    /// there is visible, and that the data the reference run saw guarded by this wait is here.
+    fn check_delivered_data(
+        &mut self,
+        thread: usize,
+        address: u64,
+        site: usize,
+        seen: i64,
+    ) -> Result<(), SimulationError> {
+        let (rank, program) = (self.threads[thread].rank, self.threads[thread].program);
+        let round = (self.epoch - 1) as u32;
+        let key: ObservationKey = (round, rank, program, self.threads[thread].waits_passed);
+        self.threads[thread].waits_passed += 1;
+        let describe_wait = |world: &Self| {
+            format!(
+                "rank {rank} program {program} passed the wait at {} (flag {} = {seen})",
+                world.site(site),
+                world.memory.describe_address(rank, address)
+            )
+        };
+        let mut observation = Observation {
+            flag: (rank, address),
+            ranges: Vec::new(),
+        };
+        for signal in self.deliveries.remove(&(rank, address)).unwrap_or_default() {
+            for put in &signal.guarded {
+                let landed = self
+                    .memory
+                    .read(
+                        put.destination_rank,
+                        put.destination_address,
+                        put.expected.len() as u64,
+                    )
+                    .map_err(|e| SimulationError::Program(e.to_string()))?;
+                if let Some(offset) = first_difference(&landed, &put.expected) {
+                    return Err(SimulationError::DataNotVisible(format!(
+                        "{}, but the put at {} from rank {} program {} to {} on rank {} is not visible yet (byte {offset} is {:#04x}, the put carries {:#04x}); its signal at {} (rank {} program {}) was published before its data",
+                        describe_wait(self),
+                        self.site(put.site),
+                        put.rank,
+                        put.program,
+                        self.memory
+                            .describe_address(put.destination_rank, put.destination_address),
+                        put.destination_rank,
+                        landed[offset],
+                        put.expected[offset],
+                        self.site(signal.site),
+                        signal.rank,
+                        signal.program,
+                    )));
+                }
+                observation
+                    .ranges
+                    .push((put.destination_rank, put.destination_address, landed));
+            }
+        }
+        if let Some(expected) = self
+            .options
+            .expected_observations
+            .as_ref()
+            .and_then(|observations| observations.get(&key))
+        {
+            if expected.flag != (rank, address) {
+                return Err(SimulationError::DataNotVisible(format!(
+                    "{}, which is wait number {} of this program; in the library-style run that wait was on flag {} of rank {}",
+                    describe_wait(self),
+                    key.3,
+                    self.memory
+                        .describe_address(expected.flag.0, expected.flag.1),
+                    expected.flag.0
+                )));
+            }
+            for (range_rank, range_address, bytes) in &expected.ranges {
+                let here = self
+                    .memory
+                    .read(*range_rank, *range_address, bytes.len() as u64)
+                    .map_err(|e| SimulationError::Program(e.to_string()))?;
+                if let Some(offset) = first_difference(&here, bytes) {
+                    return Err(SimulationError::DataNotVisible(format!(
+                        "{}, but {} on rank {} holds {:#04x} at byte {offset} where the library-style run had {:#04x} when this wait passed: data the signal guards was issued or published after the signal",
+                        describe_wait(self),
+                        self.memory.describe_address(*range_rank, *range_address),
+                        range_rank,
+                        here[offset],
+                        bytes[offset],
+                    )));
+                }
+            }
+        }
+        self.observations.insert(key, observation);
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Programs
+
+    fn step_thread(&mut self, thread: usize) -> Result<(), SimulationError> {
+        self.threads[thread].blocked = None;
+        // Pure instructions run on; a step ends at the first effect, wait or the end.
+        for _ in 0..256 {
+            let Some(instruction) = self.fetch(thread) else {
+                self.threads[thread].finished = true;
+                return Ok(());
+            };
+            match self.execute(thread, &instruction)? {
+                Step::Continue => {}
+                Step::Effect => return Ok(()),
+                Step::Blocked(block) => {
+                    // Undo the fetch: the instruction runs again once released.
+                    self.threads[thread]
+                        .frames
+                        .last_mut()
+                        .expect("fetched from a frame")
+                        .pc -= 1;
+                    self.threads[thread].blocked = Some(block);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next instruction (advancing the pc), closing finished loop iterations and bodies.
+    fn fetch(&mut self, thread: usize) -> Option<Instruction> {
+        let state = &mut self.threads[thread];
+        loop {
+            let frame = state.frames.last_mut()?;
+            if frame.pc < frame.body.len() {
+                frame.pc += 1;
+                return Some(frame.body[frame.pc - 1].clone());
+            }
+            match frame.induction {
+                Some((register, current, upper, step)) if current + step < upper => {
+                    frame.induction = Some((register, current + step, upper, step));
+                    frame.pc = 0;
+                    state.registers[register] = Value::Integer(current + step);
+                }
+                _ => {
+                    state.frames.pop();
+                }
+            }
+        }
+    }
+
+    fn integer(&self, thread: usize, register: Register) -> Result<i64, SimulationError> {
+        match self.threads[thread].registers[register] {
+            Value::Integer(value) => Ok(value),
+            other => Err(self.program_error(
+                thread,
+                format!("expected an integer in a register, found {other:?}"),
+            )),
+        }
+    }
+
+    fn endpoint(
+        &self,
+        thread: usize,
+        register: Register,
+    ) -> Result<(u32, EndpointHandle), SimulationError> {
+        match self.threads[thread].registers[register] {
+            Value::Endpoint(endpoint) => {
+                Ok((endpoint.peer, self.endpoint_handles[endpoint.handle]))
+            }
+            other => {
+                Err(self.program_error(thread, format!("expected an endpoint, found {other:?}")))
+            }
+        }
+    }
+
+    fn remote_pointer(
+        &self,
+        thread: usize,
+        register: Register,
+    ) -> Result<RemotePointerValue, SimulationError> {
+        match self.threads[thread].registers[register] {
+            Value::RemotePointer(pointer) => Ok(pointer),
+            other => Err(self.program_error(
+                thread,
+                format!("expected a remote pointer, found {other:?}"),
+            )),
+        }
+    }
+
+    fn set(&mut self, thread: usize, register: Register, value: Value) {
+        self.threads[thread].registers[register] = value;
+    }
+
+    fn advance_clock(&mut self, thread: usize, nanoseconds: u64) {
+        self.threads[thread].clock_nanoseconds += nanoseconds;
+    }
+
+    fn execute(
+        &mut self,
+        thread: usize,
+        instruction: &Instruction,
+    ) -> Result<Step, SimulationError> {
+        let rank = self.threads[thread].rank;
+        let site = instruction.site;
+        let cost = self.options.cost_model.clone();
+        match &instruction.kind {
+            InstructionKind::Constant { result, value } => {
+                self.set(thread, *result, Value::Integer(*value))
+            }
+            InstructionKind::ProgramId { result } => {
+                let program = self.threads[thread].program;
+                self.set(thread, *result, Value::Integer(i64::from(program)));
+            }
+            InstructionKind::Rank { result } => {
+                self.set(thread, *result, Value::Integer(i64::from(rank)))
+            }
+            InstructionKind::WorldSize { result } => {
+                let ranks = self.options.ranks;
+                self.set(thread, *result, Value::Integer(i64::from(ranks)));
+            }
+            InstructionKind::Binary {
+                result,
+                operator,
+                lhs,
+                rhs,
+                width,
+            } => {
+                let (lhs, rhs) = (self.integer(thread, *lhs)?, self.integer(thread, *rhs)?);
+                let value = evaluate_binary(*operator, lhs, rhs).ok_or_else(|| {
+                    self.program_error(
+                        thread,
+                        format!("{:?} by zero at {}", operator, self.site(site)),
+                    )
+                })?;
+                self.set(
+                    thread,
+                    *result,
+                    Value::Integer(truncate_signed(value, *width)),
+                );
+            }
+            InstructionKind::Cast {
+                result,
+                source,
+                width,
+            } => {
+                let value = self.integer(thread, *source)?;
+                self.set(
+                    thread,
+                    *result,
+                    Value::Integer(truncate_signed(value, *width)),
+                );
+            }
+            InstructionKind::PointerAdd {
+                result,
+                base,
+                offset,
+            } => {
+                let value = self
+                    .integer(thread, *base)?
+                    .wrapping_add(self.integer(thread, *offset)?);
+                self.set(thread, *result, Value::Integer(value));
+            }
+            InstructionKind::Load {
+                result,
+                address,
+                width_bytes,
+            } => {
+                let address = self.integer(thread, *address)? as u64;
+                let bytes = self.load(thread, rank, address, *width_bytes)?;
+                let mut word = [0u8; 8];
+                word[..bytes.len()].copy_from_slice(&bytes);
+                let value = truncate_signed(i64::from_le_bytes(word), (*width_bytes * 8) as u32);
+                self.set(thread, *result, Value::Integer(value));
+            }
+            InstructionKind::Store {
+                address,
+                value,
+                width_bytes,
+            } => {
+                let address = self.integer(thread, *address)? as u64;
+                let value = self.integer(thread, *value)?;
+                let bytes = value.to_le_bytes()[..*width_bytes as usize].to_vec();
+                self.store(thread, rank, address, &bytes, StoreOrder::Relaxed)?;
+                self.advance_clock(thread, cost.gpu_global_store_nanoseconds);
+                return Ok(Step::Effect);
+            }
+            InstructionKind::For {
+                lower,
+                upper,
+                step,
+                induction,
+                body,
+            } => {
+                let (lower, upper, step) = (
+                    self.integer(thread, *lower)?,
+                    self.integer(thread, *upper)?,
+                    self.integer(thread, *step)?,
+                );
+                if step <= 0 {
+                    return Err(self.program_error(
+                        thread,
+                        format!("loop step {step} at {} is not positive", self.site(site)),
+                    ));
+                }
+                if lower < upper {
+                    self.set(thread, *induction, Value::Integer(lower));
+                    self.threads[thread].frames.push(Frame {
+                        body: body.clone(),
+                        pc: 0,
+                        induction: Some((*induction, lower, upper, step)),
+                    });
+                }
+            }
+            InstructionKind::If { condition, body } => {
+                if self.integer(thread, *condition)? != 0 {
+                    self.threads[thread].frames.push(Frame {
+                        body: body.clone(),
+                        pc: 0,
+                        induction: None,
+                    });
+                }
+            }
+            InstructionKind::Return => {
+                self.threads[thread].frames.clear();
+            }
+            InstructionKind::Endpoint {
+                result,
+                table,
+                peer,
+            } => {
+                let table = self.integer(thread, *table)? as u64;
+                let peer = self.integer(thread, *peer)?;
+                if peer < 0 || peer >= i64::from(self.options.ranks) || peer == i64::from(rank) {
+                    return Err(self.program_error(
+                        thread,
+                        format!(
+                            "endpoint to peer {peer} at {}: peers are the other ranks 0..{}",
+                            self.site(site),
+                            self.options.ranks
+                        ),
+                    ));
+                }
+                let address = table + peer as u64 * ENDPOINT_HANDLE_BYTES;
+                let handle = match self.endpoint_handle_index.get(&(rank, address)) {
+                    Some(&handle) => handle,
+                    None => {
+                        let bytes = self.load(thread, rank, address, ENDPOINT_HANDLE_BYTES)?;
+                        let decoded =
+                            EndpointHandle::from_bytes(&bytes.try_into().expect("128 bytes"));
+                        decoded.validate().map_err(|e| {
+                            self.program_error(
+                                thread,
+                                format!(
+                                    "the endpoint handle at {} is not valid: {e}",
+                                    self.memory.describe_address(rank, address)
+                                ),
+                            )
+                        })?;
+                        self.endpoint_handles.push(decoded);
+                        let index = self.endpoint_handles.len() - 1;
+                        self.endpoint_handle_index.insert((rank, address), index);
+                        index
+                    }
+                };
+                self.set(
+                    thread,
+                    *result,
+                    Value::Endpoint(EndpointValue {
+                        peer: peer as u32,
+                        handle,
+                    }),
+                );
+            }
+            InstructionKind::Remote {
+                result,
+                table,
+                peer,
+                element_bytes,
+            } => {
+                let table = self.integer(thread, *table)? as u64;
+                let peer = self.integer(thread, *peer)?;
+                if peer < 0 || peer >= i64::from(self.options.ranks) {
+                    return Err(self.program_error(
+                        thread,
+                        format!(
+                            "remote region of rank {peer} at {}: ranks are 0..{}",
+                            self.site(site),
+                            self.options.ranks
+                        ),
+                    ));
+                }
+                let region_index = *self.region_tables.get(&(rank, table)).ok_or_else(|| {
+                    self.program_error(
+                        thread,
+                        format!(
+                            "`ab.remote` at {} was given {}, which is not a region table",
+                            self.site(site),
+                            self.memory.describe_address(rank, table)
+                        ),
+                    )
+                })?;
+                let bytes = self.load(
+                    thread,
+                    rank,
+                    table + peer as u64 * REGION_DESCRIPTOR_BYTES,
+                    REGION_DESCRIPTOR_BYTES,
+                )?;
+                let descriptor =
+                    RemoteRegionDescriptor::from_bytes(&bytes.try_into().expect("32 bytes"));
+                self.set(
+                    thread,
+                    *result,
+                    Value::Remote(RemoteValue {
+                        peer: peer as u32,
+                        base_address: descriptor.base_address,
+                        length_bytes: descriptor.length_bytes,
+                        rkey: descriptor.rkey,
+                        region_index,
+                        element_bytes: *element_bytes,
+                    }),
+                );
+            }
+            InstructionKind::At {
+                result,
+                remote,
+                index,
+            } => {
+                let Value::Remote(region) = self.threads[thread].registers[*remote] else {
+                    return Err(
+                        self.program_error(thread, "`ab.at` of a non-remote value".to_owned())
+                    );
+                };
+                let index = self.integer(thread, *index)?;
+                let offset_bytes = (index as u64).wrapping_mul(region.element_bytes);
+                self.set(
+                    thread,
+                    *result,
+                    Value::RemotePointer(RemotePointerValue {
+                        peer: region.peer,
+                        address: region.base_address.wrapping_add(offset_bytes),
+                        rkey: region.rkey,
+                        region_index: region.region_index,
+                        offset_bytes,
+                        region_length_bytes: region.length_bytes,
+                    }),
+                );
+            }
+            InstructionKind::Reserve {
+                result,
+                endpoint,
+                slots,
+                atomic,
+            } => return self.reserve(thread, site, *result, *endpoint, *slots, *atomic),
+            InstructionKind::Put {
+                endpoint,
+                slot,
+                destination,
+                source,
+                bytes,
+                key,
+                predicate,
+                completion,
+                inline,
+            } => {
+                let (peer, handle) = self.endpoint(thread, *endpoint)?;
+                let slot = self.integer(thread, *slot)? as u64;
+                let destination = self.remote_pointer(thread, *destination)?;
+                self.check_same_peer(thread, site, peer, destination.peer)?;
+                let source = self.integer(thread, *source)? as u64;
+                let length_bytes = self.integer(thread, *bytes)?;
+                let key = self.integer(thread, *key)? as u32;
+                let predicate = self.integer(thread, *predicate)? != 0;
+                let completion = self.integer(thread, *completion)? != 0;
+                if length_bytes < 0 {
+                    return Err(self.program_error(
+                        thread,
+                        format!("put of {length_bytes} bytes at {}", self.site(site)),
+                    ));
+                }
+                let length_bytes = length_bytes as u64;
+                let expected = if predicate {
+                    self.load(thread, rank, source, length_bytes)?
+                } else {
+                    Vec::new()
+                };
+                let visible_at_post = if predicate {
+                    self.memory
+                        .read(rank, source, length_bytes)
+                        .map_err(|e| self.program_error(thread, format!("put source: {e}")))?
+                } else {
+                    Vec::new()
+                };
+                let record = Rc::new(PutRecord {
+                    rank,
+                    program: self.threads[thread].program,
+                    site,
+                    destination_rank: peer,
+                    destination_address: destination.address,
+                    expected: expected.clone(),
+                    visible_at_post,
+                });
+                if predicate {
+                    self.threads[thread]
+                        .unsignaled_puts
+                        .entry(peer)
+                        .or_default()
+                        .push(record.clone());
+                    self.counts.payload_bytes += length_bytes;
+                    if *inline {
+                        self.counts.inline_bytes += length_bytes;
+                    }
+                }
+                self.counts.wqes += 1;
+                self.counts.completions_requested += u64::from(completion);
+                let posted = if predicate {
+                    PostedCommand::Put(record)
+                } else {
+                    PostedCommand::Other
+                };
+                match self.kernel.target {
+                    Target::Mlx5 => {
+                        let common = WqeCommon {
+                            wqe_index: slot as u16,
+                            qpn: handle.qpn,
+                            fm_ce_se: if completion { WQE_CTRL_CQ_UPDATE } else { 0 },
+                        };
+                        let remote = RemoteAddress {
+                            address: destination.address,
+                            rkey: destination.rkey,
+                        };
+                        let wqe = if !predicate {
+                            let blocks = if *inline {
+                                inline_write_basic_blocks(length_bytes as i64) as usize
+                            } else {
+                                1
+                            };
+                            nop_spanning_basic_blocks(&common, blocks)
+                        } else if *inline {
+                            rdma_write_inline(&common, remote, &expected).map_err(|e| {
+                                self.program_error(
+                                    thread,
+                                    format!("inline put at {}: {e}", self.site(site)),
+                                )
+                            })?
+                        } else {
+                            rdma_write(
+                                &common,
+                                remote,
+                                LocalBuffer {
+                                    address: source,
+                                    lkey: key,
+                                    length_bytes: length_bytes as u32,
+                                },
+                            )
+                        };
+                        self.write_wqe(thread, peer, &handle, slot, wqe.basic_blocks(), posted)?;
+                    }
+                    Target::Proxy => {
+                        let operation = if predicate {
+                            if destination.offset_bytes + length_bytes
+                                > destination.region_length_bytes
+                            {
+                                // The proxy would reject it; say so at the source line.
+                                return Err(self.program_error(
+                                    thread,
+                                    format!(
+                                        "put at {} writes past the end of its region ({} + {length_bytes} > {} bytes)",
+                                        self.site(site),
+                                        destination.offset_bytes,
+                                        destination.region_length_bytes
+                                    ),
+                                ));
+                            }
+                            ProxyOperation::Put(ProxyPut {
+                                source_address: source,
+                                source_key: key,
+                                destination_region_index: destination.region_index,
+                                destination_offset_bytes: destination.offset_bytes,
+                                length_bytes,
+                            })
+                        } else {
+                            ProxyOperation::Nop
+                        };
+                        self.write_ring_entry(
+                            thread, peer, &handle, slot, completion, operation, posted,
+                        )?;
+                    }
+                    _ => unreachable!("p2p kernels have no queue commands"),
+                }
+                return Ok(Step::Effect);
+            }
+            InstructionKind::SignalCommand {
+                endpoint,
+                slot,
+                flag,
+                value,
+                completion,
+                operation,
+                fenced,
+            } => {
+                let (peer, handle) = self.endpoint(thread, *endpoint)?;
+                let slot = self.integer(thread, *slot)? as u64;
+                let flag = self.remote_pointer(thread, *flag)?;
+                self.check_same_peer(thread, site, peer, flag.peer)?;
+                let value = self.integer(thread, *value)? as u64;
+                let completion = self.integer(thread, *completion)? != 0;
+                let record = self.take_signal_record(thread, peer, site, flag.address);
+                self.counts.wqes += 1;
+                self.counts.completions_requested += u64::from(completion);
+                match self.kernel.target {
+                    Target::Mlx5 => {
+                        let mut fm_ce_se = if completion { WQE_CTRL_CQ_UPDATE } else { 0 };
+                        if *fenced {
+                            fm_ce_se |= FENCE_MODE_INITIATOR_SMALL;
+                        }
+                        let common = WqeCommon {
+                            wqe_index: slot as u16,
+                            qpn: handle.qpn,
+                            fm_ce_se,
+                        };
+                        let remote = RemoteAddress {
+                            address: flag.address,
+                            rkey: flag.rkey,
+                        };
+                        let result = LocalBuffer {
+                            address: handle.atomic_result_address,
+                            lkey: handle.atomic_result_lkey,
+                            length_bytes: 8,
+                        };
+                        let wqe = match operation {
+                            SignalOperation::Add => {
+                                atomic_fetch_add(&common, remote, value, result)
+                            }
+                            SignalOperation::Set => masked_compare_swap_64(
+                                &common,
+                                remote,
+                                MaskedCompareSwap64 {
+                                    swap: value,
+                                    compare: 0,
+                                    swap_mask: u64::MAX,
+                                    compare_mask: 0,
+                                },
+                                result,
+                            ),
+                        };
+                        self.write_wqe(
+                            thread,
+                            peer,
+                            &handle,
+                            slot,
+                            wqe.basic_blocks(),
+                            PostedCommand::Signal(record),
+                        )?;
+                    }
+                    Target::Proxy => {
+                        let operation = ProxyOperation::Signal(ProxySignal {
+                            region_index: flag.region_index,
+                            offset_bytes: flag.offset_bytes as u32,
+                            value,
+                            operation: match operation {
+                                SignalOperation::Add => ProxySignalOperation::Add,
+                                SignalOperation::Set => ProxySignalOperation::Set,
+                            },
+                        });
+                        self.write_ring_entry(
+                            thread,
+                            peer,
+                            &handle,
+                            slot,
+                            completion,
+                            operation,
+                            PostedCommand::Signal(record),
+                        )?;
+                    }
+                    _ => unreachable!("p2p kernels have no queue commands"),
+                }
+                return Ok(Step::Effect);
+            }
+            InstructionKind::Publish {
+                endpoint,
+                base,
+                count,
+            } => {
+                let (_, handle) = self.endpoint(thread, *endpoint)?;
+                let base = self.integer(thread, *base)? as u64;
+                let count = self.integer(thread, *count)? as u64;
+                let address = self.ready_counter_address(&handle);
+                if self.memory.read_u64(rank, address).unwrap_or(u64::MAX) != base {
+                    return Ok(Step::Blocked(Block::Publication {
+                        address,
+                        base,
+                        site,
+                    }));
+                }
+                self.atomic_update(thread, rank, address, |_| base + count)?;
+                self.counts.atomics += 1;
+                self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+                return Ok(Step::Effect);
+            }
+            InstructionKind::Lock { endpoint } => {
+                let (_, handle) = self.endpoint(thread, *endpoint)?;
+                let address =
+                    handle.management_address + management_offset(MANAGEMENT_POST_SEND_LOCK);
+                if self.memory.read_u64(rank, address).unwrap_or(1) != 0 {
+                    return Ok(Step::Blocked(Block::Lock { address, site }));
+                }
+                self.atomic_update(thread, rank, address, |_| 1)?;
+                self.counts.atomics += 1;
+                self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+                return Ok(Step::Effect);
+            }
+            InstructionKind::Unlock { endpoint } => {
+                let (_, handle) = self.endpoint(thread, *endpoint)?;
+                let address =
+                    handle.management_address + management_offset(MANAGEMENT_POST_SEND_LOCK);
+                self.store(
+                    thread,
+                    rank,
+                    address,
+                    &0u64.to_le_bytes(),
+                    StoreOrder::Release,
+                )?;
+                self.advance_clock(thread, cost.gpu_global_store_nanoseconds);
+                return Ok(Step::Effect);
+            }
+            InstructionKind::DoorbellRecord {
+                endpoint,
+                end,
+                atomic_max,
+                order,
+            } => {
+                let (_, handle) = self.endpoint(thread, *endpoint)?;
+                let mut end = self.integer(thread, *end)? as u64;
+                if *atomic_max {
+                    let address =
+                        handle.management_address + management_offset(MANAGEMENT_PRODUCER_INDEX);
+                    end = end.max(self.atomic_update(thread, rank, address, |old| old.max(end))?);
+                    self.counts.atomics += 1;
+                    self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+                }
+                let word = DoorbellRecord::send_counter_value(end as u32);
+                self.store(
+                    thread,
+                    rank,
+                    handle.doorbell_record_address + 4,
+                    &word.0,
+                    *order,
+                )?;
+                self.counts.doorbell_record_updates += 1;
+                self.advance_clock(thread, store_cost(&cost, *order));
+                return Ok(Step::Effect);
+            }
+            InstructionKind::Doorbell {
+                endpoint,
+                end,
+                atomic_max,
+                order,
+            } => {
+                let (peer, handle) = self.endpoint(thread, *endpoint)?;
+                let mut end = self.integer(thread, *end)? as u64;
+                self.counts.doorbells += 1;
+                match self.kernel.target {
+                    Target::Mlx5 => {
+                        let doorbell = UarDoorbell::next_producer_index(end as u16, handle.qpn);
+                        self.nic
+                            .ring_doorbell(rank, doorbell.to_bytes())
+                            .map_err(|e| SimulationError::Nic(e.to_string()))?;
+                        self.advance_clock(thread, cost.pcie_mmio_doorbell_write_nanoseconds);
+                        let time = self.threads[thread].clock_nanoseconds;
+                        self.doorbell_times
+                            .insert((rank, u64::from(handle.qpn)), time);
+                    }
+                    Target::Proxy => {
+                        let address =
+                            handle.proxy_ring_address + ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES;
+                        if *atomic_max {
+                            end = end.max(
+                                self.atomic_update(thread, rank, address, |old| old.max(end))?,
+                            );
+                            self.counts.atomics += 1;
+                            self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+                        }
+                        self.store(thread, rank, address, &end.to_le_bytes(), *order)?;
+                        self.advance_clock(thread, store_cost(&cost, *order));
+                        let time = self.threads[thread].clock_nanoseconds
+                            + cost.gpu_host_one_way_latency_nanoseconds;
+                        self.doorbell_times
+                            .insert((rank, handle.proxy_ring_address), time);
+                    }
+                    _ => unreachable!("p2p kernels have no doorbells"),
+                }
+                let _ = peer;
+                return Ok(Step::Effect);
+            }
+            InstructionKind::WaitCompletion { endpoint, slot } => {
+                let (peer, handle) = self.endpoint(thread, *endpoint)?;
+                let slot = match slot {
+                    Some(register) => self.integer(thread, *register)? as u64,
+                    None => match self.threads[thread].last_posted_slot.get(&peer) {
+                        Some(slot) => *slot,
+                        None => return Ok(Step::Continue),
+                    },
+                };
+                let block = match self.kernel.target {
+                    Target::Mlx5 => Block::Mlx5Completion {
+                        qpn: handle.qpn,
+                        peer,
+                        slot,
+                        site,
+                    },
+                    _ => Block::ProxyCompletion {
+                        ring_address: handle.proxy_ring_address,
+                        peer,
+                        ticket: slot,
+                        site,
+                    },
+                };
+                if let Block::Mlx5Completion { qpn, .. } = block
+                    && let CqPollResult::Error {
+                        syndrome,
+                        wqe_counter,
+                    } = self
+                        .nic
+                        .poll_cq_for_index(&self.memory, rank, qpn, slot)
+                        .map_err(|e| SimulationError::Nic(e.to_string()))?
+                {
+                    return Err(SimulationError::Nic(format!(
+                        "rank {rank} program {} waiting at {} found an error completion (syndrome {syndrome:#04x}) for the WQE at index {wqe_counter} on its QP to rank {peer}",
+                        self.threads[thread].program,
+                        self.site(site)
+                    )));
+                }
+                if !self.block_released(thread, &block)? {
+                    return Ok(Step::Blocked(block));
+                }
+                let key = match block {
+                    Block::Mlx5Completion { qpn, .. } => (rank, u64::from(qpn)),
+                    _ => (rank, handle.proxy_ring_address),
+                };
+                let completed_at = self.write_times.get(&key).copied().unwrap_or(0);
+                let state = &mut self.threads[thread];
+                state.clock_nanoseconds = state.clock_nanoseconds.max(completed_at);
+                return Ok(Step::Effect);
+            }
+            InstructionKind::P2pCopy {
+                endpoint,
+                destination,
+                source,
+                bytes,
+                predicate,
+            } => {
+                let (peer, _) = self.endpoint(thread, *endpoint)?;
+                let destination = self.remote_pointer(thread, *destination)?;
+                self.check_same_peer(thread, site, peer, destination.peer)?;
+                let source = self.integer(thread, *source)? as u64;
+                let length_bytes = self.integer(thread, *bytes)?.max(0) as u64;
+                if self.integer(thread, *predicate)? == 0 {
+                    return Ok(Step::Continue);
+                }
+                if destination.offset_bytes + length_bytes > destination.region_length_bytes {
+                    return Err(self.program_error(
+                        thread,
+                        format!(
+                            "copy at {} writes past the end of its region ({} + {length_bytes} > {} bytes)",
+                            self.site(site),
+                            destination.offset_bytes,
+                            destination.region_length_bytes
+                        ),
+                    ));
+                }
+                let payload = self.load(thread, rank, source, length_bytes)?;
+                let chunk = self.options.p2p_store_bytes.max(1) as usize;
+                for (index, piece) in payload.chunks(chunk).enumerate() {
+                    self.store(
+                        thread,
+                        peer,
+                        destination.address + (index * chunk) as u64,
+                        piece,
+                        StoreOrder::Relaxed,
+                    )?;
+                }
+                let record = Rc::new(PutRecord {
+                    rank,
+                    program: self.threads[thread].program,
+                    site,
+                    destination_rank: peer,
+                    destination_address: destination.address,
+                    expected: payload,
+                    visible_at_post: Vec::new(),
+                });
+                self.threads[thread]
+                    .unsignaled_puts
+                    .entry(peer)
+                    .or_default()
+                    .push(record);
+                self.counts.payload_bytes += length_bytes;
+                self.advance_clock(thread, cost.nvlink_store(length_bytes).0);
+                return Ok(Step::Effect);
+            }
+            InstructionKind::P2pSignal {
+                endpoint,
+                flag,
+                value,
+                operation,
+                order,
+            } => {
+                let (peer, _) = self.endpoint(thread, *endpoint)?;
+                let flag = self.remote_pointer(thread, *flag)?;
+                self.check_same_peer(thread, site, peer, flag.peer)?;
+                let value = self.integer(thread, *value)?;
+                let record = self.take_signal_record(thread, peer, site, flag.address);
+                let latency = cost.nvlink_one_way_latency_nanoseconds;
+                match operation {
+                    SignalOperation::Set => {
+                        let program_order =
+                            self.store(thread, peer, flag.address, &value.to_le_bytes(), *order)?;
+                        match order {
+                            StoreOrder::Release => {
+                                let time = self.threads[thread].clock_nanoseconds + latency;
+                                self.deliver(peer, flag.address, record, time);
+                            }
+                            StoreOrder::Relaxed => {
+                                self.p2p_signal_stores
+                                    .insert((thread, program_order), record);
+                            }
+                        }
+                        self.advance_clock(thread, store_cost(&cost, *order));
+                    }
+                    SignalOperation::Add => {
+                        if *order == StoreOrder::Release {
+                            self.flush(thread)?;
+                        }
+                        self.atomic_update(thread, peer, flag.address, |old| {
+                            old.wrapping_add(value as u64)
+                        })?;
+                        self.counts.atomics += 1;
+                        self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+                        let time = self.threads[thread].clock_nanoseconds + latency;
+                        self.deliver(peer, flag.address, record, time);
+                    }
+                }
+                return Ok(Step::Effect);
+            }
+            InstructionKind::Fence { scope } => {
+                self.flush(thread)?;
+                let nanoseconds = match scope {
+                    FenceScope::Cta => {
+                        self.counts.fences.cta += 1;
+                        cost.gpu_global_store_nanoseconds
+                    }
+                    FenceScope::Gpu => {
+                        self.counts.fences.gpu += 1;
+                        cost.fence_gpu_nanoseconds
+                    }
+                    FenceScope::Sys => {
+                        self.counts.fences.sys += 1;
+                        cost.fence_sys_nanoseconds
+                    }
+                };
+                self.advance_clock(thread, nanoseconds);
+                return Ok(Step::Effect);
+            }
+            InstructionKind::Barrier => {}
+            InstructionKind::WaitFlag {
+                flag,
+                value,
+                acquire: _,
+            } => {
+                let address = self.integer(thread, *flag)? as u64;
+                let expected = self.integer(thread, *value)?;
+                let seen = self.load_i64(thread, rank, address)?;
+                if seen < expected {
+                    return Ok(Step::Blocked(Block::Flag {
+                        address,
+                        expected,
+                        site,
+                    }));
+                }
+                self.check_delivered_data(thread, address, site, seen)?;
+                let written_at = self.write_times.get(&(rank, address)).copied().unwrap_or(0);
+                let state = &mut self.threads[thread];
+                state.clock_nanoseconds = state.clock_nanoseconds.max(written_at);
+                return Ok(Step::Effect);
+            }
+        }
+        Ok(Step::Continue)
+    }
+
+    fn take_signal_record(
+        &mut self,
+        thread: usize,
+        peer: u32,
+        site: usize,
+        flag_address: u64,
+    ) -> Rc<SignalRecord> {
+        let state = &mut self.threads[thread];
+        Rc::new(SignalRecord {
+            rank: state.rank,
+            program: state.program,
+            site,
+            flag: (peer, flag_address),
+            guarded: state.unsignaled_puts.remove(&peer).unwrap_or_default(),
+        })
+    }
+
+    fn check_same_peer(
+        &self,
+        thread: usize,
+        site: usize,
+        endpoint_peer: u32,
+        target_peer: u32,
+    ) -> Result<(), SimulationError> {
+        if endpoint_peer == target_peer {
+            return Ok(());
+        }
+        Err(self.program_error(
+            thread,
+            format!(
+                "the command at {} goes through the endpoint to rank {endpoint_peer} but targets memory of rank {target_peer}: use the endpoint of the rank whose region it writes",
+                self.site(site)
+            ),
+        ))
+    }
+
+    fn ready_counter_address(&self, handle: &EndpointHandle) -> u64 {
+        match self.kernel.target {
+            Target::Mlx5 => handle.management_address + management_offset(MANAGEMENT_READY_HEAD),
+            _ => handle.proxy_ring_address + ProxyRingHeader::PRODUCER_READY_COUNTER_OFFSET_BYTES,
+        }
+    }
+
+    fn reserve(
+        &mut self,
+        thread: usize,
+        site: usize,
+        result: Register,
+        endpoint: Register,
+        slots: Register,
+        atomic: bool,
+    ) -> Result<Step, SimulationError> {
+        let rank = self.threads[thread].rank;
+        let (peer, handle) = self.endpoint(thread, endpoint)?;
+        let slots = self.integer(thread, slots)? as u64;
+        let (counter, capacity, consumed) = match self.kernel.target {
+            Target::Mlx5 => {
+                let status = self
+                    .nic
+                    .queue_pair_status(rank, handle.qpn)
+                    .map_err(|e| SimulationError::Nic(e.to_string()))?;
+                (
+                    handle.management_address + management_offset(MANAGEMENT_RESERVED_HEAD),
+                    u64::from(handle.sq_wqe_basic_block_count),
+                    status.next_basic_block,
+                )
+            }
+            _ => (
+                handle.proxy_ring_address
+                    + ProxyRingHeader::PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES,
+                u64::from(handle.proxy_ring_capacity_entries),
+                self.memory
+                    .read_u64(
+                        rank,
+                        handle.proxy_ring_address + ProxyRingHeader::CONSUMER_HEAD_OFFSET_BYTES,
+                    )
+                    .map_err(|e| SimulationError::Proxy(e.to_string()))?,
+            ),
+        };
+        if slots > capacity {
+            return Err(self.program_error(
+                thread,
+                format!(
+                    "reservation of {slots} slots at {} exceeds the queue to rank {peer} ({capacity} slots): raise the ring size",
+                    self.site(site)
+                ),
+            ));
+        }
+        let cost = self.options.cost_model.clone();
+        if atomic {
+            let head = self.memory.read_u64(rank, counter).unwrap_or(0);
+            if head + slots > consumed + capacity {
+                return Ok(Step::Blocked(Block::Space { peer, site }));
+            }
+            let base = self.atomic_update(thread, rank, counter, |old| old + slots)?;
+            self.set(thread, result, Value::Integer(base as i64));
+            self.counts.reservations += 1;
+            self.counts.atomics += 1;
+            self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+            return Ok(Step::Effect);
+        }
+        // One owner: a plain load and a plain store, two steps apart, so that two programs
+        // wrongly believed to own one queue can interleave and collide.
+        match self.threads[thread].reservation_loaded.take() {
+            None => {
+                let head = self.load_i64(thread, rank, counter)? as u64;
+                if head + slots > consumed + capacity {
+                    return Ok(Step::Blocked(Block::Space { peer, site }));
+                }
+                self.threads[thread].reservation_loaded = Some(head);
+                // Run this instruction again for the store.
+                self.threads[thread]
+                    .frames
+                    .last_mut()
+                    .expect("executing in a frame")
+                    .pc -= 1;
+                self.advance_clock(thread, cost.gpu_global_store_nanoseconds);
+                Ok(Step::Effect)
+            }
+            Some(base) => {
+                self.store(
+                    thread,
+                    rank,
+                    counter,
+                    &(base + slots).to_le_bytes(),
+                    StoreOrder::Relaxed,
+                )?;
+                self.set(thread, result, Value::Integer(base as i64));
+                self.counts.reservations += 1;
+                self.advance_clock(thread, cost.gpu_global_store_nanoseconds);
+                Ok(Step::Effect)
+            }
+        }
+    }
+
+    fn write_wqe(
+        &mut self,
+        thread: usize,
+        peer: u32,
+        handle: &EndpointHandle,
+        slot: u64,
+        basic_blocks: &[[u8; 64]],
+        posted: PostedCommand,
+    ) -> Result<(), SimulationError> {
+        let rank = self.threads[thread].rank;
+        let ring = u64::from(handle.sq_wqe_basic_block_count);
+        for (offset, block) in basic_blocks.iter().enumerate() {
+            let index = (slot + offset as u64) % ring;
+            self.store(
+                thread,
+                rank,
+                handle.sq_buffer_address + index * 64,
+                block,
+                StoreOrder::Relaxed,
+            )?;
+        }
+        self.advance_clock(
+            thread,
+            self.options.cost_model.gpu_global_store_nanoseconds * basic_blocks.len() as u64,
+        );
+        self.posted.insert(
+            CommandKey::Mlx5 {
+                rank,
+                qpn: handle.qpn,
+                slot,
+            },
+            posted,
+        );
+        self.threads[thread].last_posted_slot.insert(peer, slot);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "one ring entry's fields")]
+    fn write_ring_entry(
+        &mut self,
+        thread: usize,
+        peer: u32,
+        handle: &EndpointHandle,
+        ticket: u64,
+        completion: bool,
+        operation: ProxyOperation,
+        posted: PostedCommand,
+    ) -> Result<(), SimulationError> {
+        let rank = self.threads[thread].rank;
+        let entry = ProxyCommand {
+            ticket,
+            peer_rank: peer,
+            completion_requested: completion,
+            operation,
+        }
+        .encode();
+        let bytes = entry.to_bytes();
+        let address = handle.proxy_ring_address
+            + ProxyRingHeader::ENTRIES_OFFSET_BYTES as u64
+            + aboleth_abi::proxy::slot_index(ticket, handle.proxy_ring_capacity_entries) as u64
+                * ProxyRingEntry::SIZE_BYTES as u64;
+        // The fields, then the sequence word last (both plain: the doorbell's release orders them).
+        self.store(thread, rank, address + 8, &bytes[8..], StoreOrder::Relaxed)?;
+        self.store(thread, rank, address, &bytes[..8], StoreOrder::Relaxed)?;
+        self.advance_clock(
+            thread,
+            2 * self.options.cost_model.gpu_global_store_nanoseconds,
+        );
+        self.posted
+            .insert(CommandKey::Proxy { rank, peer, ticket }, posted);
+        self.threads[thread].last_posted_slot.insert(peer, ticket);
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // NIC and proxy
+
+    fn step_nic(&mut self) -> Result<(), SimulationError> {
+        let Some(event) = self
+            .nic
+            .step(&mut self.memory, &mut self.rng)
+            .map_err(|e| SimulationError::Nic(e.to_string()))?
+        else {
+            return Ok(());
+        };
+        let rank = event.rank;
+        let rung_at = self
+            .doorbell_times
+            .get(&(rank, u64::from(event.qpn)))
+            .copied()
+            .unwrap_or(0);
+        let clock = &mut self.nic_clocks[rank as usize];
+        *clock = (*clock).max(rung_at) + event.cost.0;
+        let now = *clock;
+        let Some(execution) = event.wqe else {
+            return Ok(());
+        };
+        let key = CommandKey::Mlx5 {
+            rank,
+            qpn: event.qpn,
+            slot: execution.basic_block_index,
+        };
+        let posted = self.posted.remove(&key);
+        match execution.outcome {
+            WqeOutcome::Failed { syndrome, reason } => {
+                let site = match &posted {
+                    Some(PostedCommand::Put(put)) => {
+                        format!(" (the put at {})", self.site(put.site))
+                    }
+                    Some(PostedCommand::Signal(signal)) => {
+                        format!(" (the signal at {})", self.site(signal.site))
+                    }
+                    _ => String::new(),
+                };
+                return Err(SimulationError::Nic(format!(
+                    "rank {rank}'s QP to rank {}: the WQE at slot {}{site} failed with syndrome {syndrome:#04x}: {reason}",
+                    event.peer_rank, execution.basic_block_index
+                )));
+            }
+            WqeOutcome::Completed { .. } => {}
+        }
+        if execution.cqe_slot.is_some() {
+            self.write_times.insert((rank, u64::from(event.qpn)), now);
+        }
+        self.on_command_executed(posted, now)
+    }
+
+    fn step_proxy(&mut self, index: usize) -> Result<(), SimulationError> {
+        let Some(event) = self.proxies[index]
+            .step(&mut self.memory, &mut self.rng)
+            .map_err(|e| SimulationError::Proxy(e.to_string()))?
+        else {
+            return Ok(());
+        };
+        let rank = event.rank;
+        let ring_address = self.endpoint_handles_ring(rank, event.peer_rank);
+        let rung_at = self
+            .doorbell_times
+            .get(&(rank, ring_address))
+            .copied()
+            .unwrap_or(0);
+        let clock = &mut self.proxy_clocks[rank as usize];
+        *clock = (*clock).max(rung_at) + event.cost.0;
+        let now = *clock;
+        if event.completion_counter.is_some() {
+            self.write_times.insert(
+                (rank, ring_address),
+                now + self.options.cost_model.gpu_host_one_way_latency_nanoseconds,
+            );
+        }
+        let posted = self.posted.remove(&CommandKey::Proxy {
+            rank,
+            peer: event.peer_rank,
+            ticket: event.command.ticket,
+        });
+        self.on_command_executed(posted, now)
+    }
+
+    fn endpoint_handles_ring(&self, rank: u32, peer: u32) -> u64 {
+        let address = self.endpoint_tables[rank as usize] + u64::from(peer) * ENDPOINT_HANDLE_BYTES;
+        self.memory
+            .read(rank, address, ENDPOINT_HANDLE_BYTES)
+            .map(|bytes| {
+                EndpointHandle::from_bytes(&bytes.try_into().expect("128 bytes")).proxy_ring_address
+            })
+            .unwrap_or(0)
+    }
+
+    /// A NIC or proxy executed a command: check a put's bytes, deliver a signal.
+    fn on_command_executed(
+        &mut self,
+        posted: Option<PostedCommand>,
+        now: u64,
+    ) -> Result<(), SimulationError> {
+        match posted {
+            Some(PostedCommand::Put(put)) => {
+                let landed = self
+                    .memory
+                    .read(
+                        put.destination_rank,
+                        put.destination_address,
+                        put.expected.len() as u64,
+                    )
+                    .map_err(|e| SimulationError::Program(e.to_string()))?;
+                if let Some(offset) = first_difference(&landed, &put.expected) {
+                    // Older bytes than posted: the program's stores had not reached memory;
+                    // anything else: something wrote the source after the put was posted.
+                    let still_buffered = landed == put.visible_at_post;
+                    let why = if still_buffered {
+                        "the stores that wrote the source were not yet visible to the NIC or proxy (a missing fence before submission)"
+                    } else {
+                        "the source was overwritten before the transfer read it (a reuse without waiting for the put's completion)"
+                    };
+                    return Err(SimulationError::SourceChanged(format!(
+                        "the put at {} from rank {} program {} delivered {:#04x} at byte {offset} of {} on rank {} where the source held {:#04x} when it was posted: {why}",
+                        self.site(put.site),
+                        put.rank,
+                        put.program,
+                        landed[offset],
+                        self.memory
+                            .describe_address(put.destination_rank, put.destination_address),
+                        put.destination_rank,
+                        put.expected[offset],
+                    )));
+                }
+            }
+            Some(PostedCommand::Signal(signal)) => {
+                let (rank, address) = signal.flag;
+                self.deliver(rank, address, signal, now);
+            }
+            Some(PostedCommand::Other) | None => {}
+        }
+        Ok(())
+    }
+}
+
+fn store_cost(cost: &CostModel, order: StoreOrder) -> u64 {
+    match order {
+        StoreOrder::Relaxed => cost.gpu_global_store_nanoseconds,
+        // A release orders the earlier stores first: charged as an acq_rel fence plus the store.
+        StoreOrder::Release => cost.fence_gpu_nanoseconds + cost.gpu_global_store_nanoseconds,
+    }
+}
+
+fn first_difference(landed: &[u8], expected: &[u8]) -> Option<usize> {
+    landed
+        .iter()
+        .zip(expected)
+        .position(|(landed, expected)| landed != expected)
+}

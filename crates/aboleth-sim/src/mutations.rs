@@ -1,0 +1,208 @@
+//! Deliberately broken lowerings: each [`Mutation`] edits a lowered module the way one class of
+//! compiler bug would, so that tests can show the simulator catches that class.
+//!
+//! They exist only to test the checker (`aboleth sim --mutate NAME` and the mutation tests);
+//! nothing in the compiler calls them. Each one says what bug it stands for and how the
+//! simulator is expected to notice it. A mutation that finds nothing to break in a module
+//! reports that (`Ok(false)`), so a test cannot pass by mutating nothing.
+
+use aboleth_ir::{
+    Diagnostic,
+    ab::attributes::BinaryOperator,
+    attrs,
+    builder::Builder,
+    pliron::{
+        context::{Context, Ptr},
+        linked_list::LinkedList,
+        operation::Operation,
+    },
+    text::op_name,
+    walk::all_ops,
+};
+
+/// A class of lowering bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// The signal is executed before the data it publishes: on queues its command takes the
+    /// put's slot (the put moves after it); on p2p the copy is issued after the flag store.
+    /// Caught as data not visible when the wait passes.
+    SignalBeforeData,
+    /// Every fence is dropped and every release store becomes relaxed (doorbell records, proxy
+    /// heads, p2p flags). Caught as a flag or command seen before its data (stale WQE or ring
+    /// entry bytes, data not visible, or a source read before its stores landed).
+    MissingFence,
+    /// No command requests a completion. Caught as a deadlock naming the waiting program.
+    DroppedCompletion,
+    /// The mlx5 UAR doorbell is rung before the doorbell record is written (mlx5 only). Caught
+    /// when the NIC services the doorbell in between: it sees no new WQEs and the waiters hang.
+    DoorbellBeforeRecord,
+    /// Waits for a put's completion before its source is reused are dropped. Caught as a
+    /// transfer delivering bytes written after it was posted.
+    ReusedSourceWithoutWait,
+}
+
+impl Mutation {
+    /// Every mutation, in the order tests and the CLI list them.
+    pub const ALL: [Mutation; 5] = [
+        Mutation::SignalBeforeData,
+        Mutation::MissingFence,
+        Mutation::DroppedCompletion,
+        Mutation::DoorbellBeforeRecord,
+        Mutation::ReusedSourceWithoutWait,
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::SignalBeforeData => "signal-before-data",
+            Mutation::MissingFence => "missing-fence",
+            Mutation::DroppedCompletion => "dropped-completion",
+            Mutation::DoorbellBeforeRecord => "doorbell-before-record",
+            Mutation::ReusedSourceWithoutWait => "reused-source-without-wait",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Mutation::ALL
+            .into_iter()
+            .find(|mutation| mutation.name() == name)
+    }
+
+    /// Applies the mutation to a lowered module; `Ok(false)` when there was nothing to break.
+    pub fn apply(self, ctx: &mut Context, module: Ptr<Operation>) -> Result<bool, Diagnostic> {
+        let mut changed = false;
+        match self {
+            Mutation::SignalBeforeData => {
+                for op in all_ops(ctx, module) {
+                    let name = op_name(ctx, op);
+                    if !matches!(name.as_str(), "mlx5.write" | "proxy.put" | "p2p.copy") {
+                        continue;
+                    }
+                    let Some(signal) = next_in_block(ctx, op, |name| {
+                        matches!(name, "mlx5.atomic" | "proxy.signal" | "p2p.signal")
+                    }) else {
+                        continue;
+                    };
+                    if name == "p2p.copy" {
+                        op.unlink(ctx);
+                        op.insert_after(ctx, signal);
+                    } else {
+                        swap_slots(ctx, op, signal);
+                    }
+                    changed = true;
+                }
+            }
+            Mutation::MissingFence => {
+                for op in all_ops(ctx, module) {
+                    match op_name(ctx, op).as_str() {
+                        "gpu.fence" => {
+                            Operation::erase(op, ctx);
+                            changed = true;
+                        }
+                        "p2p.signal" | "mlx5.doorbell_record" | "proxy.doorbell" => {
+                            attrs::set_string(ctx, op, "order", "relaxed");
+                            changed = true;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Mutation::DroppedCompletion => {
+                for op in all_ops(ctx, module) {
+                    let completion_operand = match op_name(ctx, op).as_str() {
+                        "mlx5.write" | "proxy.put" => 7,
+                        "mlx5.atomic" | "proxy.signal" => 4,
+                        _ => continue,
+                    };
+                    let mut builder = Builder::before(ctx, op);
+                    let zero = builder.constant(ctx, 0);
+                    Operation::replace_operand(op, ctx, completion_operand, zero);
+                    attrs::remove(ctx, op, "completion_once");
+                    changed = true;
+                }
+            }
+            Mutation::DoorbellBeforeRecord => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) != "mlx5.doorbell" {
+                        continue;
+                    }
+                    let Some(record) =
+                        previous_in_block(ctx, op, |name| name == "mlx5.doorbell_record")
+                    else {
+                        continue;
+                    };
+                    op.unlink(ctx);
+                    op.insert_before(ctx, record);
+                    changed = true;
+                }
+            }
+            Mutation::ReusedSourceWithoutWait => {
+                for op in all_ops(ctx, module) {
+                    let name = op_name(ctx, op);
+                    let is_token_wait = matches!(
+                        name.as_str(),
+                        "mlx5.wait_completion" | "proxy.wait_completion"
+                    ) && op.deref(ctx).get_num_operands() == 2;
+                    if is_token_wait {
+                        Operation::erase(op, ctx);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+}
+
+fn next_in_block(
+    ctx: &Context,
+    op: Ptr<Operation>,
+    wanted: impl Fn(&str) -> bool,
+) -> Option<Ptr<Operation>> {
+    let mut cursor = op.deref(ctx).get_next();
+    while let Some(next) = cursor {
+        if wanted(&op_name(ctx, next)) {
+            return Some(next);
+        }
+        cursor = next.deref(ctx).get_next();
+    }
+    None
+}
+
+fn previous_in_block(
+    ctx: &Context,
+    op: Ptr<Operation>,
+    wanted: impl Fn(&str) -> bool,
+) -> Option<Ptr<Operation>> {
+    let mut cursor = op.deref(ctx).get_prev();
+    while let Some(previous) = cursor {
+        if wanted(&op_name(ctx, previous)) {
+            return Some(previous);
+        }
+        cursor = previous.deref(ctx).get_prev();
+    }
+    None
+}
+
+/// Gives the signal the put's first slot and moves the put right after the signal's slots, so
+/// the queue executes the signal first while the slot range stays the same.
+fn swap_slots(ctx: &mut Context, put: Ptr<Operation>, signal: Ptr<Operation>) {
+    const SLOT: usize = 1;
+    let signal_slots = match op_name(ctx, signal).as_str() {
+        "mlx5.atomic" => {
+            use aboleth_ir::ab::attributes::SignalOperation;
+            match attrs::get_typed::<SignalOperation>(ctx, signal, "op") {
+                Some(SignalOperation::Add) => 1,
+                _ => 2,
+            }
+        }
+        _ => 1,
+    };
+    let put_slot = put.deref(ctx).get_operand(SLOT);
+    let mut builder = Builder::before(ctx, put);
+    let shift = builder.constant(ctx, signal_slots);
+    let moved = builder.binary(ctx, BinaryOperator::Add, put_slot, shift);
+    Operation::replace_operand(put, ctx, SLOT, moved);
+    Operation::replace_operand(signal, ctx, SLOT, put_slot);
+}

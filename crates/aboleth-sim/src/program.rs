@@ -1,0 +1,598 @@
+//! The simulator's form of a lowered kernel: a tree of instructions over numbered registers,
+//! built once from the transport-level IR (mlx5, proxy, p2p and gpu ops plus the scalar `ab`
+//! ops) so that running it many times under many schedules does not touch pliron.
+//!
+//! What it does: maps every SSA value to a register, keeps loops and ifs as nested bodies,
+//! resolves attributes (inline, atomic, fence, order, signal op) into fields, and records each
+//! instruction's source location for reports. What it does not do: execute anything
+//! ([`crate::interpreter`] does), or accept semantic communication ops: a kernel must be lowered
+//! first, and an unlowered `ab.put` is an error naming its line.
+
+use std::{collections::HashMap, rc::Rc};
+
+use aboleth_ir::{
+    Diagnostic,
+    ab::{
+        attributes::{BinaryOperator, SignalOperation},
+        ops::BinaryOp,
+        types::RemoteType,
+    },
+    attrs,
+    pliron::{
+        common_traits::Named,
+        context::{Context, Ptr},
+        operation::Operation,
+        r#type::Typed,
+        value::Value,
+    },
+    scalar::{constant_value, integer_width},
+    text::op_name,
+    transport::Target,
+    walk::{block_ops, kernel_name, region_block},
+};
+
+use crate::launch::LaunchSpec;
+
+/// A register number.
+pub type Register = usize;
+
+/// Where an instruction came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// `file:line:column` of the op (lowered ops carry their semantic op's location).
+    pub location: String,
+    /// The op's name, e.g. `mlx5.write`.
+    pub op_name: String,
+}
+
+/// One instruction and its site.
+#[derive(Clone, Debug)]
+pub struct Instruction {
+    /// Index into [`SimKernel::sites`].
+    pub site: usize,
+    /// What it does.
+    pub kind: InstructionKind,
+}
+
+/// Whether a store orders the stores before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOrder {
+    /// A plain (relaxed, volatile) store.
+    Relaxed,
+    /// `st.release.sys`: every earlier store of the program is visible first.
+    Release,
+}
+
+/// The instruction set: the scalar `ab` ops and the transport ops.
+#[derive(Clone, Debug)]
+#[allow(
+    missing_docs,
+    reason = "fields are the op's operands, named as in transport.rs"
+)]
+pub enum InstructionKind {
+    /// `builtin.constant`.
+    Constant { result: Register, value: i64 },
+    /// `ab.program_id`.
+    ProgramId { result: Register },
+    /// `ab.rank`.
+    Rank { result: Register },
+    /// `ab.world_size`.
+    WorldSize { result: Register },
+    /// `ab.binop`, wrapped to `width` bits.
+    Binary {
+        result: Register,
+        operator: BinaryOperator,
+        lhs: Register,
+        rhs: Register,
+        width: u32,
+    },
+    /// `ab.cast` to `width` bits.
+    Cast {
+        result: Register,
+        source: Register,
+        width: u32,
+    },
+    /// `ab.ptr_add`.
+    PointerAdd {
+        result: Register,
+        base: Register,
+        offset: Register,
+    },
+    /// `ab.load` of `width_bytes` (sign-extended).
+    Load {
+        result: Register,
+        address: Register,
+        width_bytes: u64,
+    },
+    /// `ab.store` of `width_bytes`.
+    Store {
+        address: Register,
+        value: Register,
+        width_bytes: u64,
+    },
+    /// `ab.for`.
+    For {
+        lower: Register,
+        upper: Register,
+        step: Register,
+        induction: Register,
+        body: Rc<[Instruction]>,
+    },
+    /// `ab.if`.
+    If {
+        condition: Register,
+        body: Rc<[Instruction]>,
+    },
+    /// `ab.return`.
+    Return,
+    /// `ab.endpoint`: the handle at `table + peer * 128`.
+    Endpoint {
+        result: Register,
+        table: Register,
+        peer: Register,
+    },
+    /// `ab.remote`: the descriptor at `table + peer * 32`.
+    Remote {
+        result: Register,
+        table: Register,
+        peer: Register,
+        element_bytes: u64,
+    },
+    /// `ab.at`: element `index`.
+    At {
+        result: Register,
+        remote: Register,
+        index: Register,
+    },
+    /// `mlx5.reserve` / `proxy.reserve`.
+    Reserve {
+        result: Register,
+        endpoint: Register,
+        slots: Register,
+        atomic: bool,
+    },
+    /// `mlx5.write` / `proxy.put`.
+    Put {
+        endpoint: Register,
+        slot: Register,
+        destination: Register,
+        source: Register,
+        bytes: Register,
+        key: Register,
+        predicate: Register,
+        completion: Register,
+        inline: bool,
+    },
+    /// `mlx5.atomic` / `proxy.signal`.
+    SignalCommand {
+        endpoint: Register,
+        slot: Register,
+        flag: Register,
+        value: Register,
+        completion: Register,
+        operation: SignalOperation,
+        fenced: bool,
+    },
+    /// `mlx5.publish` / `proxy.publish`: wait until the ready head is `base`, then advance it.
+    Publish {
+        endpoint: Register,
+        base: Register,
+        count: Register,
+    },
+    /// `mlx5.lock`.
+    Lock { endpoint: Register },
+    /// `mlx5.unlock`.
+    Unlock { endpoint: Register },
+    /// `mlx5.doorbell_record`.
+    DoorbellRecord {
+        endpoint: Register,
+        end: Register,
+        atomic_max: bool,
+        order: StoreOrder,
+    },
+    /// `mlx5.doorbell` / `proxy.doorbell`.
+    Doorbell {
+        endpoint: Register,
+        end: Register,
+        atomic_max: bool,
+        order: StoreOrder,
+    },
+    /// `mlx5.wait_completion` / `proxy.wait_completion` (everything reserved when no slot).
+    WaitCompletion {
+        endpoint: Register,
+        slot: Option<Register>,
+    },
+    /// `p2p.copy`.
+    P2pCopy {
+        endpoint: Register,
+        destination: Register,
+        source: Register,
+        bytes: Register,
+        predicate: Register,
+    },
+    /// `p2p.signal`.
+    P2pSignal {
+        endpoint: Register,
+        flag: Register,
+        value: Register,
+        operation: SignalOperation,
+        order: StoreOrder,
+    },
+    /// `gpu.fence` with its scope (`cta`, `gpu`, `sys`).
+    Fence { scope: FenceScope },
+    /// `gpu.barrier`.
+    Barrier,
+    /// `gpu.wait_flag`: spin until the local flag is `>= value`.
+    WaitFlag {
+        flag: Register,
+        value: Register,
+        acquire: bool,
+    },
+}
+
+/// A fence's scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceScope {
+    /// `fence.acq_rel.cta`.
+    Cta,
+    /// `fence.acq_rel.gpu`.
+    Gpu,
+    /// `fence.sc.sys`.
+    Sys,
+}
+
+/// A parameter of the kernel.
+#[derive(Clone, Debug)]
+pub struct Parameter {
+    /// Its name in the IR (what `bind` refers to).
+    pub name: String,
+    /// Its register.
+    pub register: Register,
+}
+
+/// A lowered kernel ready to run.
+#[derive(Clone, Debug)]
+pub struct SimKernel {
+    /// Kernel name.
+    pub name: String,
+    /// The transport it was lowered for.
+    pub target: Target,
+    /// Grid, regions, bindings and initial contents.
+    pub launch: LaunchSpec,
+    /// Parameters in order.
+    pub parameters: Vec<Parameter>,
+    /// The body.
+    pub body: Rc<[Instruction]>,
+    /// Registers needed.
+    pub register_count: usize,
+    /// Source sites, indexed by [`Instruction::site`].
+    pub sites: Vec<Site>,
+}
+
+/// Builds the simulator form of `kernel`, lowered for `target`.
+pub fn build_kernel(
+    ctx: &Context,
+    kernel: Ptr<Operation>,
+    target: Target,
+) -> Result<SimKernel, Diagnostic> {
+    let string_attribute = |name: &str| attrs::get_string(ctx, kernel, name);
+    let launch = LaunchSpec::parse(
+        string_attribute("grid").as_deref(),
+        string_attribute("regions").as_deref(),
+        string_attribute("bind").as_deref(),
+        string_attribute("init").as_deref(),
+    )
+    .map_err(|message| Diagnostic::at_op(ctx, kernel, format!("cannot simulate: {message}")))?;
+    let mut builder = KernelBuilder {
+        ctx,
+        registers: HashMap::new(),
+        sites: Vec::new(),
+    };
+    let entry = region_block(ctx, kernel, 0);
+    let mut parameters = Vec::new();
+    for index in 0..entry.deref(ctx).get_num_arguments() {
+        let argument = entry.deref(ctx).get_argument(index);
+        let name = argument
+            .given_name(ctx)
+            .map(|name| name.to_string())
+            .unwrap_or_else(|| format!("arg{index}"));
+        if !launch.bindings.contains_key(&name) {
+            return Err(Diagnostic::at_op(
+                ctx,
+                kernel,
+                format!(
+                    "cannot simulate: argument `{name}` is not bound; add `{name}=...` to the kernel's `bind` attribute"
+                ),
+            ));
+        }
+        parameters.push(Parameter {
+            name,
+            register: builder.register(argument),
+        });
+    }
+    for argument in launch.bindings.keys() {
+        if !parameters
+            .iter()
+            .any(|parameter| &parameter.name == argument)
+        {
+            return Err(Diagnostic::at_op(
+                ctx,
+                kernel,
+                format!("cannot simulate: `bind` names `{argument}`, which is not an argument"),
+            ));
+        }
+    }
+    let body = builder.build_block(entry_ops(ctx, kernel))?;
+    Ok(SimKernel {
+        name: kernel_name(ctx, kernel),
+        target,
+        launch,
+        parameters,
+        body,
+        register_count: builder.registers.len(),
+        sites: builder.sites,
+    })
+}
+
+fn entry_ops(ctx: &Context, kernel: Ptr<Operation>) -> Vec<Ptr<Operation>> {
+    block_ops(ctx, region_block(ctx, kernel, 0))
+}
+
+struct KernelBuilder<'a> {
+    ctx: &'a Context,
+    registers: HashMap<Value, Register>,
+    sites: Vec<Site>,
+}
+
+impl KernelBuilder<'_> {
+    fn register(&mut self, value: Value) -> Register {
+        let next = self.registers.len();
+        *self.registers.entry(value).or_insert(next)
+    }
+
+    fn build_block(&mut self, ops: Vec<Ptr<Operation>>) -> Result<Rc<[Instruction]>, Diagnostic> {
+        let mut instructions = Vec::with_capacity(ops.len());
+        for op in ops {
+            if let Some(instruction) = self.build_op(op)? {
+                instructions.push(instruction);
+            }
+        }
+        Ok(instructions.into())
+    }
+
+    fn build_op(&mut self, op: Ptr<Operation>) -> Result<Option<Instruction>, Diagnostic> {
+        let ctx = self.ctx;
+        let name = op_name(ctx, op);
+        let (operands, results): (Vec<Value>, Vec<Value>) = {
+            let operation = op.deref(ctx);
+            (
+                operation.operands().collect(),
+                (0..operation.get_num_results())
+                    .map(|index| operation.get_result(index))
+                    .collect(),
+            )
+        };
+        let operand = |builder: &mut Self, index: usize| -> Result<Register, Diagnostic> {
+            operands
+                .get(index)
+                .map(|value| builder.register(*value))
+                .ok_or_else(|| {
+                    Diagnostic::at_op(ctx, op, format!("`{name}` lacks operand {index}"))
+                })
+        };
+        let result = |builder: &mut Self| -> Result<Register, Diagnostic> {
+            results
+                .first()
+                .map(|value| builder.register(*value))
+                .ok_or_else(|| Diagnostic::at_op(ctx, op, format!("`{name}` has no result")))
+        };
+        let string = |key: &str| attrs::get_string(ctx, op, key);
+        let order = |key: &str| match string(key).as_deref() {
+            Some("relaxed") | Some("volatile") => StoreOrder::Relaxed,
+            _ => StoreOrder::Release,
+        };
+        let signal_operation =
+            || attrs::get_typed::<SignalOperation>(ctx, op, "op").unwrap_or(SignalOperation::Set);
+        let kind = match name.as_str() {
+            "builtin.constant" => InstructionKind::Constant {
+                result: result(self)?,
+                value: constant_value(ctx, results[0]).ok_or_else(|| {
+                    Diagnostic::at_op(ctx, op, "the simulator handles integer constants only")
+                })?,
+            },
+            "ab.program_id" => InstructionKind::ProgramId {
+                result: result(self)?,
+            },
+            "ab.rank" => InstructionKind::Rank {
+                result: result(self)?,
+            },
+            "ab.world_size" => InstructionKind::WorldSize {
+                result: result(self)?,
+            },
+            "ab.binop" => {
+                let operator = Operation::get_op::<BinaryOp>(op, ctx)
+                    .expect("ab.binop is a BinaryOp")
+                    .operator(ctx);
+                InstructionKind::Binary {
+                    result: result(self)?,
+                    operator,
+                    lhs: operand(self, 0)?,
+                    rhs: operand(self, 1)?,
+                    width: integer_width(ctx, results[0]).unwrap_or(64),
+                }
+            }
+            "ab.cast" => InstructionKind::Cast {
+                result: result(self)?,
+                source: operand(self, 0)?,
+                width: integer_width(ctx, results[0]).unwrap_or(64),
+            },
+            "ab.ptr_add" => InstructionKind::PointerAdd {
+                result: result(self)?,
+                base: operand(self, 0)?,
+                offset: operand(self, 1)?,
+            },
+            "ab.load" => InstructionKind::Load {
+                result: result(self)?,
+                address: operand(self, 0)?,
+                width_bytes: u64::from(integer_width(ctx, results[0]).unwrap_or(64) / 8),
+            },
+            "ab.store" => InstructionKind::Store {
+                address: operand(self, 0)?,
+                value: operand(self, 1)?,
+                width_bytes: u64::from(integer_width(ctx, operands[1]).unwrap_or(64) / 8),
+            },
+            "ab.for" => {
+                let block = region_block(ctx, op, 0);
+                let induction = self.register(block.deref(ctx).get_argument(0));
+                InstructionKind::For {
+                    lower: operand(self, 0)?,
+                    upper: operand(self, 1)?,
+                    step: operand(self, 2)?,
+                    induction,
+                    body: self.build_block(block_ops(ctx, block))?,
+                }
+            }
+            "ab.if" => InstructionKind::If {
+                condition: operand(self, 0)?,
+                body: self.build_block(block_ops(ctx, region_block(ctx, op, 0)))?,
+            },
+            "ab.yield" => return Ok(None),
+            "ab.return" => InstructionKind::Return,
+            "ab.endpoint" => InstructionKind::Endpoint {
+                result: result(self)?,
+                table: operand(self, 0)?,
+                peer: operand(self, 1)?,
+            },
+            "ab.remote" => {
+                let ty = results[0].get_type(ctx);
+                let element_bytes = ty
+                    .deref(ctx)
+                    .downcast_ref::<RemoteType>()
+                    .map_or(1, |remote| u64::from(remote.element_bytes));
+                InstructionKind::Remote {
+                    result: result(self)?,
+                    table: operand(self, 0)?,
+                    peer: operand(self, 1)?,
+                    element_bytes,
+                }
+            }
+            "ab.at" => InstructionKind::At {
+                result: result(self)?,
+                remote: operand(self, 0)?,
+                index: operand(self, 1)?,
+            },
+            "mlx5.reserve" | "proxy.reserve" => InstructionKind::Reserve {
+                result: result(self)?,
+                endpoint: operand(self, 0)?,
+                slots: operand(self, 1)?,
+                atomic: attrs::get_bool(ctx, op, "atomic"),
+            },
+            "mlx5.write" | "proxy.put" => InstructionKind::Put {
+                endpoint: operand(self, 0)?,
+                slot: operand(self, 1)?,
+                destination: operand(self, 2)?,
+                source: operand(self, 3)?,
+                bytes: operand(self, 4)?,
+                key: operand(self, 5)?,
+                predicate: operand(self, 6)?,
+                completion: operand(self, 7)?,
+                inline: attrs::get_bool(ctx, op, "inline"),
+            },
+            "mlx5.atomic" | "proxy.signal" => InstructionKind::SignalCommand {
+                endpoint: operand(self, 0)?,
+                slot: operand(self, 1)?,
+                flag: operand(self, 2)?,
+                value: operand(self, 3)?,
+                completion: operand(self, 4)?,
+                operation: signal_operation(),
+                fenced: attrs::get_bool(ctx, op, "fence"),
+            },
+            "mlx5.publish" | "proxy.publish" => InstructionKind::Publish {
+                endpoint: operand(self, 0)?,
+                base: operand(self, 1)?,
+                count: operand(self, 2)?,
+            },
+            "mlx5.lock" => InstructionKind::Lock {
+                endpoint: operand(self, 0)?,
+            },
+            "mlx5.unlock" => InstructionKind::Unlock {
+                endpoint: operand(self, 0)?,
+            },
+            "mlx5.doorbell_record" => InstructionKind::DoorbellRecord {
+                endpoint: operand(self, 0)?,
+                end: operand(self, 1)?,
+                atomic_max: attrs::get_bool(ctx, op, "atomic_max"),
+                order: order("order"),
+            },
+            "mlx5.doorbell" | "proxy.doorbell" => InstructionKind::Doorbell {
+                endpoint: operand(self, 0)?,
+                end: operand(self, 1)?,
+                atomic_max: attrs::get_bool(ctx, op, "atomic_max"),
+                order: order("order"),
+            },
+            "mlx5.wait_completion" | "proxy.wait_completion" => InstructionKind::WaitCompletion {
+                endpoint: operand(self, 0)?,
+                slot: if operands.len() > 1 {
+                    Some(operand(self, 1)?)
+                } else {
+                    None
+                },
+            },
+            "p2p.copy" => InstructionKind::P2pCopy {
+                endpoint: operand(self, 0)?,
+                destination: operand(self, 1)?,
+                source: operand(self, 2)?,
+                bytes: operand(self, 3)?,
+                predicate: operand(self, 4)?,
+            },
+            "p2p.signal" => InstructionKind::P2pSignal {
+                endpoint: operand(self, 0)?,
+                flag: operand(self, 1)?,
+                value: operand(self, 2)?,
+                operation: signal_operation(),
+                order: order("order"),
+            },
+            "gpu.fence" => InstructionKind::Fence {
+                scope: match string("scope").as_deref() {
+                    Some("cta") => FenceScope::Cta,
+                    Some("sys") => FenceScope::Sys,
+                    _ => FenceScope::Gpu,
+                },
+            },
+            "gpu.barrier" => InstructionKind::Barrier,
+            "gpu.wait_flag" => InstructionKind::WaitFlag {
+                flag: operand(self, 0)?,
+                value: operand(self, 1)?,
+                acquire: string("order").as_deref() == Some("acquire"),
+            },
+            other if other.starts_with("ab.") => {
+                return Err(Diagnostic::at_op(
+                    ctx,
+                    op,
+                    format!(
+                        "cannot simulate `{other}`: the simulator runs lowered kernels; run the pipeline (with lowering) first"
+                    ),
+                ));
+            }
+            other => {
+                return Err(Diagnostic::at_op(
+                    ctx,
+                    op,
+                    format!("cannot simulate `{other}`: the simulator does not model this op"),
+                ));
+            }
+        };
+        let diagnostic = Diagnostic::at_op(ctx, op, "");
+        self.sites.push(Site {
+            location: format!(
+                "{}:{}:{}",
+                diagnostic.file, diagnostic.line, diagnostic.column
+            ),
+            op_name: name,
+        });
+        Ok(Some(Instruction {
+            site: self.sites.len() - 1,
+            kind,
+        }))
+    }
+}

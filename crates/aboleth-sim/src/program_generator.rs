@@ -1,0 +1,1 @@
+//! Random valid Aboleth programs for translation validation (being written).

@@ -1,0 +1,293 @@
+//! Translation validation: the library-style lowering (`--passes-off`) and the Aboleth lowering
+//! (the planning passes on) of one program, each run under many random schedules, must agree.
+//!
+//! For each schedule both configurations run with the same data seed; every run is checked by
+//! the interpreter as it goes (data visible when a wait passes, transfers carry their source
+//! as posted, no deadlock, no NIC or proxy error), and its final memory (every region on every
+//! rank) must equal that of the library-style run under the first schedule. The first schedule
+//! of each configuration also gives the executed counts and simulated time that `aboleth sim
+//! --stats` and `make demo` print. What it does not do: prove equivalence for all schedules
+//! (it samples them), or check programs that race by themselves (such a program fails here
+//! with passes off as well, which is how to tell).
+
+use std::{collections::BTreeSet, rc::Rc};
+
+use aboleth_ir::{
+    Diagnostic, pliron::context::Context, text::parse_module, transport::Target, walk::kernels,
+};
+use aboleth_passes::pipeline::{PipelineOptions, run_pipeline};
+
+use crate::{
+    interpreter::{RoundReport, SimulationOptions, SimulationOutcome, simulate},
+    launch::Expression,
+    mutations::Mutation,
+    program::{SimKernel, build_kernel},
+};
+
+/// What to validate and how hard.
+#[derive(Clone, Debug)]
+pub struct ValidationOptions {
+    /// Transport.
+    pub target: Target,
+    /// Ranks.
+    pub ranks: u32,
+    /// Random schedules per configuration.
+    pub schedules: u32,
+    /// First schedule seed (schedule `k` uses `seed + k`); also the data seed.
+    pub seed: u64,
+    /// Launches per run.
+    pub rounds: u32,
+    /// Planning passes left out of the Aboleth configuration.
+    pub disabled_passes: BTreeSet<String>,
+    /// A deliberately broken lowering applied to the Aboleth configuration.
+    pub mutation: Option<Mutation>,
+    /// Scheduler steps per run before it is reported as not terminating.
+    pub step_limit: u64,
+    /// Programs per rank, overriding the kernel's `grid` attribute (an expression in `ranks`).
+    pub grid: Option<String>,
+    /// Only the kernel of this name (default: all).
+    pub kernel: Option<String>,
+}
+
+impl ValidationOptions {
+    /// Defaults: 2 ranks, 20 schedules, seed 0, one round, all passes.
+    pub fn new(target: Target) -> Self {
+        ValidationOptions {
+            target,
+            ranks: 2,
+            schedules: 20,
+            seed: 0,
+            rounds: 1,
+            disabled_passes: BTreeSet::new(),
+            mutation: None,
+            step_limit: 2_000_000,
+            grid: None,
+            kernel: None,
+        }
+    }
+}
+
+/// One failed check.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Failure {
+    /// `passes-off` or `passes-on`.
+    pub configuration: &'static str,
+    /// Schedule number (0-based) and its seed.
+    pub schedule: u32,
+    /// The seed that reproduces it (`--seed`, with `--schedules 1`).
+    pub schedule_seed: u64,
+    /// `divergence`, `deadlock`, `data-not-visible`, `source-changed`, `nic`, ...
+    pub kind: &'static str,
+    /// What happened, naming ranks, programs, lines and addresses.
+    pub message: String,
+}
+
+/// A configuration's figures under the first schedule.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ConfigurationFigures {
+    /// Per launch: executed counts and simulated time.
+    pub rounds: Vec<RoundReport>,
+}
+
+/// The validation of one kernel.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KernelValidation {
+    /// Kernel name.
+    pub kernel: String,
+    /// Transport.
+    pub target: &'static str,
+    /// Schedules run per configuration.
+    pub schedules: u32,
+    /// Library style (`--passes-off`), first schedule.
+    pub passes_off: ConfigurationFigures,
+    /// Aboleth (passes on), first schedule.
+    pub passes_on: ConfigurationFigures,
+    /// Every failed check (empty: validated).
+    pub failures: Vec<Failure>,
+}
+
+impl KernelValidation {
+    /// True when no check failed.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Parses `text`, runs the pipeline with `pipeline`, optionally breaks the lowering with
+/// `mutation`, and builds the simulator form of every kernel. The flag says whether the
+/// mutation found something to break.
+pub fn compile_for_simulation(
+    text: &str,
+    file: &str,
+    pipeline: &PipelineOptions,
+    mutation: Option<Mutation>,
+) -> Result<(Vec<SimKernel>, bool), Diagnostic> {
+    let ctx = &mut Context::new();
+    let module = parse_module(ctx, text, file)?;
+    run_pipeline(ctx, module, pipeline)?;
+    let mut mutated = false;
+    if let Some(mutation) = mutation {
+        mutated = mutation.apply(ctx, module)?;
+    }
+    let built = kernels(ctx, module)
+        .into_iter()
+        .map(|kernel| build_kernel(ctx, kernel, pipeline.target))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((built, mutated))
+}
+
+/// Validates every kernel of `text`. Errors are compile errors; failed checks are in the result.
+pub fn validate(
+    text: &str,
+    file: &str,
+    options: &ValidationOptions,
+) -> Result<Vec<KernelValidation>, Diagnostic> {
+    let mut off_options = PipelineOptions::new(options.target);
+    off_options.passes_off = true;
+    let mut on_options = PipelineOptions::new(options.target);
+    on_options.disabled = options.disabled_passes.clone();
+    let (off_kernels, _) = compile_for_simulation(text, file, &off_options, None)?;
+    let (on_kernels, mutated) = compile_for_simulation(text, file, &on_options, options.mutation)?;
+    if let Some(mutation) = options.mutation
+        && !mutated
+    {
+        return Err(Diagnostic {
+            file: file.to_owned(),
+            line: 0,
+            column: 0,
+            message: format!(
+                "the mutation `{}` found nothing to break in this program for {}",
+                mutation.name(),
+                options.target.name()
+            ),
+        });
+    }
+    let grid = options
+        .grid
+        .as_deref()
+        .map(Expression::parse)
+        .transpose()
+        .map_err(|message| Diagnostic {
+            file: "<command line>".into(),
+            line: 0,
+            column: 0,
+            message: format!("--grid: {message}"),
+        })?;
+    let mut validations = Vec::new();
+    for (mut off, mut on) in off_kernels.into_iter().zip(on_kernels) {
+        if options
+            .kernel
+            .as_ref()
+            .is_some_and(|name| *name != off.name)
+        {
+            continue;
+        }
+        if let Some(grid) = &grid {
+            off.launch.grid = grid.clone();
+            on.launch.grid = grid.clone();
+        }
+        validations.push(validate_kernel(&off, &on, options));
+    }
+    if let Some(name) = &options.kernel
+        && validations.is_empty()
+    {
+        return Err(Diagnostic {
+            file: file.to_owned(),
+            line: 0,
+            column: 0,
+            message: format!("no kernel named `{name}` in this file (--kernel)"),
+        });
+    }
+    Ok(validations)
+}
+
+fn validate_kernel(
+    off: &SimKernel,
+    on: &SimKernel,
+    options: &ValidationOptions,
+) -> KernelValidation {
+    let mut validation = KernelValidation {
+        kernel: off.name.clone(),
+        target: options.target.name(),
+        schedules: options.schedules,
+        passes_off: ConfigurationFigures::default(),
+        passes_on: ConfigurationFigures::default(),
+        failures: Vec::new(),
+    };
+    let mut reference: Option<SimulationOutcome> = None;
+    let mut expected_observations = None;
+    for schedule in 0..options.schedules {
+        let schedule_seed = options.seed.wrapping_add(u64::from(schedule));
+        let simulation = SimulationOptions {
+            rounds: options.rounds,
+            schedule_seed,
+            data_seed: options.seed,
+            step_limit: options.step_limit,
+            expected_observations: expected_observations.clone(),
+            ..SimulationOptions::new(options.ranks)
+        };
+        for (configuration, kernel) in [("passes-off", off), ("passes-on", on)] {
+            let outcome = match simulate(kernel, &simulation) {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    validation.failures.push(Failure {
+                        configuration,
+                        schedule,
+                        schedule_seed,
+                        kind: error.kind(),
+                        message: error.to_string(),
+                    });
+                    continue;
+                }
+            };
+            if schedule == 0 {
+                let figures = ConfigurationFigures {
+                    rounds: outcome.rounds.clone(),
+                };
+                if configuration == "passes-off" {
+                    validation.passes_off = figures;
+                } else {
+                    validation.passes_on = figures;
+                }
+            }
+            match &reference {
+                None => {
+                    // The first successful run (library style under the first schedule when
+                    // it succeeds) defines what every wait guards.
+                    expected_observations = Some(Rc::new(outcome.observations.clone()));
+                    reference = Some(outcome);
+                }
+                Some(reference) => {
+                    if let Some(message) = first_divergence(reference, &outcome) {
+                        validation.failures.push(Failure {
+                            configuration,
+                            schedule,
+                            schedule_seed,
+                            kind: "divergence",
+                            message,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    validation
+}
+
+/// Where `outcome`'s final memory first differs from `reference`'s.
+fn first_divergence(reference: &SimulationOutcome, outcome: &SimulationOutcome) -> Option<String> {
+    for (expected, found) in reference.final_regions.iter().zip(&outcome.final_regions) {
+        if let Some(offset) = expected
+            .bytes
+            .iter()
+            .zip(&found.bytes)
+            .position(|(expected, found)| expected != found)
+        {
+            return Some(format!(
+                "final memory differs from the library-style run under the first schedule: rank {} region '{}' byte {offset:#x} is {:#04x}, expected {:#04x}",
+                expected.rank, expected.region, found.bytes[offset], expected.bytes[offset]
+            ));
+        }
+    }
+    None
+}
