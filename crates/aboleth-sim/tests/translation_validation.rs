@@ -1,0 +1,232 @@
+//! Translation validation of the example programs, the mutation tests (one deliberately broken
+//! lowering per test, each of which must be caught), and the simulator's user-facing errors.
+
+use aboleth_ir::transport::Target;
+use aboleth_passes::pipeline::PipelineOptions;
+use aboleth_sim::{
+    interpreter::{SimulationOptions, simulate},
+    mutations::Mutation,
+    validation::{KernelValidation, ValidationOptions, compile_for_simulation, validate},
+};
+
+const TARGETS: [Target; 3] = [Target::Mlx5, Target::Proxy, Target::P2p];
+
+fn example(name: &str) -> (String, String) {
+    let path = format!(
+        "{}/../../examples/ir/{name}.abo",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    (text, format!("examples/ir/{name}.abo"))
+}
+
+fn run(name: &str, options: &ValidationOptions) -> KernelValidation {
+    let (text, file) = example(name);
+    let mut validations = validate(&text, &file, options).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(validations.len(), 1);
+    validations.remove(0)
+}
+
+#[test]
+fn every_example_validates_on_every_target() {
+    for name in [
+        "alltoall",
+        "dead_put",
+        "moe_dispatch",
+        "reuse_source",
+        "stream_put_signal_1",
+        "stream_put_signal_4",
+        "stream_put_signal_16",
+    ] {
+        for target in TARGETS {
+            for ranks in [2, 4] {
+                let mut options = ValidationOptions::new(target);
+                options.ranks = ranks;
+                options.rounds = 2;
+                let validation = run(name, &options);
+                assert!(
+                    validation.passed(),
+                    "{name} on {} with {ranks} ranks: {:#?}",
+                    target.name(),
+                    validation.failures
+                );
+                assert_eq!(validation.passes_off.rounds.len(), 2);
+                assert_eq!(validation.passes_on.rounds.len(), 2);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_alltoall_validates_on_eight_ranks() {
+    for target in TARGETS {
+        let mut options = ValidationOptions::new(target);
+        options.ranks = 8;
+        options.rounds = 3;
+        let validation = run("alltoall", &options);
+        assert!(validation.passed(), "{:#?}", validation.failures);
+    }
+}
+
+#[test]
+fn executed_counts_of_the_sixteen_chain_stream_match_the_plan() {
+    let mut options = ValidationOptions::new(Target::Mlx5);
+    options.schedules = 2;
+    let validation = run("stream_put_signal_16", &options);
+    assert!(validation.passed(), "{:#?}", validation.failures);
+    // Two ranks, one program each.
+    let on = validation.passes_on.rounds[0].counts;
+    assert_eq!(
+        (on.reservations, on.doorbells, on.doorbell_record_updates),
+        (2, 2, 2)
+    );
+    assert_eq!((on.atomics, on.wqes, on.completions_requested), (0, 64, 2));
+    assert_eq!(on.inline_bytes, 2 * 16 * 64);
+    let off = validation.passes_off.rounds[0].counts;
+    assert_eq!(
+        (off.reservations, off.doorbells, off.doorbell_record_updates),
+        (32, 32, 32)
+    );
+    assert_eq!(off.atomics, 32 * 4);
+    assert!(
+        validation.passes_on.rounds[0].simulated_time_nanoseconds
+            < validation.passes_off.rounds[0].simulated_time_nanoseconds
+    );
+}
+
+/// Runs `mutation` on `program` for `target` and returns the kinds of the failures found.
+fn mutation_failures(mutation: Mutation, program: &str, target: Target) -> Vec<&'static str> {
+    let mut options = ValidationOptions::new(target);
+    options.ranks = 3;
+    options.mutation = Some(mutation);
+    let validation = run(program, &options);
+    for failure in &validation.failures {
+        assert_eq!(
+            failure.configuration, "passes-on",
+            "the library-style run must stay clean: {failure:?}"
+        );
+    }
+    validation.failures.iter().map(|f| f.kind).collect()
+}
+
+#[test]
+fn mutation_signal_before_data_is_caught() {
+    for target in TARGETS {
+        let kinds = mutation_failures(Mutation::SignalBeforeData, "stream_put_signal_4", target);
+        assert!(
+            kinds.contains(&"data-not-visible"),
+            "{}: {kinds:?}",
+            target.name()
+        );
+    }
+}
+
+#[test]
+fn mutation_missing_fence_is_caught() {
+    for (target, expected) in [
+        (Target::Mlx5, "nic"),
+        (Target::Proxy, "proxy"),
+        (Target::P2p, "data-not-visible"),
+    ] {
+        let kinds = mutation_failures(Mutation::MissingFence, "stream_put_signal_4", target);
+        assert!(kinds.contains(&expected), "{}: {kinds:?}", target.name());
+    }
+    let kinds = mutation_failures(Mutation::MissingFence, "reuse_source", Target::Proxy);
+    assert!(kinds.contains(&"source-changed"), "{kinds:?}");
+}
+
+#[test]
+fn mutation_dropped_completion_is_caught() {
+    for target in [Target::Mlx5, Target::Proxy] {
+        let kinds = mutation_failures(Mutation::DroppedCompletion, "alltoall", target);
+        assert!(kinds.contains(&"deadlock"), "{}: {kinds:?}", target.name());
+    }
+}
+
+#[test]
+fn mutation_doorbell_before_record_is_caught() {
+    let kinds = mutation_failures(
+        Mutation::DoorbellBeforeRecord,
+        "stream_put_signal_4",
+        Target::Mlx5,
+    );
+    assert!(kinds.contains(&"deadlock"), "{kinds:?}");
+}
+
+#[test]
+fn mutation_reused_source_without_wait_is_caught() {
+    for target in [Target::Mlx5, Target::Proxy] {
+        let kinds = mutation_failures(Mutation::ReusedSourceWithoutWait, "reuse_source", target);
+        assert!(
+            kinds.contains(&"source-changed"),
+            "{}: {kinds:?}",
+            target.name()
+        );
+    }
+}
+
+#[test]
+fn a_mutation_with_nothing_to_break_is_an_error_not_a_pass() {
+    let (text, file) = example("alltoall");
+    let mut options = ValidationOptions::new(Target::P2p);
+    options.mutation = Some(Mutation::DoorbellBeforeRecord);
+    let error = validate(&text, &file, &options).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "examples/ir/alltoall.abo: error: the mutation `doorbell-before-record` found nothing to break in this program for p2p"
+    );
+}
+
+const WAITS_FOREVER: &str = r#"builtin.module @lonely {
+  ^entry():
+  builtin.func @lonely: builtin.function <(ab.ptr, builtin.integer i64) -> ()>
+    [grid: builtin.string "1",
+     regions: builtin.string "flags=8",
+     bind: builtin.string "my_flags=local:flags epoch=value:epoch"]
+  {
+    ^entry(my_flags: ab.ptr, epoch: builtin.integer i64):
+      ab.wait_signal my_flags, epoch [];
+      ab.return
+  }
+}
+"#;
+
+#[test]
+fn a_deadlock_names_rank_program_flag_and_epoch() {
+    let pipeline = PipelineOptions::new(Target::Mlx5);
+    let (kernels, _) =
+        compile_for_simulation(WAITS_FOREVER, "lonely.abo", &pipeline, None).unwrap();
+    let error = simulate(&kernels[0], &SimulationOptions::new(2)).unwrap_err();
+    assert_eq!(error.kind(), "deadlock");
+    assert_eq!(
+        error.to_string(),
+        "deadlock: rank 0 program 0 waits at lonely.abo:9:7 (gpu.wait_flag) for flag 'flags'+0x0 on rank 0 to reach 1 (epoch 1); it holds 0: the signal that should set it never arrived; \
+         rank 1 program 0 waits at lonely.abo:9:7 (gpu.wait_flag) for flag 'flags'+0x0 on rank 1 to reach 1 (epoch 1); it holds 0: the signal that should set it never arrived"
+    );
+}
+
+#[test]
+fn setup_errors_name_the_attribute_and_the_fix() {
+    let pipeline = PipelineOptions::new(Target::P2p);
+    let unbound = WAITS_FOREVER.replace(" epoch=value:epoch", "");
+    let error = compile_for_simulation(&unbound, "unbound.abo", &pipeline, None).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "unbound.abo:3:3: error: cannot simulate: argument `epoch` is not bound; add `epoch=...` to the kernel's `bind` attribute"
+    );
+    let no_regions = WAITS_FOREVER.replace("     regions: builtin.string \"flags=8\",\n", "");
+    let error = compile_for_simulation(&no_regions, "bare.abo", &pipeline, None).unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "bare.abo:3:3: error: cannot simulate: the kernel has no `regions` attribute"
+        ),
+        "{error}"
+    );
+    let (kernels, _) =
+        compile_for_simulation(WAITS_FOREVER, "lonely.abo", &pipeline, None).unwrap();
+    let error = simulate(&kernels[0], &SimulationOptions::new(1)).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot set up the simulation: 1 rank(s): communication needs at least 2 ranks (--ranks)"
+    );
+}
