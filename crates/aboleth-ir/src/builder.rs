@@ -7,6 +7,7 @@
 
 use awint::bw;
 use pliron::{
+    basic_block::BasicBlock,
     builtin::{
         attributes::IntegerAttr,
         ops::ConstantOp,
@@ -23,7 +24,7 @@ use pliron::{
 
 use crate::ab::{
     attributes::BinaryOperator,
-    ops::{BinaryOp, CastOp},
+    ops::{BinaryOp, CastOp, IfOp, YieldOp},
 };
 
 /// Where new ops go.
@@ -87,6 +88,38 @@ impl Builder {
             0,
         );
         self.insert(ctx, op)
+    }
+
+    /// Emits `ab.if condition { ab.yield }` and returns it with its (only) block, so that ops
+    /// can be moved or created inside before the `ab.yield`.
+    pub fn create_if(
+        &mut self,
+        ctx: &mut Context,
+        condition: Value,
+    ) -> (Ptr<Operation>, Ptr<BasicBlock>) {
+        let op = Operation::new(
+            ctx,
+            IfOp::get_concrete_op_info(),
+            vec![],
+            vec![condition],
+            vec![],
+            1,
+        );
+        self.insert(ctx, op);
+        let block = BasicBlock::new(ctx, None, vec![]);
+        let region = op.deref(ctx).get_region(0);
+        block.insert_at_back(region, ctx);
+        let terminator = Operation::new(
+            ctx,
+            YieldOp::get_concrete_op_info(),
+            vec![],
+            vec![],
+            vec![],
+            0,
+        );
+        terminator.deref_mut(ctx).set_loc(self.location.clone());
+        terminator.insert_at_back(block, ctx);
+        (op, block)
     }
 
     /// Emits an `i64` constant.

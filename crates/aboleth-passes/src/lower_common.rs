@@ -145,6 +145,20 @@ impl Lowering<'_> {
             let op = ops[index];
             let name = op_name(ctx, op);
             let batch = attrs::get_int(ctx, op, "batch");
+            if batch.is_none() && is_unbatched_predicated_put(ctx, op) {
+                // As `if (predicate) nvshmem_put(...)`: nothing at all is posted when the
+                // predicate is false (a NOP keeping a batch's size static is only worth it in a
+                // batch). The put moves into an `ab.if` and is lowered there, unpredicated.
+                let predicate = put_predicate(ctx, op).expect("predicated");
+                let mut builder = Builder::before(ctx, op);
+                let (_, block) = builder.create_if(ctx, predicate);
+                let terminator = block_ops(ctx, block)[0];
+                op.unlink(ctx);
+                op.insert_before(ctx, terminator);
+                self.lower_batch(ctx, &[op], false)?;
+                index += 1;
+                continue;
+            }
             if is_transfer(ctx, op) || (name == "ab.for" && batch.is_some()) {
                 let mut members = vec![op];
                 let mut last = index;
@@ -337,6 +351,11 @@ impl Lowering<'_> {
         let (completion, completion_once) = match (decision.as_deref(), last_iteration) {
             (Some("never"), _) => (builder.constant(ctx, 0), false),
             (Some("last_iteration"), Some(is_last)) => (is_last, true),
+            (Some("last_iteration"), None) => match innermost_last_iteration(ctx, &mut builder, op)
+            {
+                Some(is_last) => (is_last, true),
+                None => (builder.constant(ctx, 1), false),
+            },
             _ => (builder.constant(ctx, 1), false),
         };
         let publication = attrs::get_typed::<Publication>(ctx, op, "publication");
@@ -349,9 +368,13 @@ impl Lowering<'_> {
             fenced: publication.is_none() || publication == Some(Publication::Fenced),
         };
         if op_name(ctx, op) == "ab.put" {
+            let guarded_by_if = op.deref(ctx).get_parent_op(ctx).is_some_and(|parent| {
+                op_name(ctx, parent) == "ab.if"
+                    && put_predicate(ctx, op) == Some(parent.deref(ctx).get_operand(0))
+            });
             let predicate = match put_predicate(ctx, op) {
-                Some(predicate) => builder.to_i64(ctx, predicate),
-                None => builder.constant(ctx, 1),
+                Some(predicate) if !guarded_by_if => builder.to_i64(ctx, predicate),
+                _ => builder.constant(ctx, 1),
             };
             self.transport
                 .emit_put(ctx, &mut builder, &command, predicate);
@@ -371,6 +394,38 @@ impl Lowering<'_> {
         self.erase.push(op);
         Ok(slots)
     }
+}
+
+/// `1` on the last iteration of the innermost constant-trip-count loop around `op` (not
+/// batched), else `0`; `None` when `op` is not directly in such a loop. The completion it gates
+/// is requested once per run of that loop: at its end, which is what a later drain needs.
+fn innermost_last_iteration(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    op: Ptr<Operation>,
+) -> Option<Value> {
+    let for_op = op.deref(ctx).get_parent_op(ctx)?;
+    if op_name(ctx, for_op) != "ab.for" {
+        return None;
+    }
+    let trip = constant_trip_count(ctx, for_op)?;
+    let induction = region_block(ctx, for_op, 0).deref(ctx).get_argument(0);
+    let (lower, step) = {
+        let operation = for_op.deref(ctx);
+        (operation.get_operand(0), operation.get_operand(2))
+    };
+    let distance = builder.binary(ctx, BinaryOperator::Sub, induction, lower);
+    let iteration = builder.binary(ctx, BinaryOperator::Div, distance, step);
+    let last = builder.constant(ctx, trip - 1);
+    Some(builder.binary(ctx, BinaryOperator::Eq, iteration, last))
+}
+
+/// A put with a runtime predicate, outside any batch, whose token nothing uses (a waited token
+/// would need its slot outside the `ab.if`).
+fn is_unbatched_predicated_put(ctx: &Context, op: Ptr<Operation>) -> bool {
+    op_name(ctx, op) == "ab.put"
+        && put_predicate(ctx, op).is_some()
+        && !op.deref(ctx).get_result(0).is_used(ctx)
 }
 
 /// The index of a signal right after the put at `index` (pure scalar ops between them allowed)
