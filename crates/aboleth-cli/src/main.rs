@@ -153,7 +153,8 @@ enum Command {
         #[arg(long)]
         stats: bool,
         /// Break the Aboleth lowering on purpose, to see the checker catch it: signal-before-data,
-        /// missing-fence, dropped-completion, doorbell-before-record, reused-source-without-wait.
+        /// missing-fence, dropped-completion, doorbell-before-record, reused-source-without-wait,
+        /// false-single-owner, epoch-off-by-one.
         #[arg(long, value_name = "MUTATION")]
         mutate: Option<String>,
         /// Scheduler steps per run before it is reported as not terminating.

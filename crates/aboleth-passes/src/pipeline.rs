@@ -150,6 +150,14 @@ pub fn run_pipeline(
         options,
         &pass_context,
         &mut report,
+        "elide-epochs",
+    )?;
+    run_one(
+        ctx,
+        module,
+        options,
+        &pass_context,
+        &mut report,
         "assign-queue-owners",
     )?;
     run_one(

@@ -91,6 +91,12 @@ pub const PASSES: &[PassInfo] = &[
         run: crate::completion_planning::run,
     },
     PassInfo {
+        name: "elide-epochs",
+        level: Level::Submission,
+        description: "derive per-iteration epoch counters from the loop counter instead of a load and a store each iteration",
+        run: crate::elide_epochs::run,
+    },
+    PassInfo {
         name: "assign-queue-owners",
         level: Level::Submission,
         description: "find endpoints that one program owns, so posting needs no atomics or locks",

@@ -190,6 +190,9 @@ pub enum SimulationError {
     /// A transfer delivered bytes other than its source at posting time.
     #[error("a transfer did not deliver its source as posted: {0}")]
     SourceChanged(String),
+    /// Two commands were written to the same queue slot before the first one executed.
+    #[error("two commands in one queue slot: {0}")]
+    SlotCollision(String),
     /// The NIC model reported an error (bad key, out of bounds, malformed WQE, ...).
     #[error("NIC error: {0}")]
     Nic(String),
@@ -210,6 +213,7 @@ impl SimulationError {
             SimulationError::StepLimit { .. } => "step-limit",
             SimulationError::DataNotVisible(_) => "data-not-visible",
             SimulationError::SourceChanged(_) => "source-changed",
+            SimulationError::SlotCollision(_) => "slot-collision",
             SimulationError::Nic(_) => "nic",
             SimulationError::Proxy(_) => "proxy",
             SimulationError::Program(_) => "program",
@@ -2253,15 +2257,42 @@ impl<'k> World<'k> {
             thread,
             self.options.cost_model.gpu_global_store_nanoseconds * basic_blocks.len() as u64,
         );
-        self.posted.insert(
+        self.post(
+            thread,
             CommandKey::Mlx5 {
                 rank,
                 qpn: handle.qpn,
                 slot,
             },
+            peer,
             posted,
-        );
+        )?;
         self.threads[thread].last_posted_slot.insert(peer, slot);
+        Ok(())
+    }
+
+    /// Records a posted command; a slot still holding an unexecuted command means two programs
+    /// took the same slots (a queue posted as if it had one owner when it has several).
+    fn post(
+        &mut self,
+        thread: usize,
+        key: CommandKey,
+        peer: u32,
+        posted: PostedCommand,
+    ) -> Result<(), SimulationError> {
+        if self.posted.contains_key(&key) {
+            let (rank, slot) = match key {
+                CommandKey::Mlx5 { rank, slot, .. }
+                | CommandKey::Proxy {
+                    rank, ticket: slot, ..
+                } => (rank, slot),
+            };
+            return Err(SimulationError::SlotCollision(format!(
+                "rank {rank} program {} wrote slot {slot} of its queue to rank {peer} while an earlier command there had not executed yet: two programs reserved the same slots (is the queue really owned by one program?)",
+                self.threads[thread].program
+            )));
+        }
+        self.posted.insert(key, posted);
         Ok(())
     }
 
@@ -2296,8 +2327,12 @@ impl<'k> World<'k> {
             thread,
             2 * self.options.cost_model.gpu_global_store_nanoseconds,
         );
-        self.posted
-            .insert(CommandKey::Proxy { rank, peer, ticket }, posted);
+        self.post(
+            thread,
+            CommandKey::Proxy { rank, peer, ticket },
+            peer,
+            posted,
+        )?;
         self.threads[thread].last_posted_slot.insert(peer, ticket);
         Ok(())
     }

@@ -39,16 +39,26 @@ pub enum Mutation {
     /// Waits for a put's completion before its source is reused are dropped. Caught as a
     /// transfer delivering bytes written after it was posted.
     ReusedSourceWithoutWait,
+    /// A shared queue is posted as if one program owned it (what a wrong `assign-queue-owners`
+    /// would cause): plain reservations, no in-order publication, no lock, no `atomicMax`.
+    /// Caught when two programs take the same slots: overwritten WQEs or ring entries show up
+    /// as NIC or proxy errors, lost data or a deadlock.
+    FalseSingleOwner,
+    /// `elide-epochs` stores a counter one short after its loop. Caught as a divergence of
+    /// final memory, or as a deadlock when a later launch waits for epochs never sent.
+    EpochOffByOne,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
         Mutation::DoorbellBeforeRecord,
         Mutation::ReusedSourceWithoutWait,
+        Mutation::FalseSingleOwner,
+        Mutation::EpochOffByOne,
     ];
 
     /// The command-line name.
@@ -59,6 +69,8 @@ impl Mutation {
             Mutation::DroppedCompletion => "dropped-completion",
             Mutation::DoorbellBeforeRecord => "doorbell-before-record",
             Mutation::ReusedSourceWithoutWait => "reused-source-without-wait",
+            Mutation::FalseSingleOwner => "false-single-owner",
+            Mutation::EpochOffByOne => "epoch-off-by-one",
         }
     }
 
@@ -148,6 +160,42 @@ impl Mutation {
                         Operation::erase(op, ctx);
                         changed = true;
                     }
+                }
+            }
+            Mutation::FalseSingleOwner => {
+                for op in all_ops(ctx, module) {
+                    match op_name(ctx, op).as_str() {
+                        "mlx5.reserve" | "proxy.reserve" if attrs::get_bool(ctx, op, "atomic") => {
+                            attrs::set_bool(ctx, op, "atomic", false);
+                            changed = true;
+                        }
+                        "mlx5.publish" | "proxy.publish" | "mlx5.lock" | "mlx5.unlock" => {
+                            Operation::erase(op, ctx);
+                            changed = true;
+                        }
+                        "mlx5.doorbell_record" | "proxy.doorbell" => {
+                            attrs::set_bool(ctx, op, "atomic_max", false);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Mutation::EpochOffByOne => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) != "ab.for"
+                        || attrs::get_int(ctx, op, "epochs_elided").is_none()
+                    {
+                        continue;
+                    }
+                    let Some(store) = next_in_block(ctx, op, |name| name == "ab.store") else {
+                        continue;
+                    };
+                    let stored = store.deref(ctx).get_operand(1);
+                    let mut builder = Builder::before(ctx, store);
+                    let one = builder.constant(ctx, 1);
+                    let short = builder.binary(ctx, BinaryOperator::Sub, stored, one);
+                    Operation::replace_operand(store, ctx, 1, short);
+                    changed = true;
                 }
             }
         }

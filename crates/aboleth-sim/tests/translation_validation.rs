@@ -32,8 +32,10 @@ fn every_example_validates_on_every_target() {
     for name in [
         "alltoall",
         "dead_put",
+        "epoch_counter",
         "moe_dispatch",
         "reuse_source",
+        "shared_queue",
         "stream_put_signal_1",
         "stream_put_signal_4",
         "stream_put_signal_16",
@@ -161,6 +163,34 @@ fn mutation_reused_source_without_wait_is_caught() {
             kinds.contains(&"source-changed"),
             "{}: {kinds:?}",
             target.name()
+        );
+    }
+}
+
+#[test]
+fn mutation_false_single_owner_is_caught() {
+    for target in [Target::Mlx5, Target::Proxy] {
+        let kinds = mutation_failures(Mutation::FalseSingleOwner, "shared_queue", target);
+        assert!(!kinds.is_empty(), "{}", target.name());
+    }
+}
+
+#[test]
+fn mutation_epoch_off_by_one_is_caught() {
+    for target in TARGETS {
+        let mut options = ValidationOptions::new(target);
+        options.ranks = 3;
+        options.rounds = 2;
+        options.mutation = Some(Mutation::EpochOffByOne);
+        let validation = run("epoch_counter", &options);
+        assert!(!validation.passed(), "{}", target.name());
+        assert!(
+            validation
+                .failures
+                .iter()
+                .all(|failure| failure.configuration == "passes-on"),
+            "{:#?}",
+            validation.failures
         );
     }
 }
