@@ -6,8 +6,9 @@
 //! - `always` for a transfer whose token is waited on, and for the last transfer on each
 //!   endpoint before a drain or the kernel's end (RC completions are cumulative, so one
 //!   completion retires everything posted before it on the queue);
-//! - `last_iteration` for such a last transfer inside constant-trip-count loops: only the final
-//!   iteration asks for the completion;
+//! - `last_iteration` for such a last transfer inside constant-trip-count loops that do not
+//!   also contain the drain: only the final iteration asks for the completion (a drain in the
+//!   same loop body needs it every iteration: `always`);
 //! - `always` for a non-inline put whose source is overwritten by a later `ab.store` before any
 //!   completion point, and an `ab.wait` on it is inserted before the store: the source must not
 //!   change while the NIC or the proxy may still read it;
@@ -67,12 +68,26 @@ fn plan_kernel(ctx: &mut Context, kernel: Ptr<Operation>) -> bool {
     let mut conditional_endpoints: Vec<Value> = Vec::new();
     let mut mark_last = |ctx: &Context,
                          decision: &mut HashMap<Ptr<Operation>, &'static str>,
-                         last: Ptr<Operation>| {
+                         last: Ptr<Operation>,
+                         completion_point: Option<Ptr<Operation>>| {
         if aboleth_ir::scalar::inside_if(ctx, last) {
             conditional_endpoints.push(endpoint_of(ctx, last));
             return;
         }
-        let loops = enclosing_loops(ctx, last);
+        // Only the loops left before reaching the drain matter: a drain inside the same loop
+        // runs every iteration and needs the completion every iteration.
+        // Nor do loops around the endpoint's own definition: each iteration there is another
+        // queue, whose last transfer is in that iteration.
+        let mut outer_loops = completion_point
+            .map(|point| enclosing_loops(ctx, point))
+            .unwrap_or_default();
+        if let Some(definition) = endpoint_of(ctx, last).defining_op() {
+            outer_loops.extend(enclosing_loops(ctx, definition));
+        }
+        let loops: Vec<_> = enclosing_loops(ctx, last)
+            .into_iter()
+            .filter(|l| !outer_loops.contains(l))
+            .collect();
         let constant =
             !loops.is_empty() && loops.iter().all(|l| constant_trip_count(ctx, *l).is_some());
         let current = decision.get(&last).copied().unwrap_or("never");
@@ -87,12 +102,12 @@ fn plan_kernel(ctx: &mut Context, kernel: Ptr<Operation>) -> bool {
         } else if name == "ab.drain" {
             let endpoint = endpoint_of(ctx, *op);
             if let Some(last) = last_on.remove(&endpoint) {
-                mark_last(ctx, &mut decision, last);
+                mark_last(ctx, &mut decision, last, Some(*op));
             }
         }
     }
     for (_, last) in last_on.drain() {
-        mark_last(ctx, &mut decision, last);
+        mark_last(ctx, &mut decision, last, None);
     }
     for endpoint in conditional_endpoints {
         for (op, choice) in decision.iter_mut() {

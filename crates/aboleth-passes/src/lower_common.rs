@@ -8,8 +8,8 @@
 //! Where an attribute is absent it does what a library does on every call: atomic
 //! reservation, a GPU fence, in-order publication, the post lock, `atomicMax` on the producer
 //! index, a completion per command, a fenced signal. `ab.wait` becomes a completion wait on its
-//! token's slot, `ab.drain` and `ab.fence` a wait for everything reserved, `ab.wait_signal` a
-//! flag poll. The per-transport differences (op names, slot sizes, what submission is) live in
+//! token's slot, `ab.drain` a wait for everything the program posted, `ab.fence` nothing (the
+//! queue is in order), `ab.wait_signal` a flag poll. The per-transport differences (op names, slot sizes, what submission is) live in
 //! [`QueueTransport`] implementations; this module holds no transport detail.
 
 use std::collections::HashMap;
@@ -205,7 +205,12 @@ impl Lowering<'_> {
                         .emit_wait_completion(ctx, &mut builder, endpoint, Some(slot));
                     self.erase.push(op);
                 }
-                "ab.drain" | "ab.fence" => {
+                "ab.fence" => {
+                    // One RC queue (one proxy ring) executes its commands in order: later puts
+                    // on the endpoint are delivered after earlier ones with no instruction.
+                    self.erase.push(op);
+                }
+                "ab.drain" => {
                     let endpoint = endpoint_of(ctx, op);
                     let mut builder = Builder::before(ctx, op);
                     self.transport

@@ -2,11 +2,13 @@
 //!
 //! Facts used: how the endpoint's peer index depends on `ab.program_id`
 //! ([`aboleth_ir::scalar::program_id_dependence`]) and the kernel's `grid` attribute.
-//! An endpoint is `Program`-owned when its peer index is strictly increasing in the program id
-//! (distinct programs reach distinct queues, as in the seed all-to-all's
-//! `pid + (pid >= RANK)`), or when it is uniform and the kernel runs a single program
-//! (`grid = "1"`), and the `ab.endpoint` op is not inside a loop. Every other endpoint is
-//! `Shared`. With one owner, the lowering keeps the producer index private to that program:
+//! Every endpoint of a kernel that runs a single program (`grid = "1"`) is `Program`-owned: one
+//! leader thread posts to every queue. Otherwise an endpoint is `Program`-owned when it is the
+//! kernel's only `ab.endpoint` on its handle table, is not inside a loop, and its peer index is
+//! strictly increasing in the program id (distinct programs reach distinct queues, as in the
+//! seed all-to-all's `pid + (pid >= RANK)`). Two `ab.endpoint` ops may reach the same queue
+//! (`rank + 1` and `rank - 1` with two ranks), and the one-owner and shared posting protocols
+//! must never meet on one queue, so with several programs they are all `Shared`. With one owner, the lowering keeps the producer index private to that program:
 //! no reservation atomic, no in-order publication CAS, no post lock, no `atomicMax`.
 //! Within a program one leader thread posts, so there is no intra-program race either.
 
@@ -31,17 +33,27 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
     for kernel in kernels(ctx, module) {
         let single_program =
             attrs::get_string(ctx, kernel, "grid").is_some_and(|g| g.trim() == "1");
-        for op in all_ops(ctx, kernel) {
-            if op_name(ctx, op) != "ab.endpoint" {
-                continue;
-            }
+        let endpoints: Vec<Ptr<Operation>> = all_ops(ctx, kernel)
+            .into_iter()
+            .filter(|op| op_name(ctx, *op) == "ab.endpoint")
+            .collect();
+        for &op in &endpoints {
+            let table = op.deref(ctx).get_operand(0);
             let peer = op.deref(ctx).get_operand(1);
+            let alone_on_table = endpoints
+                .iter()
+                .filter(|other| other.deref(ctx).get_operand(0) == table)
+                .count()
+                == 1;
             let in_loop = !enclosing_loops(ctx, op).is_empty();
-            let owner = match program_id_dependence(ctx, peer) {
-                _ if in_loop => QueueOwner::Shared,
-                ProgramIdDependence::StrictlyIncreasing => QueueOwner::Program,
-                ProgramIdDependence::Uniform if single_program => QueueOwner::Program,
-                _ => QueueOwner::Shared,
+            let owner = if single_program {
+                QueueOwner::Program
+            } else if !alone_on_table || in_loop {
+                QueueOwner::Shared
+            } else if program_id_dependence(ctx, peer) == ProgramIdDependence::StrictlyIncreasing {
+                QueueOwner::Program
+            } else {
+                QueueOwner::Shared
             };
             attrs::set(ctx, op, "owner", Box::new(owner));
             changed = true;

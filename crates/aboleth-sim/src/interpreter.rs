@@ -375,8 +375,10 @@ struct Thread {
     clock_nanoseconds: u64,
     /// Puts posted on each endpoint (by peer) since this program's last signal there.
     unsignaled_puts: BTreeMap<u32, Vec<Rc<PutRecord>>>,
-    /// The last command slot this program posted on each endpoint (by peer): what a drain waits for.
-    last_posted_slot: BTreeMap<u32, u64>,
+    /// The last slot this program posted with a completion requested, per queue (by peer):
+    /// what a drain waits for. Commands posted after it without a completion are not covered,
+    /// so a drain relies on the compiler having requested one on its endpoint's last transfer.
+    last_completion_slot: BTreeMap<u32, u64>,
     /// A non-atomic reservation between its load and its store.
     reservation_loaded: Option<u64>,
     /// Waits passed so far in this launch.
@@ -735,7 +737,7 @@ impl<'k> World<'k> {
                     blocked: None,
                     clock_nanoseconds: start,
                     unsignaled_puts: BTreeMap::new(),
-                    last_posted_slot: BTreeMap::new(),
+                    last_completion_slot: BTreeMap::new(),
                     reservation_loaded: None,
                     waits_passed: 0,
                 });
@@ -1698,6 +1700,9 @@ impl<'k> World<'k> {
                     }
                     _ => unreachable!("p2p kernels have no queue commands"),
                 }
+                if completion {
+                    self.threads[thread].last_completion_slot.insert(peer, slot);
+                }
                 return Ok(Step::Effect);
             }
             InstructionKind::SignalCommand {
@@ -1784,6 +1789,9 @@ impl<'k> World<'k> {
                         )?;
                     }
                     _ => unreachable!("p2p kernels have no queue commands"),
+                }
+                if completion {
+                    self.threads[thread].last_completion_slot.insert(peer, slot);
                 }
                 return Ok(Step::Effect);
             }
@@ -1907,7 +1915,7 @@ impl<'k> World<'k> {
                 let (peer, handle) = self.endpoint(thread, *endpoint)?;
                 let slot = match slot {
                     Some(register) => self.integer(thread, *register)? as u64,
-                    None => match self.threads[thread].last_posted_slot.get(&peer) {
+                    None => match self.threads[thread].last_completion_slot.get(&peer) {
                         Some(slot) => *slot,
                         None => return Ok(Step::Continue),
                     },
@@ -2267,7 +2275,6 @@ impl<'k> World<'k> {
             peer,
             posted,
         )?;
-        self.threads[thread].last_posted_slot.insert(peer, slot);
         Ok(())
     }
 
@@ -2333,7 +2340,6 @@ impl<'k> World<'k> {
             peer,
             posted,
         )?;
-        self.threads[thread].last_posted_slot.insert(peer, ticket);
         Ok(())
     }
 

@@ -59,6 +59,44 @@ fn every_example_validates_on_every_target() {
     }
 }
 
+/// Programs the random-program validation found miscompiled (now fixed): each must validate.
+#[test]
+fn regressions_found_by_random_programs_validate() {
+    let directory = format!("{}/tests/regressions", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&directory)
+        .unwrap_or_else(|e| panic!("{directory}: {e}"))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "abo"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "{files:?}");
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("readable");
+        for target in TARGETS {
+            for ranks in [2, 3, 4] {
+                let mut options = ValidationOptions::new(target);
+                options.ranks = ranks;
+                let file = path.display().to_string();
+                for validation in validate(&text, &file, &options).unwrap_or_else(|d| panic!("{d}"))
+                {
+                    if validation.failures.iter().all(|f| f.kind == "setup")
+                        && !validation.failures.is_empty()
+                    {
+                        // The grid is empty at this rank count (e.g. "ranks-2" on 2 ranks).
+                        continue;
+                    }
+                    assert!(
+                        validation.passed(),
+                        "{file} on {} with {ranks} ranks: {:#?}",
+                        target.name(),
+                        validation.failures
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_alltoall_validates_on_eight_ranks() {
     for target in TARGETS {
