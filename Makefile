@@ -3,7 +3,9 @@ CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test setup lint bless fuzz help
+.PHONY: demo test setup python-setup python-test lint bless fuzz help
+VENV ?= .venv
+PYTHON ?= python3
 
 help:
 	@echo "make demo   - compile the seed's all-to-all, run it on 8 simulated ranks per transport, library-style vs Aboleth"
@@ -32,12 +34,24 @@ demo:
 	@echo "are simulated and cross-checked against rdma-core's layouts, not run on hardware; simulated"
 	@echo "time comes from the documented cost model (crates/aboleth-sim/src/cost_model.rs)."
 
+# The Python package (aboleth.language, the Triton stage hook, the extension module) in a local
+# venv: Triton 3.6.0 compiles for sm_90 on CPU, so these tests need no GPU.
+python-setup:
+	@[ -x $(VENV)/bin/python ] || { echo "creating $(VENV) (maturin, pytest, triton==3.6.0)"; \
+	  $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q --upgrade pip && \
+	  $(VENV)/bin/pip install -q "maturin>=1.9.4,<2" "pytest>=8" "triton==3.6.0"; }
+
+python-test: python-setup
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
+	$(VENV)/bin/pytest -q python/tests
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 test: setup lint
 	$(CARGO) test --workspace
+	$(MAKE) python-test
 	ABOLETH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test -p aboleth-ir --test fuzz_parser -- --nocapture
 
 bless:

@@ -13,11 +13,12 @@ The text is `module.str()`, the same call the aboleth stage makes. Compilation i
 after the `ttir` stage: later stages are not needed, and kernels with aboleth extern calls
 cannot reach a cubin anyway (ptxas: unresolved extern function).
 
-Run it with any Python that has `pip install triton==3.6.0` (from any directory; it re-runs
-itself from the repository root so that kernel locations carry the relative path
-`python/tools/dump_ttir_corpus.py`):
+The kernels with aboleth calls use the real builtins of `aboleth.language`, so run it with a
+Python that has `pip install triton==3.6.0` and the aboleth package (`maturin develop`, see
+python/tests/README), from any directory; it re-runs itself from the repository root so that
+kernel locations carry the relative path `python/tools/dump_ttir_corpus.py`:
 
-    /path/to/venv-with-triton-3.6.0/bin/python python/tools/dump_ttir_corpus.py
+    /path/to/venv-with-triton-3.6.0-and-aboleth/bin/python python/tools/dump_ttir_corpus.py
 
 Locations inside Triton's own library code (`tl.sum`, `tl.argmax`, `tl.zeros` ...) keep the
 absolute path of the installed `triton/language/standard.py`; only those lines differ when the
@@ -41,85 +42,14 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler.compiler import ASTSource  # noqa: E402
-from triton.language import core  # noqa: E402
+
+import aboleth.language as aboleth  # noqa: E402
 
 if triton.__version__ != "3.6.0":
     sys.exit(f"this corpus is pinned to triton 3.6.0, found {triton.__version__}")
 
 TARGET = GPUTarget("cuda", 90, 32)
 CORPUS_DIRECTORY = pathlib.Path(__file__).resolve().parents[2] / "crates/aboleth-ttir/tests/corpus"
-
-# ---------------------------------------------------------------------------------------------
-# Mock aboleth builtins. They emit what aboleth.language will emit:
-# tt.extern_elementwise {libname = "aboleth", pure = false} on scalar operands.
-# ---------------------------------------------------------------------------------------------
-
-
-def _aboleth_call(symbol, arguments, return_dtype, _semantic):
-    """Call create_extern_elementwise directly: core.extern_elementwise's dispatch dict cannot
-    be keyed by pointer types in 3.6 (pointer_type is unhashable)."""
-    handles = [_semantic.to_tensor(argument).handle for argument in arguments]
-    builder = _semantic.builder
-    handle = builder.create_extern_elementwise("aboleth", "", symbol, handles,
-                                               return_dtype.to_ir(builder), False)
-    return core.tensor(handle, return_dtype)
-
-
-@core.extern
-def mock_put(dst_address, src, size_bytes, _semantic=None):
-    """put(dst_ptr_as_int64, src, nbytes) -> i64 token, through the libdevice-style dispatch dict
-    (all operands are i64, so the dict works)."""
-    return core.extern_elementwise(
-        "aboleth", "", [dst_address, src, size_bytes],
-        {(core.int64, core.int64, core.int64): ("__aboleth_v1__put", core.int64)},
-        is_pure=False, _semantic=_semantic)
-
-
-@core.extern
-def mock_put_pointer(dst_address, src_pointer, size_bytes, _semantic=None):
-    """put with a pointer source operand (the direct-builder route)."""
-    return _aboleth_call("__aboleth_v1__put", [dst_address, src_pointer, size_bytes], core.int64,
-                         _semantic)
-
-
-@core.extern
-def mock_signal(endpoint, flag_address, value, after_token, _semantic=None):
-    return _aboleth_call("__aboleth_v1__signal__set__release__sys",
-                         [endpoint, flag_address, value, after_token], core.int64, _semantic)
-
-
-@core.extern
-def mock_endpoint(endpoints_pointer, peer, _semantic=None):
-    return _aboleth_call("__aboleth_v1__endpoint", [endpoints_pointer, peer], core.int64, _semantic)
-
-
-@core.extern
-def mock_remote(regions_pointer, peer, _semantic=None):
-    return _aboleth_call("__aboleth_v1__remote", [regions_pointer, peer], core.int64, _semantic)
-
-
-@core.extern
-def mock_put_keyed(endpoint, dst_address, src_pointer, size_bytes, source_key, _semantic=None):
-    return _aboleth_call("__aboleth_v1__put", [endpoint, dst_address, src_pointer, size_bytes, source_key],
-                         core.int64, _semantic)
-
-
-@core.extern
-def mock_wait_signal(flag_pointer, expected, _semantic=None):
-    return _aboleth_call("__aboleth_v1__wait_signal__ge__acquire__sys", [flag_pointer, expected], core.int32,
-                         _semantic)
-
-
-@core.extern
-def mock_wait(token, _semantic=None):
-    return _aboleth_call("__aboleth_v1__wait", [token], core.int32, _semantic)
-
-
-@core.extern
-def mock_quiet(_semantic=None):
-    """Zero operands: Triton prints `tt.extern_elementwise  {...} : () -> i32` (two spaces)."""
-    return _aboleth_call("__aboleth_v1__quiet", [], core.int32, _semantic)
-
 
 # ---------------------------------------------------------------------------------------------
 # Kernels.
@@ -255,36 +185,43 @@ def helper_call(x_pointer, out_pointer, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def aboleth_extern_calls(remote_base, src_pointer, flag_pointer, n_chunks, CHUNK_BYTES: tl.constexpr):
-    # Mock aboleth builtins on scalar operands: a put per loop iteration, a signal after it, a
-    # quiet with no operands, and a put whose source is a pointer.
-    pid = tl.program_id(0).to(tl.int64)
-    token = tl.full((), 0, dtype=tl.int64)
-    for chunk in range(n_chunks):
-        offset = (pid * n_chunks + chunk) * CHUNK_BYTES
-        token = mock_put(remote_base + offset, src_pointer.to(tl.int64, bitcast=True) + offset,
-                         tl.full((), CHUNK_BYTES, dtype=tl.int64))
-    pointer_token = mock_put_pointer(remote_base, src_pointer, CHUNK_BYTES)
-    mock_signal(pid, remote_base + 8 * pid, 1, token + pointer_token)
-    mock_wait_signal(flag_pointer + pid, 1)
-    mock_quiet()
-
-
-@triton.jit
-def alltoall(endpoints, recv, flags, send, send_key, my_flags, epoch, BYTES: tl.constexpr,
-             RANK: tl.constexpr):
-    # The seed's tier-2 all-to-all (examples/ir/alltoall.abo), one program per peer, written with
-    # the mock builtins.
+def aboleth_extern_calls(endpoints, regions, src_pointer, flag_pointer, n_chunks, source_key,
+                         CHUNK_BYTES: tl.constexpr):
+    # Every aboleth builtin on scalar operands: a put per loop iteration whose token is carried out
+    # of the loop, a predicated put, signals (add and set, each after a token), a wait on a local
+    # flag and on a token, a fence and a quiet.
     pid = tl.program_id(0)
-    peer = pid + (pid >= RANK).to(tl.int32)
-    endpoint = mock_endpoint(endpoints, peer)
-    dst = mock_remote(recv, peer)
-    flag = mock_remote(flags, peer)
+    ep = aboleth.endpoint(endpoints, pid)
+    dst = aboleth.remote(regions, pid)
+    flags = aboleth.remote(regions, pid, tl.int64)
+    token = aboleth.put(ep, dst.at(0), src_pointer, CHUNK_BYTES, source_key=source_key)
+    for chunk in range(1, n_chunks):
+        offset = (pid * n_chunks + chunk) * CHUNK_BYTES
+        token = aboleth.put(ep, dst.at(offset), src_pointer + offset, CHUNK_BYTES, source_key=source_key)
+    last = aboleth.put(ep, dst.at(n_chunks * CHUNK_BYTES), src_pointer, 8, source_key=source_key, predicate=pid > 0)
+    aboleth.signal(ep, flags.at(pid), 1, op="add", after=token)
+    done = aboleth.signal(ep, flags.at(0), 1, after=last)
+    aboleth.wait_signal(flag_pointer + pid, 1)
+    aboleth.wait(done)
+    aboleth.fence(ep)
+    aboleth.quiet(ep)
+
+
+# The seed's tier-2 all-to-all (shared/seed/aboleth-overview.txt; examples/ir/alltoall.abo), one
+# program per peer, verbatim (python/tests/seed_kernels.py holds the same text).
+@triton.jit
+def alltoall(endpoints, recv, flags, send, send_key, my_flags, epoch,
+             BYTES: tl.constexpr, RANK: tl.constexpr):
+    pid = tl.program_id(0)
+    peer = pid + (pid >= RANK).to(tl.int32)  # one program per peer
+    ep = aboleth.endpoint(endpoints, peer)  # this program owns it
+    dst = aboleth.remote(recv, peer)
+    flag = aboleth.remote(flags, peer, tl.int64)
     src = send.to(tl.pointer_type(tl.int8)) + peer * BYTES
-    token = mock_put_keyed(endpoint, dst + RANK * BYTES, src, BYTES, send_key)
-    sent = mock_signal(endpoint, flag + RANK * 8, epoch, token)
-    mock_wait_signal(my_flags + peer, epoch)
-    mock_wait(sent)
+    t = aboleth.put(ep, dst.at(RANK * BYTES), src, BYTES, source_key=send_key)
+    s = aboleth.signal(ep, flag.at(RANK), epoch, after=t)
+    aboleth.wait_signal(my_flags + peer, epoch)  # the peer's slice arrived
+    aboleth.wait(s)  # our send buffer is free
 
 
 @triton.jit
@@ -356,10 +293,11 @@ KERNELS = [
      {"a_pointer": "*fp32", "out_pointer": "*fp32", "M": "i32", "N": "i32", "stride_m": "i32",
       "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}, {"BLOCK_M": 32, "BLOCK_N": 64}, {}, {}),
     ("aboleth_extern_calls", aboleth_extern_calls,
-     {"remote_base": "i64", "src_pointer": "*i8", "flag_pointer": "*i64", "n_chunks": "i32",
-      "CHUNK_BYTES": "constexpr"}, {"CHUNK_BYTES": 256}, {}, {}),
+     {"endpoints": "*i64", "regions": "*i64", "src_pointer": "*i8", "flag_pointer": "*i64", "n_chunks": "i32",
+      "source_key": "i32", "CHUNK_BYTES": "constexpr"}, {"CHUNK_BYTES": 256}, {}, {}),
+    # `send` is an address (the seed passes `send.address`), turned into a pointer in the kernel.
     ("alltoall", alltoall,
-     {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "*i8", "send_key": "i32",
+     {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "i64", "send_key": "i32",
       "my_flags": "*i64", "epoch": "i64", "BYTES": "constexpr", "RANK": "constexpr"},
      {"BYTES": 256, "RANK": 1}, {}, {}),
 ]

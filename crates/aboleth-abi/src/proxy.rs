@@ -46,7 +46,8 @@ pub const PROXY_FLAGS_ALL: u16 = PROXY_FLAG_COMPLETION_REQUESTED | PROXY_FLAG_SI
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProxyRingEntry {
-    /// `ticket + 1` once the slot is filled; written last, with release.
+    /// `ticket + 1` once the slot is filled; written last (a plain store: the batch's release
+    /// store of `producer_head` orders it).
     pub sequence: u64,
     /// [`ProxyOpcode`] as u16.
     pub opcode: u16,

@@ -4,33 +4,57 @@
 //! real host memory ([`HostRing`], over an owned allocation or a pinned buffer given by raw
 //! pointer), or a model checker's atomics in the tests.
 //!
-//! The protocol, word by word (every access is a 64-bit atomic on the ring's memory):
-//! - a producer takes ticket `t = fetch_add(producer_reservation_counter, 1)`;
-//! - it waits while the ring is full, i.e. while `t - consumer_head >= capacity_entries`
-//!   (acquire load, pairing with the consumer's release store, so the consumer's reads of the
-//!   slot's previous occupant happen before the producer overwrites it);
-//! - it writes the entry's payload words 1..7 of slot `t mod capacity`, then word 0, the
-//!   sequence, `= t + 1`, last and with release: the sequence is what publishes the entry;
-//! - the consumer, expecting ticket `t`, reads the producer head (the reservation counter, as in
-//!   the simulator's `ProxyEngine`: the ABI has no separate published head) and does nothing
-//!   unless it is above `t`; it then loads the slot's sequence with acquire and waits unless it
-//!   is `t + 1`; it reads the payload, decodes it, hands it to a [`CommandExecutor`], and then
-//!   stores, with release, `consumer_head = t + 1` and, when the command asked for one,
-//!   `completion_counter = t + 1` (cumulative: commands run in ticket order, each to
-//!   completion).
+//! The protocol is specified by the module documentation of [`aboleth_abi::proxy`], which is the
+//! spec (the GPU code the compiler emits and the simulator's `ProxyEngine` follow the same
+//! text). Here it is word by word as this module runs it; every access is a 64-bit atomic on
+//! the ring's memory, with the ordering in parentheses.
 //!
-//! Producers publish in any order; the consumer executes in ticket order, so a later ticket's
-//! entry waits in its slot until every earlier one is done. While waiting for ticket `t`, the
-//! slot can only hold the previous lap's sequence (`t + 1 - capacity`, or 0 on the first lap) or
-//! `t + 1`; anything else means some writer broke the protocol, and the consumer stops the ring
-//! with [`ProxyRingError::CorruptSequence`] rather than guess.
+//! A producer posts a batch of `n` commands, `1 <= n <= capacity_entries`:
+//! 1. it reserves tickets `base..end`, `end = base + n`, on `producer_reservation_counter`: a
+//!    `fetch_add(n)` on a shared ring, a plain load and store when one producer owns the ring
+//!    (relaxed: the counter only hands out distinct tickets);
+//! 2. it waits for space, until `end <= consumer_head + capacity_entries` (acquire, pairing with
+//!    the consumer's release of `consumer_head`, so the consumer's reads of the slots' previous
+//!    occupants happen before they are overwritten);
+//! 3. it writes each entry: payload words 1..7 of slot `t mod capacity_entries`, then word 0,
+//!    `sequence = t + 1`, last (relaxed: plain stores; nothing is published yet);
+//! 4. it publishes the whole batch with one release of `producer_head` (the doorbell):
+//!    - the ring's sole owner stores `producer_head = end` (release);
+//!    - on a shared ring, it first waits until `producer_ready_counter == base` (acquire), then
+//!      stores `producer_ready_counter = end` (release), then raises the head with
+//!      `fetch_max(producer_head, end)` (release). Publication in ticket order is what makes the
+//!      max safe: the head can pass an earlier producer's tickets only once that producer has
+//!      moved the ready counter past them, i.e. after writing their entries, and the
+//!      release/acquire chain through the ready counter carries those writes to whoever
+//!      acquires the later producer's head.
+//!
+//! The consumer, expecting ticket `t`:
+//! - loads `producer_head` (acquire); at most `t`: nothing is published ([`PollOutcome::Empty`]);
+//! - loads the sequence of slot `t mod capacity_entries` (relaxed: the head's acquire already
+//!   orders it after the producer's stores): `t + 1` means the entry is there; it reads the
+//!   payload (relaxed), decodes it, hands it to a [`CommandExecutor`], then stores
+//!   `consumer_head = t + 1` and, when the command asked for one, `completion_counter = t + 1`
+//!   (release; cumulative, since commands run in ticket order, each to completion);
+//! - the previous lap's sequence (`t + 1 - capacity_entries`, or 0 on the first lap) means the
+//!   head covers an entry that is not visible yet ([`PollOutcome::Pending`]): the consumer waits,
+//!   as the simulator does, rather than execute a stale slot. No correct producer lets that be
+//!   seen (the head is only raised, with release, over written entries), so the model-checking
+//!   tests treat it as a protocol violation;
+//! - anything else means some writer broke the protocol, and the consumer stops the ring with
+//!   [`ProxyRingError::CorruptSequence`] rather than guess.
+//!
+//! A ring is either shared (any number of producers, GPU threads included, each using the
+//! atomic steps) or owned by one producer for its whole life ([`RingOwnership`]); the two are
+//! never mixed on one ring. On a shared ring producers write their entries concurrently, but
+//! batches are published in ticket order, and the consumer executes in ticket order.
 //!
 //! What it does not do: execute anything itself (the executor does: copy engine, ibverbs, or a
 //! test double), track asynchronous completions (an executor returns once the command's effects
 //! are complete), poll several rings (the proxy thread owns one consumer per ring), or let a
-//! host producer give up a ticket it reserved (the consumer would wait for it forever, exactly
-//! as with a GPU producer that dies).
+//! host producer give up tickets it reserved (the consumer, and on a shared ring every later
+//! producer, would wait for them forever, exactly as with a GPU producer that dies).
 
+use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,7 +69,7 @@ pub const ENTRY_WORDS: usize = ProxyRingEntry::SIZE_BYTES / 8;
 /// A 64-bit word of a ring: a header counter or one word of one entry slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RingWord {
-    /// `producer_reservation_counter`: the next ticket, and the producer head.
+    /// `producer_reservation_counter`: the next ticket to reserve.
     ProducerReservationCounter,
     /// `consumer_head`: the next ticket the consumer will read.
     ConsumerHead,
@@ -53,6 +77,10 @@ pub enum RingWord {
     CompletionCounter,
     /// The header word holding `capacity_entries` (low 32 bits; the high 32 are reserved zero).
     CapacityEntries,
+    /// `producer_ready_counter`: on a shared ring, tickets below it are published in order.
+    ProducerReadyCounter,
+    /// `producer_head`: tickets below it are published to the consumer.
+    ProducerHead,
     /// Word `word_index` (0 = sequence) of entry slot `slot`.
     EntryWord {
         /// Slot index, below the capacity.
@@ -67,11 +95,15 @@ impl RingWord {
     pub fn offset_bytes(self) -> usize {
         match self {
             Self::ProducerReservationCounter => {
-                core::mem::offset_of!(ProxyRingHeader, producer_reservation_counter)
+                ProxyRingHeader::PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES as usize
             }
-            Self::ConsumerHead => core::mem::offset_of!(ProxyRingHeader, consumer_head),
-            Self::CompletionCounter => core::mem::offset_of!(ProxyRingHeader, completion_counter),
+            Self::ConsumerHead => ProxyRingHeader::CONSUMER_HEAD_OFFSET_BYTES as usize,
+            Self::CompletionCounter => ProxyRingHeader::COMPLETION_COUNTER_OFFSET_BYTES as usize,
             Self::CapacityEntries => core::mem::offset_of!(ProxyRingHeader, capacity_entries),
+            Self::ProducerReadyCounter => {
+                ProxyRingHeader::PRODUCER_READY_COUNTER_OFFSET_BYTES as usize
+            }
+            Self::ProducerHead => ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES as usize,
             Self::EntryWord { slot, word_index } => {
                 debug_assert!(word_index < ENTRY_WORDS);
                 ProxyRingHeader::ENTRIES_OFFSET_BYTES
@@ -104,6 +136,8 @@ pub trait RingMemory {
     fn store(&self, word: RingWord, value: u64, ordering: Ordering);
     /// Atomically adds to a word, returning the previous value.
     fn fetch_add(&self, word: RingWord, value: u64, ordering: Ordering) -> u64;
+    /// Atomically raises a word to `max(word, value)`, returning the previous value.
+    fn fetch_max(&self, word: RingWord, value: u64, ordering: Ordering) -> u64;
     /// Called on every turn of a wait loop: a spin hint, a yield, or a model checker's
     /// scheduling point (without one, a checker cannot leave a spinning thread).
     fn wait_hint(&self);
@@ -121,6 +155,9 @@ impl<T: RingMemory + ?Sized> RingMemory for &T {
     }
     fn fetch_add(&self, word: RingWord, value: u64, ordering: Ordering) -> u64 {
         (**self).fetch_add(word, value, ordering)
+    }
+    fn fetch_max(&self, word: RingWord, value: u64, ordering: Ordering) -> u64 {
+        (**self).fetch_max(word, value, ordering)
     }
     fn wait_hint(&self) {
         (**self).wait_hint();
@@ -140,6 +177,9 @@ impl<T: RingMemory + ?Sized> RingMemory for std::sync::Arc<T> {
     fn fetch_add(&self, word: RingWord, value: u64, ordering: Ordering) -> u64 {
         (**self).fetch_add(word, value, ordering)
     }
+    fn fetch_max(&self, word: RingWord, value: u64, ordering: Ordering) -> u64 {
+        (**self).fetch_max(word, value, ordering)
+    }
     fn wait_hint(&self) {
         (**self).wait_hint();
     }
@@ -158,6 +198,16 @@ pub enum ProxyRingError {
         address: usize,
         /// What is wrong.
         reason: String,
+    },
+    /// A batch has more commands than the ring has slots. Nothing was reserved.
+    #[error(
+        "a batch of {commands} proxy commands cannot go through a ring of {capacity_entries} slots: a batch is published only after all of it is written, so its last command would wait forever for the slot its first one holds; split it into batches of at most {capacity_entries}"
+    )]
+    BatchTooLarge {
+        /// Commands in the batch.
+        commands: usize,
+        /// Slots of the ring.
+        capacity_entries: u32,
     },
     /// The slot holds a sequence no correct producer could have written.
     #[error(
@@ -218,9 +268,12 @@ pub trait CommandExecutor {
 /// What one [`RingConsumer::poll`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PollOutcome {
-    /// No producer holds the next ticket.
+    /// `producer_head` does not cover the next ticket: nothing is published (a producer may
+    /// hold the ticket and be writing its entry).
     Empty,
-    /// A producer holds the next ticket, but its entry is not published yet.
+    /// `producer_head` covers the next ticket but its slot still holds the previous lap's
+    /// sequence: the head became visible before the entry. The consumer waits for the entry;
+    /// no correct producer on coherent memory lets this be observed.
     Pending {
         /// The ticket awaited.
         ticket: u64,
@@ -273,21 +326,21 @@ impl<M: RingMemory> RingConsumer<M> {
             return Err(ProxyRingError::Stopped { ticket });
         }
         let ticket = self.next_ticket;
-        // Relaxed: the head is only a hint that the slot is worth looking at; the entry's data
-        // is published by its sequence word, loaded with acquire below.
-        let producer_head = self
-            .memory
-            .load(RingWord::ProducerReservationCounter, Ordering::Relaxed);
+        // Acquire: pairs with the release that raised the head (directly, or through the
+        // shared ring's ready counter, for earlier producers' entries), so every entry below
+        // the head is visible to the loads that follow.
+        let producer_head = self.memory.load(RingWord::ProducerHead, Ordering::Acquire);
         if producer_head <= ticket {
             return Ok(PollOutcome::Empty);
         }
         let slot = slot_index(ticket, self.capacity_entries);
+        // Relaxed: ordered after the head's acquire; producers store it relaxed.
         let sequence = self.memory.load(
             RingWord::EntryWord {
                 slot,
                 word_index: 0,
             },
-            Ordering::Acquire,
+            Ordering::Relaxed,
         );
         let expected_sequence = ticket + 1;
         if sequence != expected_sequence {
@@ -305,9 +358,8 @@ impl<M: RingMemory> RingConsumer<M> {
                 previous_lap_sequence,
             });
         }
-        // Ordered after the acquire above, so they see everything the producer wrote before its
-        // release of the sequence; no producer rewrites the slot before we advance
-        // consumer_head.
+        // Ordered after the head's acquire, so they see everything the producer wrote before
+        // publishing; no producer rewrites the slot before we advance consumer_head.
         let mut bytes = [0u8; ProxyRingEntry::SIZE_BYTES];
         bytes[..8].copy_from_slice(&sequence.to_le_bytes());
         for word_index in 1..ENTRY_WORDS {
@@ -366,22 +418,86 @@ impl<M: RingMemory> RingConsumer<M> {
     }
 }
 
-/// A host-side producer: posts commands with the GPU producers' protocol (it may share a ring
-/// with them). Every method takes `&self`: any number of threads may produce at once.
+/// A command as a producer hands it over: a [`ProxyCommand`] before it has a ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerCommand {
+    /// Destination rank.
+    pub peer_rank: u32,
+    /// Whether `completion_counter` should cover this command.
+    pub completion_requested: bool,
+    /// The operation.
+    pub operation: ProxyOperation,
+}
+
+impl ProducerCommand {
+    /// A command for `peer_rank`.
+    pub fn new(peer_rank: u32, completion_requested: bool, operation: ProxyOperation) -> Self {
+        Self {
+            peer_rank,
+            completion_requested,
+            operation,
+        }
+    }
+
+    /// The command as the consumer will see it under `ticket`.
+    pub fn with_ticket(self, ticket: u64) -> ProxyCommand {
+        ProxyCommand {
+            ticket,
+            peer_rank: self.peer_rank,
+            completion_requested: self.completion_requested,
+            operation: self.operation,
+        }
+    }
+}
+
+/// Who produces on a ring; fixed for the ring's whole life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingOwnership {
+    /// Any number of producers, GPU threads included: tickets are reserved with an atomic add
+    /// and batches are published in ticket order (ready counter, then an atomic max of the
+    /// head).
+    Shared,
+    /// One producer, used from one thread at a time, and nothing else ever reserves on the
+    /// ring: a plain reservation and a plain release store of the head.
+    SoleOwner,
+}
+
+/// A host-side producer: posts commands with the GPU producers' protocol. A
+/// [`RingOwnership::Shared`] producer may share its ring with other producers (GPU ones
+/// included) and may be used from many threads at once; a [`RingOwnership::SoleOwner`] one
+/// must be the ring's only producer.
 #[derive(Debug)]
 pub struct RingProducer<M> {
     memory: M,
     capacity_entries: u32,
+    ownership: RingOwnership,
 }
 
 impl<M: RingMemory> RingProducer<M> {
-    /// A producer on `memory`.
+    /// A producer on a shared ring.
     pub fn new(memory: M) -> Self {
+        Self::with_ownership(memory, RingOwnership::Shared)
+    }
+
+    /// The only producer of the ring, for the ring's whole life (see
+    /// [`RingOwnership::SoleOwner`]).
+    pub fn sole_owner(memory: M) -> Self {
+        Self::with_ownership(memory, RingOwnership::SoleOwner)
+    }
+
+    /// A producer with the given ownership of its ring.
+    pub fn with_ownership(memory: M, ownership: RingOwnership) -> Self {
         let capacity_entries = memory.capacity_entries();
         Self {
             memory,
             capacity_entries,
+            ownership,
         }
+    }
+
+    /// How this producer shares its ring.
+    pub fn ownership(&self) -> RingOwnership {
+        self.ownership
     }
 
     /// The ring memory.
@@ -389,51 +505,135 @@ impl<M: RingMemory> RingProducer<M> {
         &self.memory
     }
 
-    /// Posts one command and returns its ticket. Blocks while the ring is full (until the
-    /// consumer has read the slot's previous occupant).
-    pub fn submit(
-        &self,
-        peer_rank: u32,
-        completion_requested: bool,
-        operation: ProxyOperation,
-    ) -> u64 {
-        // Relaxed: the reservation only has to hand out distinct tickets; no data travels
-        // through it (the sequence word publishes the entry).
-        let ticket =
-            self.memory
-                .fetch_add(RingWord::ProducerReservationCounter, 1, Ordering::Relaxed);
+    /// Posts one command (a batch of one) and returns its ticket. Blocks as
+    /// [`Self::submit_batch`] does.
+    ///
+    /// # Panics
+    /// As [`Self::submit_batch`].
+    pub fn submit(&self, command: ProducerCommand) -> u64 {
+        self.submit_batch(std::slice::from_ref(&command))
+            .expect("a batch of one fits every ring")
+            .start
+    }
+
+    /// Posts `commands` as one batch, on consecutive tickets, published together by one
+    /// release of `producer_head`; returns the batch's tickets. Blocks until the ring has room
+    /// for the whole batch (until the consumer has read the slots' previous occupants) and, on
+    /// a shared ring, until every earlier batch is published. An empty batch does nothing.
+    ///
+    /// # Errors
+    /// [`ProxyRingError::BatchTooLarge`] when `commands` has more commands than the ring has
+    /// slots (it could never be published); nothing is reserved then.
+    ///
+    /// # Panics
+    /// A [`RingOwnership::SoleOwner`] producer panics when it finds another producer's
+    /// reservation on its ring (the reservation counter and the head disagree before it
+    /// reserves), rather than corrupt the ring.
+    pub fn submit_batch(&self, commands: &[ProducerCommand]) -> Result<Range<u64>, ProxyRingError> {
+        if commands.len() > self.capacity_entries as usize {
+            return Err(ProxyRingError::BatchTooLarge {
+                commands: commands.len(),
+                capacity_entries: self.capacity_entries,
+            });
+        }
+        if commands.is_empty() {
+            let next = self
+                .memory
+                .load(RingWord::ProducerReservationCounter, Ordering::Relaxed);
+            return Ok(next..next);
+        }
+        let count = commands.len() as u64;
+        let base = self.reserve(count);
+        let end = base + count;
+        self.wait_for_space(end);
+        for (ticket, command) in (base..end).zip(commands) {
+            self.write_entry(command.with_ticket(ticket));
+        }
+        self.publish(base, end);
+        Ok(base..end)
+    }
+
+    /// Step 1: tickets `base..base + count`. Relaxed: the counter only has to hand out
+    /// distinct tickets; no data travels through it.
+    fn reserve(&self, count: u64) -> u64 {
+        match self.ownership {
+            RingOwnership::Shared => self.memory.fetch_add(
+                RingWord::ProducerReservationCounter,
+                count,
+                Ordering::Relaxed,
+            ),
+            RingOwnership::SoleOwner => {
+                let base = self
+                    .memory
+                    .load(RingWord::ProducerReservationCounter, Ordering::Relaxed);
+                // Between our batches everything reserved is published; only our own stores
+                // write these two words, so we read them back exactly, unless someone else
+                // produces on the ring too.
+                let head = self.memory.load(RingWord::ProducerHead, Ordering::Relaxed);
+                assert_eq!(
+                    base, head,
+                    "a sole-owner proxy ring producer found producer_reservation_counter {base} but producer_head {head}: another producer uses the ring (use a shared producer, RingProducer::new)"
+                );
+                self.memory.store(
+                    RingWord::ProducerReservationCounter,
+                    base + count,
+                    Ordering::Relaxed,
+                );
+                base
+            }
+        }
+    }
+
+    /// Step 2: waits until the slot of ticket `end - 1`, and so of every ticket before it, is
+    /// free. Acquire pairs with the consumer's release of consumer_head: its reads of the
+    /// slots' previous entries happen before our writes.
+    fn wait_for_space(&self, end: u64) {
         let capacity = u64::from(self.capacity_entries);
-        // Flow control. Acquire pairs with the consumer's release of consumer_head: its reads
-        // of this slot's previous entry happen before our writes below.
-        while ticket >= self.memory.load(RingWord::ConsumerHead, Ordering::Acquire) + capacity {
+        while end > self.memory.load(RingWord::ConsumerHead, Ordering::Acquire) + capacity {
             self.memory.wait_hint();
         }
-        let entry = ProxyCommand {
-            ticket,
-            peer_rank,
-            completion_requested,
-            operation,
-        }
-        .encode();
-        let words = entry_words(&entry);
-        let slot = slot_index(ticket, self.capacity_entries);
-        for (word_index, &word) in words.iter().enumerate().skip(1) {
+    }
+
+    /// Step 3: every word of the entry, the sequence last. Relaxed: the head publishes it.
+    fn write_entry(&self, command: ProxyCommand) {
+        let words = entry_words(&command.encode());
+        let slot = slot_index(command.ticket, self.capacity_entries);
+        for word_index in (1..ENTRY_WORDS).chain([0]) {
             self.memory.store(
                 RingWord::EntryWord { slot, word_index },
-                word,
+                words[word_index],
                 Ordering::Relaxed,
             );
         }
-        // Last, with release: publishes the payload above.
-        self.memory.store(
-            RingWord::EntryWord {
-                slot,
-                word_index: 0,
-            },
-            words[0],
-            Ordering::Release,
-        );
-        ticket
+    }
+
+    /// Step 4: publishes tickets `base..end` with one release of the head.
+    fn publish(&self, base: u64, end: u64) {
+        match self.ownership {
+            RingOwnership::Shared => {
+                // In ticket order: acquire pairs with the release below of the producer whose
+                // batch ends at `base`, so its entries happen before our head raise too.
+                while self
+                    .memory
+                    .load(RingWord::ProducerReadyCounter, Ordering::Acquire)
+                    != base
+                {
+                    self.memory.wait_hint();
+                }
+                // Release: our entries (and, transitively, every earlier batch's) happen
+                // before the next producer's head raise.
+                self.memory
+                    .store(RingWord::ProducerReadyCounter, end, Ordering::Release);
+                // Release: pairs with the consumer's acquire of the head. A max, since a later
+                // producer may have raised the head past `end` already.
+                self.memory
+                    .fetch_max(RingWord::ProducerHead, end, Ordering::Release);
+            }
+            RingOwnership::SoleOwner => {
+                self.memory
+                    .store(RingWord::ProducerHead, end, Ordering::Release);
+            }
+        }
     }
 
     /// Waits until `completion_counter` is above `ticket`: a command at or after `ticket` that
@@ -623,6 +823,9 @@ impl RingMemory for HostRing {
     fn fetch_add(&self, word: RingWord, value: u64, ordering: Ordering) -> u64 {
         self.word(word).fetch_add(value, ordering)
     }
+    fn fetch_max(&self, word: RingWord, value: u64, ordering: Ordering) -> u64 {
+        self.word(word).fetch_max(value, ordering)
+    }
     fn wait_hint(&self) {
         std::hint::spin_loop();
         // Host producers may outnumber cores (tests on two cores): let the consumer run.
@@ -665,12 +868,24 @@ mod tests {
         })
     }
 
+    fn header_words(ring: &HostRing) -> [u64; 4] {
+        [
+            RingWord::ProducerReservationCounter,
+            RingWord::ProducerReadyCounter,
+            RingWord::ProducerHead,
+            RingWord::ConsumerHead,
+        ]
+        .map(|word| ring.load(word, Ordering::Acquire))
+    }
+
     #[test]
     fn word_offsets_follow_the_abi_layout() {
         assert_eq!(RingWord::ProducerReservationCounter.offset_bytes(), 0);
         assert_eq!(RingWord::ConsumerHead.offset_bytes(), 64);
         assert_eq!(RingWord::CompletionCounter.offset_bytes(), 128);
         assert_eq!(RingWord::CapacityEntries.offset_bytes(), 192);
+        assert_eq!(RingWord::ProducerReadyCounter.offset_bytes(), 200);
+        assert_eq!(RingWord::ProducerHead.offset_bytes(), 208);
         assert_eq!(
             RingWord::EntryWord {
                 slot: 2,
@@ -685,58 +900,162 @@ mod tests {
 
     #[test]
     fn a_single_thread_round_trip_wraps_around() {
-        let ring = HostRing::allocate(2).unwrap();
-        let producer = RingProducer::new(&ring);
-        let mut consumer = RingConsumer::new(&ring);
-        let mut recorder = Recorder::default();
-        assert_eq!(consumer.poll(&mut recorder).unwrap(), PollOutcome::Empty);
-        for round in 0..5u64 {
-            let signal = ProxySignal {
-                region_index: 2,
-                offset_bytes: 8,
-                value: round,
-                operation: SignalOperation::Add,
+        for ownership in [RingOwnership::Shared, RingOwnership::SoleOwner] {
+            let ring = HostRing::allocate(2).unwrap();
+            let producer = RingProducer::with_ownership(&ring, ownership);
+            assert_eq!(producer.ownership(), ownership);
+            let mut consumer = RingConsumer::new(&ring);
+            let mut recorder = Recorder::default();
+            assert_eq!(consumer.poll(&mut recorder).unwrap(), PollOutcome::Empty);
+            for round in 0..5u64 {
+                let signal = ProxySignal {
+                    region_index: 2,
+                    offset_bytes: 8,
+                    value: round,
+                    operation: SignalOperation::Add,
+                };
+                let first = producer.submit(ProducerCommand::new(1, false, put(round)));
+                let second = producer.submit(ProducerCommand::new(
+                    1,
+                    true,
+                    ProxyOperation::Signal(signal),
+                ));
+                assert_eq!((first, second), (2 * round, 2 * round + 1));
+                assert_eq!(consumer.poll_batch(&mut recorder, 10).unwrap(), 2);
+                producer.wait_for_completion(second);
+                assert_eq!(
+                    ring.load(RingWord::ConsumerHead, Ordering::Acquire),
+                    second + 1
+                );
+            }
+            assert_eq!(recorder.executed.len(), 10);
+            for (ticket, command) in recorder.executed.iter().enumerate() {
+                assert_eq!(command.ticket, ticket as u64);
+                assert_eq!(command.completion_requested, ticket % 2 == 1);
+            }
+            // Only the shared path moves the ready counter.
+            let ready = if ownership == RingOwnership::Shared {
+                10
+            } else {
+                0
             };
-            let first = producer.submit(1, false, put(round));
-            let second = producer.submit(1, true, ProxyOperation::Signal(signal));
-            assert_eq!((first, second), (2 * round, 2 * round + 1));
-            assert_eq!(consumer.poll_batch(&mut recorder, 10).unwrap(), 2);
-            producer.wait_for_completion(second);
-            assert_eq!(
-                ring.load(RingWord::ConsumerHead, Ordering::Acquire),
-                second + 1
-            );
-        }
-        assert_eq!(recorder.executed.len(), 10);
-        for (ticket, command) in recorder.executed.iter().enumerate() {
-            assert_eq!(command.ticket, ticket as u64);
-            assert_eq!(command.completion_requested, ticket % 2 == 1);
+            assert_eq!(header_words(&ring), [10, ready, 10, 10]);
         }
     }
 
     #[test]
-    fn a_reserved_but_unpublished_ticket_is_pending() {
+    fn a_batch_is_published_at_once_and_must_fit_the_ring() {
+        for ownership in [RingOwnership::Shared, RingOwnership::SoleOwner] {
+            let ring = HostRing::allocate(4).unwrap();
+            let producer = RingProducer::with_ownership(&ring, ownership);
+            let mut consumer = RingConsumer::new(&ring);
+            let mut recorder = Recorder::default();
+            let batch: Vec<_> = (0..3)
+                .map(|index| ProducerCommand::new(index, index == 2, put(u64::from(index))))
+                .collect();
+            assert_eq!(producer.submit_batch(&batch).unwrap(), 0..3);
+            assert_eq!(ring.load(RingWord::ProducerHead, Ordering::Acquire), 3);
+            assert_eq!(consumer.poll_batch(&mut recorder, 10).unwrap(), 3);
+            assert_eq!(ring.load(RingWord::CompletionCounter, Ordering::Acquire), 3);
+            // The batch wraps around: tickets 3..7 use slots 3, 0, 1, 2.
+            let full: Vec<_> = (0..4u64)
+                .map(|index| ProducerCommand::new(7, false, put(10 + index)))
+                .collect();
+            assert_eq!(producer.submit_batch(&full).unwrap(), 3..7);
+            assert_eq!(consumer.poll_batch(&mut recorder, 10).unwrap(), 4);
+            for (ticket, command) in recorder.executed.iter().enumerate() {
+                let expected = if ticket < 3 {
+                    batch[ticket]
+                } else {
+                    full[ticket - 3]
+                };
+                assert_eq!(*command, expected.with_ticket(ticket as u64));
+            }
+
+            let error = producer.submit_batch(&[full[0]; 5]).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    ProxyRingError::BatchTooLarge {
+                        commands: 5,
+                        capacity_entries: 4
+                    }
+                ),
+                "{error}"
+            );
+            assert!(error.to_string().contains("at most 4"), "{error}");
+            assert_eq!(producer.submit_batch(&[]).unwrap(), 7..7);
+            // Neither touched the ring.
+            assert_eq!(header_words(&ring)[0], 7);
+            assert_eq!(header_words(&ring)[2], 7);
+        }
+    }
+
+    #[test]
+    fn a_reserved_but_unpublished_ticket_is_empty_and_an_early_head_is_pending() {
         let ring = HostRing::allocate(4).unwrap();
         ring.fetch_add(RingWord::ProducerReservationCounter, 1, Ordering::Relaxed);
         let mut consumer = RingConsumer::new(&ring);
         assert_eq!(
             consumer.poll(&mut Recorder::default()).unwrap(),
+            PollOutcome::Empty
+        );
+        // A head raised over an entry that is not there: the consumer waits for it.
+        ring.store(RingWord::ProducerHead, 1, Ordering::Release);
+        assert_eq!(
+            consumer.poll(&mut Recorder::default()).unwrap(),
             PollOutcome::Pending { ticket: 0 }
         );
+        // An entry written but not covered by the head is not executed either.
+        let ring = HostRing::allocate(4).unwrap();
+        let producer = RingProducer::new(&ring);
+        producer.submit(ProducerCommand::new(0, false, ProxyOperation::Nop));
+        ring.fetch_add(RingWord::ProducerReservationCounter, 1, Ordering::Relaxed);
+        let words = entry_words(
+            &ProducerCommand::new(0, false, ProxyOperation::Nop)
+                .with_ticket(1)
+                .encode(),
+        );
+        for (word_index, word) in words.into_iter().enumerate() {
+            ring.store(
+                RingWord::EntryWord {
+                    slot: 1,
+                    word_index,
+                },
+                word,
+                Ordering::Relaxed,
+            );
+        }
+        let mut consumer = RingConsumer::new(&ring);
+        let mut recorder = Recorder::default();
+        assert_eq!(consumer.poll_batch(&mut recorder, 10).unwrap(), 1);
+        assert_eq!(
+            consumer.poll(&mut recorder).unwrap(),
+            PollOutcome::Empty,
+            "ticket 1 is written but not published"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "another producer uses the ring")]
+    fn a_sole_owner_refuses_a_ring_another_producer_reserved_on() {
+        let ring = HostRing::allocate(4).unwrap();
+        ring.fetch_add(RingWord::ProducerReservationCounter, 1, Ordering::Relaxed);
+        RingProducer::sole_owner(&ring).submit(ProducerCommand::new(0, false, ProxyOperation::Nop));
     }
 
     #[test]
     fn corrupt_sequences_bad_entries_and_executor_failures_stop_the_ring() {
         let ring = HostRing::allocate(4).unwrap();
-        ring.fetch_add(RingWord::ProducerReservationCounter, 1, Ordering::Relaxed);
         ring.store(
             RingWord::EntryWord {
                 slot: 0,
                 word_index: 0,
             },
             7,
-            Ordering::Release,
+            Ordering::Relaxed,
         );
+        ring.store(RingWord::ProducerHead, 1, Ordering::Release);
         let mut consumer = RingConsumer::new(&ring);
         let error = consumer.poll(&mut Recorder::default()).unwrap_err();
         assert!(
@@ -756,14 +1075,13 @@ mod tests {
 
         let ring = HostRing::allocate(4).unwrap();
         let producer = RingProducer::new(&ring);
-        producer.submit(99, false, ProxyOperation::Nop);
+        producer.submit(ProducerCommand::new(99, false, ProxyOperation::Nop));
         let mut consumer = RingConsumer::new(&ring);
         let error = consumer.poll(&mut Recorder::default()).unwrap_err();
         assert!(error.to_string().contains("refused"), "{error}");
 
         let ring = HostRing::allocate(4).unwrap();
-        ring.fetch_add(RingWord::ProducerReservationCounter, 1, Ordering::Relaxed);
-        // Opcode 9 in word 1 (bytes 8..10), then the sequence.
+        // Opcode 9 in word 1 (bytes 8..10), then the sequence, then the head.
         ring.store(
             RingWord::EntryWord {
                 slot: 0,
@@ -778,8 +1096,9 @@ mod tests {
                 word_index: 0,
             },
             1,
-            Ordering::Release,
+            Ordering::Relaxed,
         );
+        ring.store(RingWord::ProducerHead, 1, Ordering::Release);
         let error = RingConsumer::new(&ring)
             .poll(&mut Recorder::default())
             .unwrap_err();
@@ -803,8 +1122,8 @@ mod tests {
         let base = lines.as_mut_ptr().cast::<u8>();
         // SAFETY: `lines` covers the ring, outlives both rings, and is only accessed atomically.
         let ring = unsafe { HostRing::initialize_at(base, 8) }.unwrap();
-        assert_eq!(ring.load(RingWord::ConsumerHead, Ordering::Acquire), 0);
-        RingProducer::new(&ring).submit(3, true, ProxyOperation::Drain);
+        assert_eq!(header_words(&ring), [0; 4]);
+        RingProducer::new(&ring).submit(ProducerCommand::new(3, true, ProxyOperation::Drain));
         // SAFETY: as above.
         let attached = unsafe { HostRing::attach(base) }.unwrap();
         assert_eq!(attached.capacity_entries(), 8);

@@ -1876,7 +1876,7 @@ impl<'k> World<'k> {
                 order,
             } => {
                 let (peer, handle) = self.endpoint(thread, *endpoint)?;
-                let mut end = self.integer(thread, *end)? as u64;
+                let end = self.integer(thread, *end)? as u64;
                 self.counts.doorbells += 1;
                 match self.kernel.target {
                     Target::Mlx5 => {
@@ -1893,14 +1893,18 @@ impl<'k> World<'k> {
                         let address =
                             handle.proxy_ring_address + ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES;
                         if *atomic_max {
-                            end = end.max(
-                                self.atomic_update(thread, rank, address, |old| old.max(end))?,
-                            );
+                            // One `atom.release.sys.max`: a separate store of the maximum could
+                            // land after another producer's larger head and move it backwards.
+                            if *order == StoreOrder::Release {
+                                self.flush(thread)?;
+                            }
+                            self.atomic_update(thread, rank, address, |old| old.max(end))?;
                             self.counts.atomics += 1;
                             self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+                        } else {
+                            self.store(thread, rank, address, &end.to_le_bytes(), *order)?;
+                            self.advance_clock(thread, store_cost(&cost, *order));
                         }
-                        self.store(thread, rank, address, &end.to_le_bytes(), *order)?;
-                        self.advance_clock(thread, store_cost(&cost, *order));
                         let time = self.threads[thread].clock_nanoseconds
                             + cost.gpu_host_one_way_latency_nanoseconds;
                         self.doorbell_times

@@ -1,0 +1,56 @@
+//! `aboleth._aboleth`: the Python extension module through which the Triton stage hook
+//! (`python/aboleth/hook.py`) reaches the Rust side. Built by maturin (`pyproject.toml` at the
+//! repository root), abi3 for CPython 3.11 and later.
+//!
+//! It exposes:
+//! - `version() -> str`: this crate's version;
+//! - `run_stage(ttir_text: str, config_json: str) -> (str, str)`: the `aboleth` stage
+//!   ([`stage::run_stage`]), run with the GIL released. Errors become Python exceptions: a bad
+//!   configuration or TTIR that does not parse raises `ValueError` (for the TTIR, with the
+//!   `file:line:column: error: ...` message), and a module with aboleth calls raises
+//!   `NotImplementedError` naming them, because lowering them is not built yet (issue 3).
+//!
+//! This crate is deliberately thin: it converts arguments, results and errors and holds no
+//! compiler logic.
+
+pub mod stage;
+
+use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::stage::StageError;
+
+/// The version of the aboleth Rust side (the `aboleth-python` crate).
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// run_stage(ttir_text, config_json) -> (ttir_text, summary_json)
+///
+/// Runs the aboleth stage on TTIR text as Triton 3.6's `module.str()` prints it. The
+/// configuration is a JSON object: `target` ("mlx5", "proxy" or "p2p"), and optionally
+/// `passes_off` (bool), `disabled_passes` (list of pass names) and `source_name` (the file name
+/// that TTIR positions are reported under). The GIL is released while it runs.
+///
+/// Today: a module without aboleth extern calls comes back unchanged with a JSON summary; a module
+/// with some raises NotImplementedError naming each call and its source position (lowering is
+/// issue 3). Raises ValueError for a bad configuration or TTIR that does not parse.
+#[pyfunction]
+fn run_stage(py: Python<'_>, ttir_text: String, config_json: String) -> PyResult<(String, String)> {
+    py.detach(move || stage::run_stage(&ttir_text, &config_json))
+        .map(|output| (output.ttir, output.summary_json))
+        .map_err(|error| match error {
+            StageError::NotBuilt { .. } => PyNotImplementedError::new_err(error.to_string()),
+            StageError::Config(_) | StageError::Parse(_) => {
+                PyValueError::new_err(error.to_string())
+            }
+        })
+}
+
+/// The Rust side of aboleth's Triton bridge (see `docs/TRITON_BRIDGE.md`).
+#[pymodule(name = "_aboleth")]
+mod python_module {
+    #[pymodule_export]
+    use super::{run_stage, version};
+}

@@ -1,0 +1,282 @@
+//! The `aboleth` Triton stage as the Rust side sees it: TTIR text and a configuration in, TTIR
+//! text and a JSON summary out (`docs/TRITON_BRIDGE.md`, "The stage").
+//!
+//! What it does today: reads the configuration JSON, parses the TTIR with [`aboleth_ttir`], and
+//! finds the `tt.extern_elementwise` calls whose `libname` is `aboleth`. With none, it returns the
+//! text unchanged and a summary. With some, it fails with [`StageError::NotBuilt`], naming each
+//! call and its Python source position: lifting the calls into the `ab` dialect, running the
+//! pipeline and generating TTIR for the transport are issue 3, not built yet.
+//!
+//! What it does not do: any compiler work (that belongs to `aboleth-ttir`, `aboleth-ir` and
+//! `aboleth-passes`), any Python (the module in `lib.rs` converts errors into Python exceptions),
+//! or checking pass names (the pass registry will, once the pipeline runs here).
+
+use std::fmt;
+
+use aboleth_ttir::{FileLineColumn, LineColumn, TtirError, TtirModule};
+use serde::{Deserialize, Serialize};
+
+/// The `libname` of every `aboleth.language` builtin's extern call.
+pub const ABOLETH_LIBNAME: &str = "aboleth";
+
+/// The prefix of every symbol of version 1 of the builtin contract.
+pub const SYMBOL_PREFIX: &str = "__aboleth_v1__";
+
+/// The bridge contract this crate implements (`v1` in the symbols).
+pub const BRIDGE_VERSION: &str = "v1";
+
+/// The transport a kernel is compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// GPU-initiated RDMA on an mlx5 NIC.
+    Mlx5,
+    /// A host proxy thread.
+    Proxy,
+    /// NVLink / peer memory.
+    P2p,
+}
+
+/// What the Python hook passes as `config_json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// The transport.
+    pub target: Target,
+    /// Run only the lowering (the library-style baseline).
+    #[serde(default)]
+    pub passes_off: bool,
+    /// Planning passes to skip, by flag name.
+    #[serde(default)]
+    pub disabled_passes: Vec<String>,
+    /// The file name that TTIR positions are reported under (the hook passes `KERNEL.ttir`).
+    #[serde(default = "default_source_name")]
+    pub source_name: String,
+}
+
+fn default_source_name() -> String {
+    "<ttir>".to_string()
+}
+
+/// One aboleth extern call found in the TTIR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AbolethCall {
+    /// The full symbol, such as `__aboleth_v1__put`.
+    pub symbol: String,
+    /// Where Triton says the call was written in Python (innermost frame), if it says.
+    pub source_position: Option<FileLineColumn>,
+    /// Where the call is in the TTIR text.
+    pub ttir_position: LineColumn,
+}
+
+impl AbolethCall {
+    /// The symbol without the contract prefix: `put`, `signal_after__set`, `at__e8`.
+    pub fn operation(&self) -> &str {
+        self.symbol
+            .strip_prefix(SYMBOL_PREFIX)
+            .unwrap_or(&self.symbol)
+    }
+}
+
+/// What the stage returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageOutput {
+    /// The TTIR text for the rest of Triton's pipeline.
+    pub ttir: String,
+    /// A JSON object describing what the stage did (stored in `metadata["aboleth"]`).
+    pub summary_json: String,
+}
+
+/// Why the stage did not produce TTIR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StageError {
+    /// The configuration JSON is malformed or names an unknown field or target.
+    Config(String),
+    /// The TTIR text does not parse.
+    Parse(TtirError),
+    /// The module has aboleth calls, and lowering them is not built yet (issue 3).
+    NotBuilt {
+        /// The file name TTIR positions refer to.
+        source_name: String,
+        /// The calls, in text order.
+        calls: Vec<AbolethCall>,
+    },
+}
+
+impl fmt::Display for StageError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StageError::Config(message) => {
+                write!(formatter, "aboleth: bad stage configuration: {message}")
+            }
+            StageError::Parse(error) => write!(formatter, "{error}"),
+            StageError::NotBuilt { source_name, calls } => {
+                write!(
+                    formatter,
+                    "aboleth: lowering aboleth ops in TTIR is not built yet (issue 3): found {} \
+                     aboleth call{}: ",
+                    calls.len(),
+                    if calls.len() == 1 { "" } else { "s" }
+                )?;
+                for (index, call) in calls.iter().enumerate() {
+                    if index > 0 {
+                        formatter.write_str(", ")?;
+                    }
+                    match &call.source_position {
+                        Some(position) => write!(
+                            formatter,
+                            "{} at {}:{}",
+                            call.operation(),
+                            position.file,
+                            position.line
+                        )?,
+                        None => write!(
+                            formatter,
+                            "{} at {}:{} (TTIR; no source location)",
+                            call.operation(),
+                            source_name,
+                            call.ttir_position
+                        )?,
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for StageError {}
+
+/// Parses the stage configuration.
+pub fn parse_config(config_json: &str) -> Result<StageConfig, StageError> {
+    serde_json::from_str(config_json).map_err(|error| StageError::Config(error.to_string()))
+}
+
+/// The aboleth extern calls of `module`, in text order, with their positions.
+pub fn aboleth_calls(module: &TtirModule) -> Vec<AbolethCall> {
+    module
+        .extern_calls_in_library(ABOLETH_LIBNAME)
+        .filter_map(|id| {
+            let call = module.operation(id).extern_elementwise()?;
+            Some(AbolethCall {
+                symbol: call.symbol,
+                source_position: module.source_position(id),
+                ttir_position: module.text_position(id),
+            })
+        })
+        .collect()
+}
+
+/// Runs the stage on `ttir_text` (see the module documentation for what that means today).
+pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, StageError> {
+    let config = parse_config(config_json)?;
+    let module = TtirModule::parse(ttir_text, &config.source_name).map_err(StageError::Parse)?;
+    let calls = aboleth_calls(&module);
+    if !calls.is_empty() {
+        return Err(StageError::NotBuilt {
+            source_name: config.source_name,
+            calls,
+        });
+    }
+    let functions: Vec<&str> = module
+        .functions()
+        .filter_map(|id| module.operation(id).symbol())
+        .collect();
+    let summary = serde_json::json!({
+        "bridge": BRIDGE_VERSION,
+        "aboleth_version": env!("CARGO_PKG_VERSION"),
+        "changed": false,
+        "aboleth_calls": 0,
+        "functions": functions,
+        "config": {
+            "target": config.target,
+            "passes_off": config.passes_off,
+            "disabled_passes": config.disabled_passes,
+        },
+    });
+    Ok(StageOutput {
+        ttir: ttir_text.to_string(),
+        summary_json: summary.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLAIN: &str = "module {\n  tt.func public @k(%x: i64 loc(unknown)) attributes {noinline = false} {\n    tt.return loc(#loc1)\n  } loc(#loc)\n} loc(#loc)\n#loc = loc(\"k.py\":1:0)\n#loc1 = loc(\"k.py\":3:4)\n";
+
+    const WITH_CALLS: &str = "module {\n  tt.func public @k(%x: i64 loc(unknown)) attributes {noinline = false} {\n    %t = tt.extern_elementwise %x {libname = \"aboleth\", libpath = \"\", pure = false, symbol = \"__aboleth_v1__wait\"} : (i64) -> i32 loc(#loc2)\n    %u = tt.extern_elementwise %x {libname = \"aboleth\", libpath = \"\", pure = false, symbol = \"__aboleth_v1__fence\"} : (i64) -> i32 loc(unknown)\n    %v = tt.extern_elementwise %x {libname = \"libdevice\", libpath = \"\", pure = true, symbol = \"__nv_foo\"} : (i64) -> i32 loc(unknown)\n    tt.return loc(#loc1)\n  } loc(#loc)\n} loc(#loc)\n#loc = loc(\"k.py\":1:0)\n#loc1 = loc(\"k.py\":3:4)\n#loc2 = loc(\"k.py\":7:8)\n";
+
+    const CONFIG: &str = r#"{"target": "mlx5", "passes_off": false, "disabled_passes": ["batch-commands"], "source_name": "k.ttir"}"#;
+
+    #[test]
+    fn a_module_without_aboleth_calls_comes_back_unchanged_with_a_summary() {
+        let output = run_stage(PLAIN, CONFIG).unwrap();
+        assert_eq!(output.ttir, PLAIN);
+        let summary: serde_json::Value = serde_json::from_str(&output.summary_json).unwrap();
+        assert_eq!(summary["bridge"], "v1");
+        assert_eq!(summary["changed"], false);
+        assert_eq!(summary["aboleth_calls"], 0);
+        assert_eq!(summary["functions"], serde_json::json!(["k"]));
+        assert_eq!(summary["config"]["target"], "mlx5");
+        assert_eq!(
+            summary["config"]["disabled_passes"],
+            serde_json::json!(["batch-commands"])
+        );
+    }
+
+    #[test]
+    fn aboleth_calls_are_named_with_their_source_positions() {
+        let error = run_stage(WITH_CALLS, CONFIG).unwrap_err();
+        let StageError::NotBuilt { calls, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].operation(), "wait");
+        assert_eq!(
+            error.to_string(),
+            "aboleth: lowering aboleth ops in TTIR is not built yet (issue 3): found 2 aboleth \
+             calls: wait at k.py:7, fence at k.ttir:4:5 (TTIR; no source location)"
+        );
+    }
+
+    #[test]
+    fn parse_errors_carry_the_position() {
+        let error = run_stage("module {\n  tt.func @k(\n", CONFIG).unwrap_err();
+        let StageError::Parse(parse_error) = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(parse_error.file, "k.ttir");
+        assert!(parse_error.line >= 1, "{parse_error}");
+        assert!(error.to_string().starts_with("k.ttir:"), "{error}");
+    }
+
+    #[test]
+    fn bad_configurations_are_rejected() {
+        for config in [
+            "",
+            "{}",
+            r#"{"target": "ib"}"#,
+            r#"{"target": "mlx5", "passes": []}"#,
+            r#"{"target": "p2p", "passes_off": "yes"}"#,
+        ] {
+            let error = run_stage(PLAIN, config).unwrap_err();
+            assert!(
+                matches!(error, StageError::Config(_)),
+                "{config}: {error:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("aboleth: bad stage configuration: "),
+                "{error}"
+            );
+        }
+        let minimal = parse_config(r#"{"target": "proxy"}"#).unwrap();
+        assert_eq!(minimal.target, Target::Proxy);
+        assert!(!minimal.passes_off);
+        assert!(minimal.disabled_passes.is_empty());
+        assert_eq!(minimal.source_name, "<ttir>");
+    }
+}

@@ -1,0 +1,401 @@
+"""The ``aboleth`` stage in Triton 3.6's compiler pipeline (``docs/TRITON_BRIDGE.md``, "The stage").
+
+:func:`install` puts one chained hook into ``triton.knobs.runtime.add_stages_inspection_hook``.
+For every Triton-language kernel compiled while it is installed, the hook first calls the hook
+that was there before (if any), then inserts a stage ``aboleth`` right after ``ttir``. The stage:
+
+1. prints the module (``module.str()``, the TTIR after Triton's ttir passes);
+2. fast path: without ``libname = "aboleth"`` in the text it returns the module object untouched
+   (no Rust call, no metadata);
+3. otherwise calls ``aboleth._aboleth.run_stage(text, config_json)`` (the GIL is released in
+   Rust), stores the returned summary JSON in ``metadata["aboleth"]``, and returns the module
+   unchanged if the text came back unchanged, or the new text parsed back into the module's
+   MLIR context otherwise.
+
+Today step 3 raises ``NotImplementedError`` for any kernel with aboleth calls: lowering them is
+issue 3. The re-parse path is plumbing, exercised by the tests with a substitute Rust call.
+
+Cache: Triton 3.6 does not put the hook in its cache key, and a cache hit skips the hook. So while
+installed, ``triton.knobs.cache.dir`` points at ``<previous cache dir>/aboleth-<salt>``, where the
+salt hashes the bridge version, the Rust build and the aboleth Python sources (``cache_salt``),
+and the configuration (target, passes off, disabled passes): changing any of them recompiles, and
+the same configuration hits the cache. Called with no arguments (Triton 3.7's contract) the hook
+returns ``(key, hash)`` with the same salt. Not covered in 3.6: a ``@triton.jit`` kernel's
+in-memory cache (``JITFunction.device_caches``), keyed only by specialization and options; a
+kernel already launched in this process under another configuration is not recompiled.
+
+Threads: one lock guards install, uninstall and the configuration; each compilation reads the
+configuration once, when the hook runs, so its stage uses one configuration. The configuration is
+process-wide, like the hook slot and the cache directory (Triton picks the directory before it
+calls the hook): threads compiling at the same time should agree on it. Setting the cache knob
+also sets ``TRITON_CACHE_DIR`` in ``os.environ`` (Triton's ``knobs.propagate_env``); uninstalling
+restores both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from triton import knobs
+from triton._C.libtriton import ir
+from triton.backends.compiler import Language
+
+from . import _aboleth
+from .language import ABOLETH_LIBNAME
+
+__all__ = [
+    "TARGETS",
+    "STAGE",
+    "BRIDGE_VERSION",
+    "Config",
+    "install",
+    "uninstall",
+    "compilation",
+    "is_installed",
+    "current_config",
+    "cache_salt",
+]
+
+#: The transports a kernel can be compiled for.
+TARGETS = ("mlx5", "proxy", "p2p")
+#: The name of the stage inserted after ``ttir`` (also the ``kernel.asm`` key of its output).
+STAGE = "aboleth"
+#: The version of the builtin/stage contract (``__aboleth_v1__`` in the symbols).
+BRIDGE_VERSION = "v1"
+
+_FAST_PATH_MARKER = f'libname = "{ABOLETH_LIBNAME}"'
+_PACKAGE_DIRECTORY = pathlib.Path(__file__).resolve().parent
+
+# The Rust entry point; a module attribute so that tests can substitute it.
+_run_stage: Callable[[str, str], Tuple[str, str]] = _aboleth.run_stage
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What the aboleth stage compiles for: the transport and which passes run.
+
+    ``disabled_passes`` is normalized to a sorted tuple without duplicates, so configurations that
+    mean the same compare (and salt the cache) the same. Pass names are checked by the Rust pass
+    registry once the pipeline runs there (issue 3), not here.
+    """
+
+    target: str
+    passes_off: bool = False
+    disabled_passes: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(f"aboleth: target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+        if not isinstance(self.passes_off, bool):
+            raise TypeError(f"aboleth: passes_off must be a bool, got {self.passes_off!r}")
+        if isinstance(self.disabled_passes, str):
+            raise TypeError("aboleth: disabled_passes must be a sequence of pass names, not one string: "
+                            f"{self.disabled_passes!r}")
+        names = tuple(self.disabled_passes)
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"aboleth: disabled_passes must hold pass names (strings), got {name!r}")
+        object.__setattr__(self, "disabled_passes", tuple(sorted(set(names))))
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The configuration as the JSON object the Rust stage reads (without ``source_name``)."""
+        return {"target": self.target, "passes_off": self.passes_off, "disabled_passes": list(self.disabled_passes)}
+
+    def to_json(self, source_name: Optional[str] = None) -> str:
+        """The ``config_json`` argument of ``run_stage``; ``source_name`` names the TTIR in errors."""
+        data = self.as_dict()
+        if source_name is not None:
+            data["source_name"] = source_name
+        return json.dumps(data, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _build_digest_of(files: Tuple[Tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for path, _, _ in files:
+        digest.update(path.encode())
+        digest.update(pathlib.Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+def _build_digest() -> str:
+    """A digest of the Rust extension module's bytes and the aboleth Python sources.
+
+    Triton does not hash third-party builtins into its cache key (``DependenciesFinder`` skips
+    them), so a change to ``aboleth.language`` or to the Rust side must reach the key through the
+    salt. Recomputed only when a file's size or modification time changes.
+    """
+    paths = [pathlib.Path(_aboleth.__file__).resolve()] + sorted(_PACKAGE_DIRECTORY.glob("*.py"))
+    files = []
+    for path in paths:
+        status = path.stat()
+        files.append((str(path), status.st_mtime_ns, status.st_size))
+    return _build_digest_of(tuple(files))
+
+
+def cache_salt(config: Config) -> str:
+    """The salt for ``config``: 20 hex digits of a SHA-256 over the bridge version, the Rust
+    version, the build digest (extension module and Python sources) and the configuration."""
+    material = json.dumps(
+        {
+            "bridge": BRIDGE_VERSION,
+            "aboleth": _aboleth.version(),
+            "build": _build_digest(),
+            "config": config.as_dict(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(material.encode()).hexdigest()[:20]
+
+
+# ---------------------------------------------------------------------------------------------
+# Installation state
+# ---------------------------------------------------------------------------------------------
+
+_CACHE_ENV = "TRITON_CACHE_DIR"
+
+
+@dataclasses.dataclass
+class _SavedCacheDir:
+    """How ``knobs.cache.dir`` was set before installation, to restore it exactly."""
+
+    base: str
+    had_override: bool
+    override: Any
+    environment: Optional[str]
+
+    @classmethod
+    def capture(cls) -> "_SavedCacheDir":
+        overrides = vars(knobs.cache)
+        return cls(base=knobs.cache.dir, had_override="dir" in overrides, override=overrides.get("dir"),
+                   environment=os.environ.get(_CACHE_ENV))
+
+    def restore(self) -> None:
+        if self.had_override:
+            knobs.cache.dir = self.override
+        else:
+            del knobs.cache.dir
+        # Setting the knob also sets the environment variable (knobs.propagate_env): put it back.
+        if self.environment is None:
+            os.environ.pop(_CACHE_ENV, None)
+        else:
+            os.environ[_CACHE_ENV] = self.environment
+
+
+class _Installation:
+    """One installed hook: the function placed in the knob slot, the hook it chains to, and the
+    cache directory state it replaced. ``active`` turns false on uninstall; a hook that another
+    tool has chained on top of stays in that chain as a plain pass-through."""
+
+    def __init__(self, previous_hook: Optional[Callable[..., Any]], saved_cache: _SavedCacheDir) -> None:
+        self.previous_hook = previous_hook
+        self.saved_cache = saved_cache
+        self.active = True
+
+        def hook(*args: Any) -> Any:
+            return self._call(args)
+
+        hook.__qualname__ = hook.__name__ = "aboleth_stages_hook"
+        self.hook = hook
+
+    def _call(self, args: Tuple[Any, ...]) -> Any:
+        previous = self.previous_hook
+        if not args:
+            return self._cache_key(previous)
+        result = previous(*args) if previous is not None else None
+        if not self.active:
+            return result
+        with _lock:
+            config = _config if _installation is self else None
+        if config is None:
+            return result
+        _add_stage(args, config)
+        return result
+
+    def _cache_key(self, previous: Optional[Callable[..., Any]]) -> Tuple[str, str]:
+        """Triton 3.7's zero-argument call: ``(key, hash)`` for the cache key and the JIT
+        specialization, combined with the previous hook's pair."""
+        with _lock:
+            config = _config if (self.active and _installation is self) else None
+        salt = cache_salt(config) if config is not None else "inactive"
+        if previous is None:
+            return ("aboleth", salt)
+        previous_key, previous_hash = previous()
+        combined = hashlib.sha256(f"{previous_hash}\0{salt}".encode()).hexdigest()
+        return (f"{previous_key}+aboleth", combined)
+
+
+_lock = threading.RLock()
+# The installed hook and the configuration in force (None, None when not installed).
+_installation: Optional[_Installation] = None
+_config: Optional[Config] = None
+# The configuration given to install(), and the active compilation() blocks in entry order.
+_explicit_config: Optional[Config] = None
+_contexts: List[Tuple[object, Config]] = []
+
+
+def _add_stage(args: Tuple[Any, ...], config: Config) -> None:
+    """Inserts the ``aboleth`` stage right after ``ttir`` in the backend's stages dict.
+
+    Triton 3.6 calls the hook as ``(backend, stages, options, language, capability)``. Other
+    languages (Gluon starts at ``ttgir``) and pipelines without ``ttir`` are left alone.
+    """
+    if len(args) < 4:
+        return
+    stages, language = args[1], args[3]
+    if language != Language.TRITON or "ttir" not in stages or STAGE in stages:
+        return
+    items = list(stages.items())
+    stages.clear()
+    for name, stage in items:
+        stages[name] = stage
+        if name == "ttir":
+            stages[STAGE] = functools.partial(_aboleth_stage, config=config)
+
+
+def _kernel_name(module: Any) -> str:
+    try:
+        return module.get_entry_func_name()
+    except Exception:  # a module without a public entry function: any name will do
+        return "kernel"
+
+
+def _aboleth_stage(module: Any, metadata: Dict[str, Any], *, config: Config) -> Any:
+    """The stage: fast path without aboleth calls; otherwise the Rust stage (see the module
+    documentation). Does not touch ``metadata`` on the fast path."""
+    text = module.str()
+    if _FAST_PATH_MARKER not in text:
+        return module
+    new_text, summary = _run_stage(text, config.to_json(f"{_kernel_name(module)}.ttir"))
+    metadata["aboleth"] = summary
+    if new_text == text:
+        return module
+    return _parse_module(new_text, module.context)
+
+
+def _parse_module(text: str, context: Any) -> Any:
+    """Parses TTIR text into ``context`` (which has Triton's dialects loaded); Triton 3.6 only
+    parses from a file path. Raises ``RuntimeError`` if it does not parse or does not verify."""
+    with tempfile.TemporaryDirectory(prefix="aboleth-ttir-") as directory:
+        path = os.path.join(directory, "kernel.ttir")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(text)
+        try:
+            module = ir.parse_mlir_module(path, context)
+        except Exception as error:  # Triton raises RuntimeError("Parse MLIR file failed ...")
+            raise RuntimeError(f"aboleth: Triton cannot parse the TTIR returned by the aboleth stage: {error}") from error
+    module.context = context
+    if not module.verify():
+        raise RuntimeError("aboleth: the TTIR returned by the aboleth stage does not verify")
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+
+def _apply() -> None:
+    """Makes the installed state match the configuration in force (the innermost active
+    ``compilation()`` block's, else the one given to :func:`install`, else none). Holds the lock."""
+    global _installation, _config
+    with _lock:
+        config = _contexts[-1][1] if _contexts else _explicit_config
+        if config is None:
+            installation = _installation
+            if installation is None:
+                return
+            installation.active = False
+            if knobs.runtime.add_stages_inspection_hook is installation.hook:
+                knobs.runtime.add_stages_inspection_hook = installation.previous_hook
+            installation.saved_cache.restore()
+            _installation = None
+            _config = None
+            return
+        if _installation is None:
+            installation = _Installation(knobs.runtime.add_stages_inspection_hook, _SavedCacheDir.capture())
+            knobs.runtime.add_stages_inspection_hook = installation.hook
+            _installation = installation
+        _config = config
+        knobs.cache.dir = os.path.join(_installation.saved_cache.base, f"aboleth-{cache_salt(config)}")
+
+
+def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = ()) -> Config:
+    """Installs the aboleth stage hook for ``target`` ("mlx5", "proxy" or "p2p"), or changes the
+    configuration of the installed one. Returns the configuration.
+
+    Chains to the hook already in ``knobs.runtime.add_stages_inspection_hook`` and points the
+    cache directory at a salted subdirectory (see the module documentation). Installing twice
+    does not stack hooks. An active ``compilation()`` block's configuration takes precedence
+    until the block ends. Raises ``ValueError``/``TypeError`` for a bad configuration, before
+    changing anything.
+    """
+    global _explicit_config
+    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes)
+    cache_salt(config)  # reads the build files now, outside the lock
+    with _lock:
+        _explicit_config = config
+        _apply()
+    return config
+
+
+def uninstall() -> bool:
+    """Removes the hook and restores the cache directory, whatever installed it (this also ends
+    the effect of active ``compilation()`` blocks). Returns whether it was installed.
+
+    If another tool has since chained its own hook on top of aboleth's, the slot keeps that tool's
+    hook and aboleth's becomes a pass-through to the hook it had chained to.
+    """
+    global _explicit_config
+    with _lock:
+        was_installed = _installation is not None
+        _explicit_config = None
+        _contexts.clear()
+        _apply()
+        return was_installed
+
+
+def is_installed() -> bool:
+    """Whether the aboleth hook is installed."""
+    with _lock:
+        return _installation is not None
+
+
+def current_config() -> Optional[Config]:
+    """The configuration in force, or ``None`` when not installed."""
+    with _lock:
+        return _config
+
+
+@contextlib.contextmanager
+def compilation(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = ()) -> Iterator[Config]:
+    """Kernels compiled inside the ``with`` block go through the aboleth stage for ``target``.
+
+    While blocks are active, the most recently entered one's configuration is in force; when the
+    last one ends, the configuration given to :func:`install` (if any) comes back, or the hook is
+    removed. Blocks may end in any order (several threads may use them at once), but the
+    configuration is process-wide: threads compiling at the same time should agree on it.
+    """
+    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes)
+    cache_salt(config)
+    entry = (object(), config)
+    with _lock:
+        _contexts.append(entry)
+        _apply()
+    try:
+        yield config
+    finally:
+        with _lock:
+            # uninstall() may have cleared the list already.
+            if any(active is entry for active in _contexts):
+                _contexts.remove(entry)
+                _apply()

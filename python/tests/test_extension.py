@@ -1,0 +1,95 @@
+"""aboleth._aboleth, the Rust extension module, called directly on the committed TTIR corpus
+(crates/aboleth-ttir/tests/corpus)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import pathlib
+import threading
+import time
+
+import pytest
+
+import aboleth
+from aboleth import _aboleth
+
+CORPUS = pathlib.Path(__file__).resolve().parents[2] / "crates/aboleth-ttir/tests/corpus"
+CONFIG = json.dumps({"target": "mlx5", "passes_off": False, "disabled_passes": [], "source_name": "k.ttir"})
+
+
+def test_version_is_the_package_version():
+    assert _aboleth.version() == aboleth.__version__ == importlib.metadata.version("aboleth")
+
+
+def test_a_module_without_aboleth_calls_comes_back_unchanged_with_a_summary():
+    text = (CORPUS / "matmul.after-passes.ttir").read_text()
+    new_text, summary = _aboleth.run_stage(text, CONFIG)
+    assert new_text == text
+    assert json.loads(summary) == {
+        "bridge": "v1", "aboleth_version": aboleth.__version__, "changed": False, "aboleth_calls": 0,
+        "functions": ["matmul"], "config": {"target": "mlx5", "passes_off": False, "disabled_passes": []}
+    }
+
+
+def test_a_module_with_aboleth_calls_raises_not_implemented_naming_them():
+    text = (CORPUS / "alltoall.after-passes.ttir").read_text()
+    with pytest.raises(NotImplementedError) as info:
+        _aboleth.run_stage(text, CONFIG)
+    message = str(info.value)
+    assert message.startswith("aboleth: lowering aboleth ops in TTIR is not built yet (issue 3): "
+                              "found 9 aboleth calls: endpoint at python/tools/dump_ttir_corpus.py:")
+    for operation in ["remote__e1", "remote__e8", "at__e1", "put", "at__e8", "signal_after__set", "wait_signal",
+                      "wait"]:
+        assert f", {operation} at python/tools/dump_ttir_corpus.py:" in message
+
+
+def test_ttir_that_does_not_parse_raises_value_error_with_the_position():
+    with pytest.raises(ValueError) as info:
+        _aboleth.run_stage("module {\n  tt.func @k( {\n", CONFIG)
+    assert str(info.value) == ("k.ttir:3:1: error: expected '}' to close the region opened at 2:15, "
+                               "found the end of the file")
+
+
+@pytest.mark.parametrize("config", ["", "{}", '{"target": "rdma"}', '{"target": "mlx5", "extra": 1}'])
+def test_a_bad_configuration_raises_value_error(config):
+    with pytest.raises(ValueError, match="^aboleth: bad stage configuration: "):
+        _aboleth.run_stage((CORPUS / "softmax.ttir").read_text(), config)
+
+
+def test_the_gil_is_released_while_rust_works():
+    """While one thread is inside run_stage on a large module, another keeps running Python.
+
+    The main thread notes each millisecond in which it ran. Had run_stage kept the GIL, the main
+    thread could run only in the last switch interval (5 ms) of the call's window, after Rust
+    returned; with the GIL released it runs through the window, as far as the machine's load
+    lets it."""
+    text = (CORPUS / "matmul.after-passes.ttir").read_text()
+    lines = text.splitlines(keepends=True)
+    start = next(index for index, line in enumerate(lines) if "tt.func" in line)
+    end = max(index for index, line in enumerate(lines) if line.startswith("  } loc("))
+    function = "".join(lines[start:end + 1])
+    big = ("".join(lines[:start]) + "".join(function.replace("@matmul", f"@matmul_{index}") for index in range(2000)) +
+           "".join(lines[end + 1:]))
+    result = {}
+
+    def call() -> None:
+        result["enter"] = time.perf_counter()
+        result["summary"] = _aboleth.run_stage(big, CONFIG)[1]
+        result["exit"] = time.perf_counter()
+
+    thread = threading.Thread(target=call)
+    milliseconds_running = set()
+    thread.start()
+    while thread.is_alive():
+        milliseconds_running.add(int(time.perf_counter() * 1000))
+    thread.join()
+    assert len(json.loads(result["summary"])["functions"]) == 2000
+    first, last = int(result["enter"] * 1000) + 1, int(result["exit"] * 1000) - 1
+    window = last - first
+    if window < 100:
+        pytest.skip(f"run_stage took {window} ms: too short to observe")
+    inside = sum(1 for millisecond in milliseconds_running if first <= millisecond <= last)
+    # Held GIL: at most a switch interval's worth (~5 ms). Released: most of the window, less
+    # when other processes load the machine; 50 ms separates the two whatever the load.
+    assert inside >= 50, (inside, window)
