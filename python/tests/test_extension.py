@@ -26,22 +26,39 @@ def test_a_module_without_aboleth_calls_comes_back_unchanged_with_a_summary():
     text = (CORPUS / "matmul.after-passes.ttir").read_text()
     new_text, summary = _aboleth.run_stage(text, CONFIG)
     assert new_text == text
-    assert json.loads(summary) == {
+    summary = json.loads(summary)
+    assert {key: summary[key] for key in ["bridge", "aboleth_version", "changed", "aboleth_calls", "functions",
+                                          "config"]} == {
         "bridge": "v1", "aboleth_version": aboleth.__version__, "changed": False, "aboleth_calls": 0,
         "functions": ["matmul"], "config": {"target": "mlx5", "passes_off": False, "disabled_passes": []}
     }
 
 
-def test_a_module_with_aboleth_calls_raises_not_implemented_naming_them():
+def test_the_seed_alltoall_is_compiled_for_p2p_and_its_calls_are_gone():
+    text = (CORPUS / "alltoall.after-passes.ttir").read_text()
+    config = json.dumps({"target": "p2p", "source_name": "k.ttir"})
+    new_text, summary = _aboleth.run_stage(text, config)
+    summary = json.loads(summary)
+    assert summary["changed"] is True and summary["aboleth_calls"] == 9 and summary["kernel"] == "alltoall"
+    assert 'libname = "aboleth"' not in new_text
+    assert "st.release.sys.global.u64" in new_text and "ld.acquire.sys.global.u64" in new_text
+    assert summary["counts"]["fences"] == {"cta": 0, "gpu": 0, "sys": 0}
+    assert "p2p.signal" in summary["aboleth_ir"]
+
+
+def test_mlx5_code_generation_is_refused_as_not_built_naming_the_op():
     text = (CORPUS / "alltoall.after-passes.ttir").read_text()
     with pytest.raises(NotImplementedError) as info:
         _aboleth.run_stage(text, CONFIG)
-    message = str(info.value)
-    assert message.startswith("aboleth: lowering aboleth ops in TTIR is not built yet (issue 3): "
-                              "found 9 aboleth calls: endpoint at python/tools/dump_ttir_corpus.py:")
-    for operation in ["remote__e1", "remote__e8", "at__e1", "put", "at__e8", "signal_after__set", "wait_signal",
-                      "wait"]:
-        assert f", {operation} at python/tools/dump_ttir_corpus.py:" in message
+    assert str(info.value).startswith("aboleth: error: TTIR code generation for `mlx5.")
+    assert "only p2p generates Triton code so far" in str(info.value)
+
+
+def test_an_unknown_disabled_pass_is_a_configuration_error():
+    text = (CORPUS / "alltoall.after-passes.ttir").read_text()
+    config = json.dumps({"target": "p2p", "disabled_passes": ["batch-everything"]})
+    with pytest.raises(ValueError, match="unknown pass 'batch-everything' in --disable-pass"):
+        _aboleth.run_stage(text, config)
 
 
 def test_ttir_that_does_not_parse_raises_value_error_with_the_position():

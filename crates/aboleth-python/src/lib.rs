@@ -42,7 +42,7 @@ fn run_stage(py: Python<'_>, ttir_text: String, config_json: String) -> PyResult
         .map(|output| (output.ttir, output.summary_json))
         .map_err(|error| match error {
             StageError::NotBuilt { .. } => PyNotImplementedError::new_err(error.to_string()),
-            StageError::Config(_) | StageError::Parse(_) => {
+            StageError::Config(_) | StageError::Parse(_) | StageError::Compile(_) => {
                 PyValueError::new_err(error.to_string())
             }
         })

@@ -94,13 +94,13 @@ pub enum StageError {
     Config(String),
     /// The TTIR text does not parse.
     Parse(TtirError),
-    /// The module has aboleth calls, and lowering them is not built yet (issue 3).
+    /// Valid, but the code generation it needs is not built yet (mlx5 and proxy to TTIR).
     NotBuilt {
-        /// The file name TTIR positions refer to.
-        source_name: String,
-        /// The calls, in text order.
-        calls: Vec<AbolethCall>,
+        /// What is missing, naming the op and what works instead.
+        message: String,
     },
+    /// The kernel's communication cannot be compiled: the message names the source line.
+    Compile(String),
 }
 
 impl fmt::Display for StageError {
@@ -110,36 +110,8 @@ impl fmt::Display for StageError {
                 write!(formatter, "aboleth: bad stage configuration: {message}")
             }
             StageError::Parse(error) => write!(formatter, "{error}"),
-            StageError::NotBuilt { source_name, calls } => {
-                write!(
-                    formatter,
-                    "aboleth: lowering aboleth ops in TTIR is not built yet (issue 3): found {} \
-                     aboleth call{}: ",
-                    calls.len(),
-                    if calls.len() == 1 { "" } else { "s" }
-                )?;
-                for (index, call) in calls.iter().enumerate() {
-                    if index > 0 {
-                        formatter.write_str(", ")?;
-                    }
-                    match &call.source_position {
-                        Some(position) => write!(
-                            formatter,
-                            "{} at {}:{}",
-                            call.operation(),
-                            position.file,
-                            position.line
-                        )?,
-                        None => write!(
-                            formatter,
-                            "{} at {}:{} (TTIR; no source location)",
-                            call.operation(),
-                            source_name,
-                            call.ttir_position
-                        )?,
-                    }
-                }
-                Ok(())
+            StageError::NotBuilt { message } | StageError::Compile(message) => {
+                write!(formatter, "aboleth: {message}")
             }
         }
     }
@@ -171,23 +143,48 @@ pub fn aboleth_calls(module: &TtirModule) -> Vec<AbolethCall> {
 pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, StageError> {
     let config = parse_config(config_json)?;
     let module = TtirModule::parse(ttir_text, &config.source_name).map_err(StageError::Parse)?;
-    let calls = aboleth_calls(&module);
-    if !calls.is_empty() {
-        return Err(StageError::NotBuilt {
-            source_name: config.source_name,
-            calls,
-        });
-    }
-    let functions: Vec<&str> = module
+    let functions: Vec<String> = module
         .functions()
-        .filter_map(|id| module.operation(id).symbol())
+        .filter_map(|id| module.operation(id).symbol().map(str::to_string))
         .collect();
+    let calls = aboleth_calls(&module);
+    let target = match config.target {
+        Target::Mlx5 => aboleth_ir::transport::Target::Mlx5,
+        Target::Proxy => aboleth_ir::transport::Target::Proxy,
+        Target::P2p => aboleth_ir::transport::Target::P2p,
+    };
+    let mut pipeline = aboleth_passes::pipeline::PipelineOptions::new(target);
+    pipeline.passes_off = config.passes_off;
+    pipeline.disabled = config.disabled_passes.iter().cloned().collect();
+    pipeline
+        .validate()
+        .map_err(StageError::Config)?;
+    let output = aboleth_codegen::run_stage(
+        ttir_text,
+        &aboleth_codegen::StageOptions {
+            pipeline,
+            source_name: config.source_name.clone(),
+        },
+    )
+    .map_err(|error| {
+        if error.not_built {
+            StageError::NotBuilt {
+                message: error.message,
+            }
+        } else {
+            StageError::Compile(error.message)
+        }
+    })?;
     let summary = serde_json::json!({
         "bridge": BRIDGE_VERSION,
         "aboleth_version": env!("CARGO_PKG_VERSION"),
-        "changed": false,
-        "aboleth_calls": 0,
+        "changed": output.summary.changed,
+        "aboleth_calls": calls.len(),
         "functions": functions,
+        "kernel": output.summary.kernel,
+        "passes": output.summary.passes,
+        "counts": output.summary.counts,
+        "aboleth_ir": output.summary.aboleth_ir,
         "config": {
             "target": config.target,
             "passes_off": config.passes_off,
@@ -195,7 +192,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
         },
     });
     Ok(StageOutput {
-        ttir: ttir_text.to_string(),
+        ttir: output.ttir,
         summary_json: summary.to_string(),
     })
 }
@@ -227,17 +224,12 @@ mod tests {
     }
 
     #[test]
-    fn aboleth_calls_are_named_with_their_source_positions() {
+    fn compile_errors_name_the_python_source_line() {
         let error = run_stage(WITH_CALLS, CONFIG).unwrap_err();
-        let StageError::NotBuilt { calls, .. } = &error else {
-            panic!("{error:?}");
-        };
-        assert_eq!(calls.len(), 2);
-        assert_eq!(calls[0].operation(), "wait");
+        assert!(matches!(error, StageError::Compile(_)), "{error:?}");
         assert_eq!(
             error.to_string(),
-            "aboleth: lowering aboleth ops in TTIR is not built yet (issue 3): found 2 aboleth \
-             calls: wait at k.py:7, fence at k.ttir:4:5 (TTIR; no source location)"
+            "aboleth: k.py:7:8: error: aboleth.wait on a value that is not a put or signal token"
         );
     }
 

@@ -1,0 +1,735 @@
+//! Code generation: the lowered `ab` kernel back into the TTIR it was lifted from.
+//!
+//! The TTIR is edited in place through `aboleth-ttir`'s edit API: lines of untouched ops stay
+//! byte-identical. Every aboleth extern call is replaced by the code generated for its lowered
+//! form (or by a dead `arith.constant` that keeps its result name defined when the code lives
+//! elsewhere, e.g. a batch's reservation before its loop); ops the pipeline created are placed
+//! right before the next op that maps to TTIR in the same block (after the last one at a
+//! block's end); kept scalar ops and loops stay where they are and are referred to by name.
+//!
+//! Transports: p2p is generated (peer addresses from the region descriptors; copies as masked
+//! `tt.load`/`tt.store` over 1024-byte chunks that Triton spreads over the program's threads;
+//! flag stores, fences and flag polls as inline PTX with exact qualifiers, one elected thread
+//! storing). mlx5 and proxy command generation is not built yet and is refused with an error
+//! naming the op. Nothing here decides anything: the planning attributes were consumed by the
+//! lowering, and this module translates op by op.
+
+use std::collections::HashMap;
+
+use aboleth_ir::{
+    ab::attributes::{BinaryOperator, SignalOperation},
+    ab::ops::BinaryOp,
+    attrs,
+    pliron::{
+        basic_block::BasicBlock,
+        context::{Context, Ptr},
+        operation::Operation,
+        r#type::Typed,
+        value::Value,
+    },
+    scalar::integer_width,
+    text::op_name,
+    transport::Target,
+    walk::{block_ops, region_block},
+};
+use aboleth_ttir::{OperationId, TtirModule, ValueNamer};
+
+use crate::BridgeError;
+use crate::lift::{Entry, LiftedKernel};
+
+/// Bytes copied per iteration of a p2p copy loop (one tensor of this many bytes).
+pub const P2P_COPY_CHUNK_BYTES: i64 = 1024;
+
+/// How an `ab` value exists in the TTIR.
+#[derive(Clone, Debug)]
+enum Repr {
+    /// A TTIR value and its type.
+    Scalar { name: String, type_text: String },
+    /// A remote element: its region descriptor's address and the byte offset (both `i64`).
+    RemotePointer { descriptor: String, offset: String },
+    /// No run-time value (an endpoint on p2p, a token).
+    Nothing,
+}
+
+/// Generates TTIR for the lowered kernel `kernel` into `module`'s edits.
+pub fn generate(
+    ctx: &Context,
+    kernel: Ptr<Operation>,
+    lifted: &LiftedKernel,
+    module: &mut TtirModule,
+    target: Target,
+) -> Result<(), BridgeError> {
+    let mut generator = Generator {
+        ctx,
+        lifted,
+        target,
+        values: HashMap::new(),
+        namer: ValueNamer::new(module),
+        replaced: Vec::new(),
+        pending: Vec::new(),
+        edits: Vec::new(),
+        labels: 0,
+    };
+    let entry_block = region_block(ctx, kernel, 0);
+    for (index, parameter) in lifted.parameters.iter().enumerate() {
+        let argument = entry_block.deref(ctx).get_argument(index);
+        generator.values.insert(
+            argument,
+            Repr::Scalar {
+                name: parameter.ttir_name.clone(),
+                type_text: parameter.ttir_type.clone(),
+            },
+        );
+    }
+    let function_block_first = first_operation(module, lifted.function, 0);
+    generator.block(module, entry_block, function_block_first)?;
+    // Calls the pipeline removed (dead puts): keep their result names defined.
+    for call in &lifted.calls {
+        if !generator.replaced.contains(call) {
+            let lines = generator.dummy_definitions(*call);
+            generator.edits.push(Edit::Replace(*call, lines));
+        }
+    }
+    for edit in generator.edits {
+        match edit {
+            Edit::Before(id, lines) => module.insert_lines_before(id, lines),
+            Edit::After(id, lines) => module.insert_lines_after(id, lines),
+            Edit::Replace(id, lines) => module.replace_operation(id, lines),
+        }
+    }
+    Ok(())
+}
+
+fn first_operation(
+    module: &TtirModule,
+    operation: OperationId,
+    region: usize,
+) -> Option<OperationId> {
+    module.operation(operation).regions()[region].blocks()[0]
+        .operations()
+        .next()
+}
+
+enum Edit {
+    Before(OperationId, Vec<String>),
+    After(OperationId, Vec<String>),
+    Replace(OperationId, Vec<String>),
+}
+
+struct Generator<'a> {
+    ctx: &'a Context,
+    lifted: &'a LiftedKernel,
+    target: Target,
+    values: HashMap<Value, Repr>,
+    namer: ValueNamer,
+    replaced: Vec<OperationId>,
+    /// Lines waiting for their anchor.
+    pending: Vec<String>,
+    edits: Vec<Edit>,
+    labels: usize,
+}
+
+fn ab_type_text(ctx: &Context, value: Value) -> String {
+    match integer_width(ctx, value) {
+        Some(width) => format!("i{width}"),
+        None => "!tt.ptr<i8>".to_string(),
+    }
+}
+
+impl Generator<'_> {
+    fn entry(&self, op: Ptr<Operation>) -> Option<&Entry> {
+        attrs::get_int(self.ctx, op, "ttir_entry").map(|index| &self.lifted.entries[index as usize])
+    }
+
+    fn fresh(&mut self, stem: &str) -> String {
+        self.namer.fresh(stem)
+    }
+
+    fn emit(&mut self, line: String) {
+        self.pending.push(line);
+    }
+
+    /// Lowers the ops of `block`; `first` is the first TTIR op of the matching TTIR block.
+    fn block(
+        &mut self,
+        module: &TtirModule,
+        block: Ptr<BasicBlock>,
+        first: Option<OperationId>,
+    ) -> Result<(), BridgeError> {
+        let mut last_kept: Option<OperationId> = None;
+        for op in block_ops(self.ctx, block) {
+            match self.entry(op).cloned() {
+                Some(Entry::Kept(id)) => {
+                    self.flush_before(id);
+                    self.bind_kept(op, id);
+                    let name = op_name(self.ctx, op);
+                    if name == "ab.for" || name == "ab.if" {
+                        self.structured(module, op, id)?;
+                    }
+                    last_kept = Some(id);
+                }
+                Some(Entry::Call(id)) => {
+                    self.flush_before(id);
+                    self.operation(op)?;
+                    let mut lines = std::mem::take(&mut self.pending);
+                    lines.extend(self.dummy_definitions(id));
+                    self.edits.push(Edit::Replace(id, lines));
+                    self.replaced.push(id);
+                    last_kept = Some(id);
+                }
+                Some(Entry::Alias { name, type_text }) => {
+                    let result = op.deref(self.ctx).get_result(0);
+                    self.values.insert(result, Repr::Scalar { name, type_text });
+                }
+                Some(Entry::Added) | None => self.operation(op)?,
+            }
+        }
+        if !self.pending.is_empty() {
+            let lines = std::mem::take(&mut self.pending);
+            match (last_kept, first) {
+                (Some(id), _) => self.edits.push(Edit::After(id, lines)),
+                (None, Some(id)) => self.edits.push(Edit::Before(id, lines)),
+                (None, None) => {
+                    return Err(BridgeError::plain(
+                        "internal: generated code with nowhere to go (an empty TTIR block)",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_before(&mut self, id: OperationId) {
+        if !self.pending.is_empty() {
+            let lines = std::mem::take(&mut self.pending);
+            self.edits.push(Edit::Before(id, lines));
+        }
+    }
+
+    fn bind_kept(&mut self, op: Ptr<Operation>, id: OperationId) {
+        let results: Vec<Value> = {
+            let operation = op.deref(self.ctx);
+            (0..operation.get_num_results())
+                .map(|index| operation.get_result(index))
+                .collect()
+        };
+        if let Some(names) = self.lifted.result_names.get(&id) {
+            for (value, (name, type_text)) in results.into_iter().zip(names) {
+                self.values.insert(
+                    value,
+                    Repr::Scalar {
+                        name: name.clone(),
+                        type_text: type_text.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn structured(
+        &mut self,
+        module: &TtirModule,
+        op: Ptr<Operation>,
+        id: OperationId,
+    ) -> Result<(), BridgeError> {
+        let body = region_block(self.ctx, op, 0);
+        let first = first_operation(module, id, 0);
+        if op_name(self.ctx, op) == "ab.for" {
+            let header = module
+                .operation(id)
+                .scf_for()
+                .ok_or_else(|| BridgeError::plain("internal: a kept ab.for without its scf.for"))?;
+            let induction_type = header.induction_type.unwrap_or_else(|| "i64".into());
+            let induction = body.deref(self.ctx).get_argument(0);
+            if induction_type == "i64" {
+                self.values.insert(
+                    induction,
+                    Repr::Scalar {
+                        name: header.induction_variable,
+                        type_text: induction_type,
+                    },
+                );
+            } else {
+                let wide = self.fresh("ab_i");
+                let line = format!(
+                    "{wide} = arith.extsi {} : {induction_type} to i64",
+                    header.induction_variable
+                );
+                match first {
+                    Some(first) => self.edits.push(Edit::Before(first, vec![line])),
+                    None => return Err(BridgeError::plain("internal: an empty scf.for body")),
+                }
+                self.values.insert(
+                    induction,
+                    Repr::Scalar {
+                        name: wide,
+                        type_text: "i64".into(),
+                    },
+                );
+            }
+        }
+        self.block(module, body, first)
+    }
+
+    /// Lines that keep the results of a replaced call defined (dead; Triton removes them).
+    fn dummy_definitions(&mut self, id: OperationId) -> Vec<String> {
+        self.lifted
+            .result_names
+            .get(&id)
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|(name, type_text)| format!("{name} = arith.constant 0 : {type_text}"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    // ----- values ------------------------------------------------------------------------
+
+    fn repr(&self, value: Value) -> Result<Repr, BridgeError> {
+        self.values.get(&value).cloned().ok_or_else(|| {
+            BridgeError::plain(format!(
+                "internal: no TTIR value for an operand of type {}",
+                ab_type_text(self.ctx, value)
+            ))
+        })
+    }
+
+    /// `value` as a TTIR value of type `wanted`, converting when needed.
+    fn use_as(&mut self, value: Value, wanted: &str) -> Result<String, BridgeError> {
+        let Repr::Scalar { name, type_text } = self.repr(value)? else {
+            return Err(BridgeError::plain("internal: a handle used as a number"));
+        };
+        self.convert(&name, &type_text, wanted)
+    }
+
+    fn convert(&mut self, name: &str, from: &str, to: &str) -> Result<String, BridgeError> {
+        if from == to {
+            return Ok(name.to_string());
+        }
+        let result = self.fresh("ab_cv");
+        let width = |t: &str| t.strip_prefix('i').and_then(|w| w.parse::<u32>().ok());
+        let line = match (from.starts_with("!tt.ptr"), to.starts_with("!tt.ptr")) {
+            (true, true) => format!("{result} = tt.bitcast {name} : {from} -> {to}"),
+            (true, false) => {
+                let as_int = self.fresh("ab_cv");
+                self.emit(format!("{as_int} = tt.ptr_to_int {name} : {from} -> i64"));
+                return self.convert(&as_int, "i64", to);
+            }
+            (false, true) => {
+                let wide = self.convert(name, from, "i64")?;
+                format!("{result} = tt.int_to_ptr {wide} : i64 -> {to}")
+            }
+            (false, false) => match (width(from), width(to)) {
+                (Some(1), Some(_)) => format!("{result} = arith.extui {name} : {from} to {to}"),
+                (Some(a), Some(b)) if a < b => {
+                    format!("{result} = arith.extsi {name} : {from} to {to}")
+                }
+                (Some(a), Some(b)) if a > b => {
+                    format!("{result} = arith.trunci {name} : {from} to {to}")
+                }
+                _ => {
+                    return Err(BridgeError::plain(format!(
+                        "internal: cannot convert {from} to {to}"
+                    )));
+                }
+            },
+        };
+        self.emit(line);
+        Ok(result)
+    }
+
+    fn i64(&mut self, value: Value) -> Result<String, BridgeError> {
+        self.use_as(value, "i64")
+    }
+
+    fn constant_i64(&mut self, value: i64) -> String {
+        let name = self.fresh("ab_c");
+        self.emit(format!("{name} = arith.constant {value} : i64"));
+        name
+    }
+
+    fn binary_i64(&mut self, operation: &str, lhs: &str, rhs: &str) -> String {
+        let name = self.fresh("ab_v");
+        self.emit(format!("{name} = {operation} {lhs}, {rhs} : i64"));
+        name
+    }
+
+    fn define(&mut self, op: Ptr<Operation>, repr: Repr) {
+        let result = op.deref(self.ctx).get_result(0);
+        self.values.insert(result, repr);
+    }
+
+    fn operand(&self, op: Ptr<Operation>, index: usize) -> Value {
+        op.deref(self.ctx).get_operand(index)
+    }
+
+    /// The remote address of a remote element: the descriptor's base address plus the offset.
+    fn remote_address(&mut self, value: Value) -> Result<String, BridgeError> {
+        let Repr::RemotePointer { descriptor, offset } = self.repr(value)? else {
+            return Err(BridgeError::plain("internal: expected a remote pointer"));
+        };
+        let pointer = self.fresh("ab_descriptor");
+        self.emit(format!(
+            "{pointer} = tt.int_to_ptr {descriptor} : i64 -> !tt.ptr<i64>"
+        ));
+        let base = self.fresh("ab_base");
+        self.emit(format!("{base} = tt.load {pointer} : !tt.ptr<i64>"));
+        Ok(self.binary_i64("arith.addi", &base, &offset))
+    }
+
+    /// One inline-PTX statement run by every thread of the program (`$0` is a dummy result).
+    fn asm(&mut self, ptx: &str, operands: &[(&str, &str, char)]) -> String {
+        let result = self.fresh("ab_asm");
+        let mut constraints = vec!["=r".to_string()];
+        constraints.extend(operands.iter().map(|(_, _, c)| c.to_string()));
+        let names: Vec<&str> = operands.iter().map(|(n, _, _)| *n).collect();
+        let types: Vec<&str> = operands.iter().map(|(_, t, _)| *t).collect();
+        self.emit(format!(
+            "{result} = tt.elementwise_inline_asm \"{ptx}\" {{constraints = \"{}\", packed_element = 1 : i32, pure = false}} {} : {} -> i32",
+            constraints.join(","),
+            names.join(", "),
+            types.join(", ")
+        ));
+        result
+    }
+
+    /// Wraps `ptx` so that only thread 0 of the program executes it.
+    fn leader(ptx: &str) -> String {
+        format!(
+            "{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; @%ab_leader {ptx} mov.u32 $0, 0; }}"
+        )
+    }
+
+    // ----- ops -----------------------------------------------------------------------------
+
+    fn operation(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let name = op_name(self.ctx, op);
+        match name.as_str() {
+            "ab.yield" | "ab.return" => {}
+            "builtin.constant" => {
+                let result = op.deref(self.ctx).get_result(0);
+                let value = aboleth_ir::scalar::constant_value(self.ctx, result)
+                    .ok_or_else(|| BridgeError::plain("internal: a non-integer constant"))?;
+                let type_text = ab_type_text(self.ctx, result);
+                let fresh = self.fresh("ab_c");
+                self.emit(format!("{fresh} = arith.constant {value} : {type_text}"));
+                self.define(
+                    op,
+                    Repr::Scalar {
+                        name: fresh,
+                        type_text,
+                    },
+                );
+            }
+            "ab.binop" => {
+                let operator = Operation::get_op::<BinaryOp>(op, self.ctx)
+                    .expect("ab.binop")
+                    .operator(self.ctx);
+                let result = op.deref(self.ctx).get_result(0);
+                let type_text = ab_type_text(self.ctx, result);
+                let lhs = self.use_as(self.operand(op, 0), &type_text)?;
+                let rhs = self.use_as(self.operand(op, 1), &type_text)?;
+                let fresh = self.fresh("ab_v");
+                let arith = |name: &str| format!("{fresh} = {name} {lhs}, {rhs} : {type_text}");
+                let line = match operator {
+                    BinaryOperator::Add => arith("arith.addi"),
+                    BinaryOperator::Sub => arith("arith.subi"),
+                    BinaryOperator::Mul => arith("arith.muli"),
+                    BinaryOperator::Div => arith("arith.divsi"),
+                    BinaryOperator::Rem => arith("arith.remsi"),
+                    BinaryOperator::Min => arith("arith.minsi"),
+                    BinaryOperator::Max => arith("arith.maxsi"),
+                    BinaryOperator::And => arith("arith.andi"),
+                    BinaryOperator::Or => arith("arith.ori"),
+                    comparison => {
+                        let predicate = match comparison {
+                            BinaryOperator::Eq => "eq",
+                            BinaryOperator::Ne => "ne",
+                            BinaryOperator::Lt => "slt",
+                            BinaryOperator::Le => "sle",
+                            BinaryOperator::Gt => "sgt",
+                            _ => "sge",
+                        };
+                        let flag = self.fresh("ab_cmp");
+                        self.emit(format!(
+                            "{flag} = arith.cmpi {predicate}, {lhs}, {rhs} : {type_text}"
+                        ));
+                        format!("{fresh} = arith.extui {flag} : i1 to {type_text}")
+                    }
+                };
+                self.emit(line);
+                self.define(
+                    op,
+                    Repr::Scalar {
+                        name: fresh,
+                        type_text,
+                    },
+                );
+            }
+            "ab.cast" => {
+                let result = op.deref(self.ctx).get_result(0);
+                let type_text = ab_type_text(self.ctx, result);
+                let Repr::Scalar {
+                    name: source,
+                    type_text: from,
+                } = self.repr(self.operand(op, 0))?
+                else {
+                    return Err(BridgeError::plain("internal: cast of a handle"));
+                };
+                // ab.cast is a signed conversion; from a TTIR i1 it is a zero extension.
+                let converted = self.convert(&source, &from, &type_text)?;
+                self.define(
+                    op,
+                    Repr::Scalar {
+                        name: converted,
+                        type_text,
+                    },
+                );
+            }
+            "ab.ptr_add" => {
+                let base = self.use_as(self.operand(op, 0), "!tt.ptr<i8>")?;
+                let offset = self.i64(self.operand(op, 1))?;
+                let fresh = self.fresh("ab_p");
+                self.emit(format!(
+                    "{fresh} = tt.addptr {base}, {offset} : !tt.ptr<i8>, i64"
+                ));
+                self.define(
+                    op,
+                    Repr::Scalar {
+                        name: fresh,
+                        type_text: "!tt.ptr<i8>".into(),
+                    },
+                );
+            }
+            "ab.load" => {
+                let result = op.deref(self.ctx).get_result(0);
+                let type_text = ab_type_text(self.ctx, result);
+                let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
+                let fresh = self.fresh("ab_v");
+                self.emit(format!(
+                    "{fresh} = tt.load {pointer} : !tt.ptr<{type_text}>"
+                ));
+                self.define(
+                    op,
+                    Repr::Scalar {
+                        name: fresh,
+                        type_text,
+                    },
+                );
+            }
+            "ab.store" => {
+                let value = self.operand(op, 1);
+                let type_text = ab_type_text(self.ctx, value);
+                let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
+                let stored = self.use_as(value, &type_text)?;
+                self.emit(format!(
+                    "tt.store {pointer}, {stored} : !tt.ptr<{type_text}>"
+                ));
+            }
+            "ab.endpoint" => match self.target {
+                // A p2p endpoint has no run-time state: the region descriptors carry addresses.
+                Target::P2p => self.define(op, Repr::Nothing),
+                _ => {
+                    let table = self.i64(self.operand(op, 0))?;
+                    let peer = self.i64(self.operand(op, 1))?;
+                    let size = self.constant_i64(aboleth_abi::EndpointHandle::SIZE_BYTES as i64);
+                    let offset = self.binary_i64("arith.muli", &peer, &size);
+                    let address = self.binary_i64("arith.addi", &table, &offset);
+                    self.define(
+                        op,
+                        Repr::Scalar {
+                            name: address,
+                            type_text: "i64".into(),
+                        },
+                    );
+                }
+            },
+            "ab.remote" => {
+                let table = self.i64(self.operand(op, 0))?;
+                let peer = self.i64(self.operand(op, 1))?;
+                let size =
+                    self.constant_i64(aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES as i64);
+                let offset = self.binary_i64("arith.muli", &peer, &size);
+                let address = self.binary_i64("arith.addi", &table, &offset);
+                self.define(
+                    op,
+                    Repr::Scalar {
+                        name: address,
+                        type_text: "i64".into(),
+                    },
+                );
+            }
+            "ab.at" => {
+                let remote = self.operand(op, 0);
+                let Repr::Scalar {
+                    name: descriptor, ..
+                } = self.repr(remote)?
+                else {
+                    return Err(BridgeError::plain("internal: ab.at of a non-region"));
+                };
+                let element_bytes = op
+                    .deref(self.ctx)
+                    .get_result(0)
+                    .get_type(self.ctx)
+                    .deref(self.ctx)
+                    .downcast_ref::<aboleth_ir::ab::types::RemotePointerType>()
+                    .map_or(1, |t| i64::from(t.element_bytes));
+                let index = self.i64(self.operand(op, 1))?;
+                let scale = self.constant_i64(element_bytes);
+                let offset = self.binary_i64("arith.muli", &index, &scale);
+                self.define(op, Repr::RemotePointer { descriptor, offset });
+            }
+            "p2p.copy" => self.p2p_copy(op)?,
+            "p2p.signal" => self.p2p_signal(op)?,
+            "gpu.barrier" => self.emit("gpu.barrier".into()),
+            "gpu.fence" => {
+                let ptx = match attrs::get_string(self.ctx, op, "scope").as_deref() {
+                    Some("sys") => "fence.sc.sys; mov.u32 $0, 0;",
+                    Some("cta") => "fence.acq_rel.cta; mov.u32 $0, 0;",
+                    _ => "fence.acq_rel.gpu; mov.u32 $0, 0;",
+                };
+                let dummy = self.constant_i64(0);
+                self.asm(ptx, &[(&dummy, "i64", 'l')]);
+            }
+            "gpu.wait_flag" => self.wait_flag(op)?,
+            other if other.starts_with("mlx5.") || other.starts_with("proxy.") => {
+                return Err(BridgeError::not_built(format!(
+                    "TTIR code generation for `{other}` is not built yet: --target {} compiles to the Aboleth IR (aboleth compile --emit aboleth) and runs in the simulator, but only p2p generates Triton code so far",
+                    self.target.name()
+                )));
+            }
+            other => {
+                return Err(BridgeError::plain(format!(
+                    "internal: no TTIR code generation for `{other}`"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn p2p_copy(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let destination = self.remote_address(self.operand(op, 1))?;
+        let source = self.use_as(self.operand(op, 2), "!tt.ptr<i8>")?;
+        let bytes = self.i64(self.operand(op, 3))?;
+        let predicate_value = self.operand(op, 4);
+        let constant_true =
+            aboleth_ir::scalar::constant_value(self.ctx, predicate_value) == Some(1);
+        let chunk = P2P_COPY_CHUNK_BYTES;
+        let destination_pointer = self.fresh("ab_dst");
+        self.emit(format!(
+            "{destination_pointer} = tt.int_to_ptr {destination} : i64 -> !tt.ptr<i8>"
+        ));
+        let zero = self.constant_i64(0);
+        let step = self.constant_i64(chunk);
+        let mut close_if = false;
+        if !constant_true {
+            let predicate = self.i64(predicate_value)?;
+            let condition = self.fresh("ab_pred");
+            self.emit(format!(
+                "{condition} = arith.cmpi ne, {predicate}, {zero} : i64"
+            ));
+            self.emit(format!("scf.if {condition} {{"));
+            close_if = true;
+        }
+        let start = self.fresh("ab_chunk");
+        let tensor = format!("tensor<{chunk}xi64>");
+        let pointers = format!("tensor<{chunk}x!tt.ptr<i8>>");
+        self.emit(format!(
+            "scf.for {start} = {zero} to {bytes} step {step} : i64 {{"
+        ));
+        let lanes = self.fresh("ab_lanes");
+        self.emit(format!(
+            "{lanes} = tt.make_range {{end = {chunk} : i32, start = 0 : i32}} : tensor<{chunk}xi32>"
+        ));
+        let wide_lanes = self.fresh("ab_lanes");
+        self.emit(format!(
+            "{wide_lanes} = arith.extsi {lanes} : tensor<{chunk}xi32> to {tensor}"
+        ));
+        let base = self.fresh("ab_splat");
+        self.emit(format!("{base} = tt.splat {start} : i64 -> {tensor}"));
+        let offsets = self.fresh("ab_offsets");
+        self.emit(format!(
+            "{offsets} = arith.addi {base}, {wide_lanes} : {tensor}"
+        ));
+        let limit = self.fresh("ab_splat");
+        self.emit(format!("{limit} = tt.splat {bytes} : i64 -> {tensor}"));
+        let mask = self.fresh("ab_mask");
+        self.emit(format!(
+            "{mask} = arith.cmpi slt, {offsets}, {limit} : {tensor}"
+        ));
+        let source_splat = self.fresh("ab_splat");
+        self.emit(format!(
+            "{source_splat} = tt.splat {source} : !tt.ptr<i8> -> {pointers}"
+        ));
+        let source_pointers = self.fresh("ab_src");
+        self.emit(format!(
+            "{source_pointers} = tt.addptr {source_splat}, {offsets} : {pointers}, {tensor}"
+        ));
+        let destination_splat = self.fresh("ab_splat");
+        self.emit(format!(
+            "{destination_splat} = tt.splat {destination_pointer} : !tt.ptr<i8> -> {pointers}"
+        ));
+        let destination_pointers = self.fresh("ab_dst");
+        self.emit(format!("{destination_pointers} = tt.addptr {destination_splat}, {offsets} : {pointers}, {tensor}"));
+        let data = self.fresh("ab_data");
+        self.emit(format!(
+            "{data} = tt.load {source_pointers}, {mask} : {pointers}"
+        ));
+        self.emit(format!(
+            "tt.store {destination_pointers}, {data}, {mask} : {pointers}"
+        ));
+        self.emit("}".into());
+        if close_if {
+            self.emit("}".into());
+        }
+        Ok(())
+    }
+
+    fn p2p_signal(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let address = self.remote_address(self.operand(op, 1))?;
+        let value = self.i64(self.operand(op, 2))?;
+        let release = attrs::get_string(self.ctx, op, "order").as_deref() == Some("release");
+        let operation =
+            attrs::get_typed::<SignalOperation>(self.ctx, op, "op").unwrap_or(SignalOperation::Set);
+        let store = match (operation, release) {
+            (SignalOperation::Set, true) => "st.release.sys.global.u64 [$1], $2;",
+            (SignalOperation::Set, false) => "st.volatile.global.u64 [$1], $2;",
+            (SignalOperation::Add, true) => "red.release.sys.global.add.u64 [$1], $2;",
+            (SignalOperation::Add, false) => "red.relaxed.sys.global.add.u64 [$1], $2;",
+        };
+        self.asm(
+            &Self::leader(store),
+            &[(&address, "i64", 'l'), (&value, "i64", 'l')],
+        );
+        Ok(())
+    }
+
+    fn wait_flag(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let flag = self.use_as(self.operand(op, 0), "!tt.ptr<i64>")?;
+        let expected = self.i64(self.operand(op, 1))?;
+        let acquire = attrs::get_string(self.ctx, op, "order").as_deref() == Some("acquire");
+        let load = if acquire {
+            "ld.acquire.sys.global.u64 $0, [$1];"
+        } else {
+            "ld.volatile.global.u64 $0, [$1];"
+        };
+        self.labels += 1;
+        // Every thread polls the same word: no election, no broadcast needed.
+        self.emit("scf.while : () -> () {".into());
+        let seen = self.fresh("ab_seen");
+        self.emit(format!(
+            "{seen} = tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"
+        ));
+        let waiting = self.fresh("ab_waiting");
+        self.emit(format!(
+            "{waiting} = arith.cmpi slt, {seen}, {expected} : i64"
+        ));
+        self.emit(format!("scf.condition({waiting})"));
+        self.emit("} do {".into());
+        self.emit("scf.yield".into());
+        self.emit("}".into());
+        Ok(())
+    }
+}

@@ -1,0 +1,46 @@
+//! The stage on real TTIR from the corpus (dumped from Triton 3.6 with the real builtins).
+
+use aboleth_codegen::{StageOptions, run_stage};
+use aboleth_ir::transport::Target;
+use aboleth_passes::pipeline::PipelineOptions;
+
+fn corpus(name: &str) -> String {
+    let path = format!(
+        "{}/../aboleth-ttir/tests/corpus/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn options(target: Target) -> StageOptions {
+    StageOptions {
+        pipeline: PipelineOptions::new(target),
+        source_name: "kernel.ttir".into(),
+    }
+}
+
+#[test]
+fn kernels_without_aboleth_calls_come_back_unchanged() {
+    for name in [
+        "matmul.after-passes.ttir",
+        "softmax.after-passes.ttir",
+        "while_loop.after-passes.ttir",
+    ] {
+        let text = corpus(name);
+        let output = run_stage(&text, &options(Target::P2p)).unwrap();
+        assert_eq!(output.ttir, text, "{name}");
+        assert!(!output.summary.changed);
+    }
+}
+
+#[test]
+fn the_seed_alltoall_compiles_for_p2p() {
+    let text = corpus("alltoall.after-passes.ttir");
+    let output = run_stage(&text, &options(Target::P2p)).unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", output.ttir);
+    println!("{}", output.summary.aboleth_ir);
+    assert!(output.summary.changed);
+    assert!(!output.ttir.contains("libname = \"aboleth\""));
+    assert!(output.ttir.contains("st.release.sys.global.u64"));
+    assert!(output.ttir.contains("ld.acquire.sys.global.u64"));
+}
