@@ -1,13 +1,31 @@
-//! The host runtime of Aboleth, CPU side: the rank bootstrap ([`bootstrap`]: rendezvous and
-//! blob exchange over PyTorch's TCPStore protocol) and the host side of the proxy command ring
-//! ([`proxy_ring`]: the consumer the proxy thread runs, and a host producer speaking the GPU's
-//! protocol).
+//! The host runtime of Aboleth: the rank bootstrap ([`bootstrap`]: rendezvous and blob exchange
+//! over PyTorch's TCPStore protocol), the host side of the proxy command ring ([`proxy_ring`]),
+//! and the GPU side behind the Python API ([`world::World`]): device memory registration, region
+//! exchange into device tables, and the p2p and proxy transports ([`transport`]).
 //!
-//! What it does not contain yet: CUDA (memory registration, IPC handles, pinned allocation,
-//! the copy-engine executor), ibverbs, the `World` object and the Python bindings; those build
-//! on these two modules.
+//! CUDA is reached through the driver API loaded at run time ([`cuda`]); the crate builds on a
+//! machine without CUDA, and there creating a World fails with
+//! [`RuntimeError::CudaDriverNotFound`]. The logic that needs no GPU (records, tables, bounds,
+//! transport choice, proxy execution) lives in modules of its own ([`exchange`],
+//! [`registration`], [`transport`], [`transport::proxy`]) and is tested on the CPU; the GPU
+//! paths are checked by the `aboleth-runtime-gpu-check` binary (tests/gpu/README.md).
+//!
+//! What it does not contain yet: the RDMA (mlx5) transport's device setup (refused with the
+//! reason), the Python bindings (crates/aboleth-python wraps [`world::World`]), and kernel
+//! launching for user programs.
 
 pub mod bootstrap;
+pub mod cuda;
+pub mod error;
+pub mod exchange;
 pub mod proxy_ring;
+pub mod registration;
+pub mod transport;
+pub mod wait_failure;
+pub mod world;
 
 pub use bootstrap::{BootstrapConfig, BootstrapError, TcpStoreBootstrap};
+pub use error::{ErrorKind, RuntimeError, RuntimeResult};
+pub use registration::{Region, Registration};
+pub use transport::TransportChoice;
+pub use world::{DeviceTable, ExchangedRegions, RankCollective, World, WorldOptions};

@@ -1,0 +1,368 @@
+//! Choosing how this rank reaches each peer ([`choose_transports`], from the gathered
+//! [`PeerIdentity`] records and what the driver says about peer access), and the transports'
+//! own modules: [`p2p`] (peer memory through CUDA IPC) and [`proxy`] (host-pinned command rings
+//! executed by a host thread with the copy engine). RDMA is only detected here
+//! ([`rdma_devices`]): without an mlx5 device it is refused with the reason.
+//!
+//! Transports are chosen per direction: the transport to a peer says how this rank writes into
+//! the peer's memory; the peer may choose differently for the way back. This module maps and
+//! allocates nothing.
+
+pub mod p2p;
+pub mod proxy;
+
+use std::path::Path;
+
+use aboleth_abi::TransportKind;
+
+use crate::error::{RuntimeError, RuntimeResult};
+use crate::exchange::PeerIdentity;
+
+/// What `connect_all` is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// NVLink / PCIe peer memory: kernels store into the peer's mapped memory.
+    P2p,
+    /// A host thread executes commands that kernels write into a host-pinned ring.
+    Proxy,
+    /// GPU-initiated RDMA on an mlx5 NIC.
+    Rdma,
+    /// Per peer: p2p where this GPU can access the peer's, proxy for the other peers of this
+    /// host, RDMA for peers on other hosts.
+    Auto,
+}
+
+impl TransportChoice {
+    /// Parses `"p2p"`, `"proxy"`, `"rdma"` or `"auto"` (the Python API's strings).
+    pub fn parse(name: &str) -> RuntimeResult<Self> {
+        match name {
+            "p2p" => Ok(Self::P2p),
+            "proxy" => Ok(Self::Proxy),
+            "rdma" => Ok(Self::Rdma),
+            "auto" => Ok(Self::Auto),
+            _ => Err(RuntimeError::UnknownTransport {
+                name: name.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Whether this rank's GPU can load and store another GPU's memory directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerAccess {
+    /// The peer uses this same GPU.
+    SameDevice,
+    /// `cuDeviceCanAccessPeer` says yes.
+    Yes,
+    /// `cuDeviceCanAccessPeer` says no.
+    No,
+    /// The peer's GPU is not visible in this process (CUDA_VISIBLE_DEVICES), so access cannot be
+    /// checked here.
+    DeviceNotVisible,
+}
+
+/// Names the transports, for messages.
+pub fn describe_transports(transports: &[TransportKind]) -> String {
+    transports
+        .iter()
+        .enumerate()
+        .map(|(rank, transport)| format!("{rank}: {transport:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The transport to every rank (this rank's own entry is p2p: local memory is reached with
+/// plain stores). `peer_access(identity)` is asked only for peers on this host;
+/// `rdma_devices` is the list [`rdma_devices`] found. Errors name the peer and what to change.
+pub fn choose_transports(
+    choice: TransportChoice,
+    local_rank: u32,
+    identities: &[PeerIdentity],
+    mut peer_access: impl FnMut(&PeerIdentity) -> PeerAccess,
+    rdma_devices: &RdmaDevices,
+) -> RuntimeResult<Vec<TransportKind>> {
+    if choice == TransportChoice::Rdma {
+        return Err(rdma_devices.unavailable_error());
+    }
+    let own = &identities[local_rank as usize];
+    let unreachable =
+        |peer: &PeerIdentity, transport, reason: String| RuntimeError::PeerUnreachable {
+            rank: local_rank,
+            peer_rank: peer.rank,
+            transport,
+            reason,
+        };
+    let mut transports = Vec::with_capacity(identities.len());
+    for peer in identities {
+        if peer.rank == local_rank {
+            transports.push(TransportKind::P2p);
+            continue;
+        }
+        let wanted = match choice {
+            TransportChoice::P2p => TransportKind::P2p,
+            _ => TransportKind::Proxy,
+        };
+        if !own.same_host(peer) {
+            let reason = format!(
+                "it runs on another host ({}, this rank on {}); only the rdma transport crosses hosts, and {}",
+                peer.host,
+                own.host,
+                rdma_devices.unavailable_error()
+            );
+            return Err(unreachable(peer, wanted, reason));
+        }
+        if own.same_process(peer) {
+            let reason = "both ranks run in one process, and CUDA IPC shares memory only between processes; start one process per rank".to_owned();
+            return Err(unreachable(peer, wanted, reason));
+        }
+        let access = peer_access(peer);
+        let transport = match (choice, access) {
+            (TransportChoice::P2p, PeerAccess::No) => {
+                let reason = format!(
+                    "this GPU ({}) cannot access the peer's GPU ({}) (cuDeviceCanAccessPeer = 0: no NVLink or PCIe peer path); use \"proxy\" or \"auto\"",
+                    own.device_pci_bus_id, peer.device_pci_bus_id
+                );
+                return Err(unreachable(peer, TransportKind::P2p, reason));
+            }
+            (TransportChoice::P2p, PeerAccess::DeviceNotVisible) => {
+                tracing::warn!(
+                    rank = local_rank,
+                    peer = peer.rank,
+                    peer_device = %peer.device_pci_bus_id,
+                    "the peer's GPU is not visible in this process, so p2p access cannot be checked; mapping its memory will tell (make every GPU of the host visible to every rank to check it here)"
+                );
+                TransportKind::P2p
+            }
+            (TransportChoice::P2p, _) => TransportKind::P2p,
+            (TransportChoice::Proxy, _) => TransportKind::Proxy,
+            (TransportChoice::Auto, PeerAccess::SameDevice | PeerAccess::Yes) => TransportKind::P2p,
+            (TransportChoice::Auto, PeerAccess::No | PeerAccess::DeviceNotVisible) => {
+                tracing::info!(
+                    rank = local_rank,
+                    peer = peer.rank,
+                    ?access,
+                    "auto: the proxy (copy engine) reaches this peer, since peer access is not available or cannot be checked"
+                );
+                TransportKind::Proxy
+            }
+            (TransportChoice::Rdma, _) => unreachable!("refused above"),
+        };
+        transports.push(transport);
+    }
+    Ok(transports)
+}
+
+/// The RDMA devices of this machine, as the kernel lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RdmaDevices {
+    /// Where they were looked for.
+    pub sysfs_directory: String,
+    /// Device names (`mlx5_0`, `rxe0`, ...); `None` when the directory does not exist.
+    pub names: Option<Vec<String>>,
+}
+
+impl RdmaDevices {
+    /// The error `connect_all("rdma")` gives on this machine: no device, no mlx5 device, or (with
+    /// one) the mlx5 transport's setup, which this runtime does not have yet.
+    pub fn unavailable_error(&self) -> RuntimeError {
+        let directory = &self.sysfs_directory;
+        let reason = match &self.names {
+            None => format!(
+                "{directory} does not exist: the kernel has no RDMA device (an mlx5 NIC — ConnectX — with the mlx5_ib driver loaded is needed); use \"p2p\" or \"proxy\" between GPUs of one host"
+            ),
+            Some(names) if names.is_empty() => format!(
+                "{directory} is empty: no RDMA device (an mlx5 NIC — ConnectX — with the mlx5_ib driver loaded is needed); use \"p2p\" or \"proxy\" between GPUs of one host"
+            ),
+            Some(names) if !names.iter().any(|name| name.starts_with("mlx5")) => format!(
+                "RDMA devices [{}] were found in {directory} but none is mlx5 (a ConnectX NIC); GPU-initiated RDMA writes mlx5 work queue entries",
+                names.join(", ")
+            ),
+            Some(names) => format!(
+                "mlx5 devices [{}] were found, but this runtime cannot set up the mlx5 transport yet (queue pairs, UAR mapping); use \"p2p\" or \"proxy\" between GPUs of one host",
+                names
+                    .iter()
+                    .filter(|name| name.starts_with("mlx5"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        RuntimeError::RdmaUnavailable { reason }
+    }
+}
+
+/// Lists `/sys/class/infiniband`, where the kernel shows every RDMA device (what
+/// `ibv_get_device_list` reads), without loading libibverbs.
+pub fn rdma_devices() -> RdmaDevices {
+    rdma_devices_in(Path::new("/sys/class/infiniband"))
+}
+
+/// [`rdma_devices`] over another directory (tests).
+pub fn rdma_devices_in(directory: &Path) -> RdmaDevices {
+    let names = std::fs::read_dir(directory).ok().map(|entries| {
+        let mut names: Vec<String> = entries
+            .filter_map(|entry| entry.ok())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    });
+    RdmaDevices {
+        sysfs_directory: directory.display().to_string(),
+        names,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn identity(rank: u32, host: &str, process_id: u32) -> PeerIdentity {
+        PeerIdentity {
+            rank,
+            host: host.to_owned(),
+            process_id,
+            device_ordinal: rank as i32,
+            device_pci_bus_id: format!("0000:{:02x}:00.0", rank + 0x10),
+            device_uuid: [rank as u8; 16],
+        }
+    }
+
+    fn no_rdma() -> RdmaDevices {
+        RdmaDevices {
+            sysfs_directory: "/sys/class/infiniband".into(),
+            names: None,
+        }
+    }
+
+    #[test]
+    fn transports_follow_the_choice_and_peer_access() {
+        let identities = [
+            identity(0, "a", 10),
+            identity(1, "a", 11),
+            identity(2, "a", 12),
+        ];
+        let access = |peer: &PeerIdentity| match peer.rank {
+            0 => PeerAccess::Yes,
+            _ => PeerAccess::No,
+        };
+        let auto =
+            choose_transports(TransportChoice::Auto, 1, &identities, access, &no_rdma()).unwrap();
+        assert_eq!(
+            auto,
+            [TransportKind::P2p, TransportKind::P2p, TransportKind::Proxy]
+        );
+        let proxy =
+            choose_transports(TransportChoice::Proxy, 1, &identities, access, &no_rdma()).unwrap();
+        assert_eq!(
+            proxy,
+            [
+                TransportKind::Proxy,
+                TransportKind::P2p,
+                TransportKind::Proxy
+            ]
+        );
+        let error = choose_transports(TransportChoice::P2p, 1, &identities, access, &no_rdma())
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("rank 1 cannot reach rank 2 with P2p: this GPU (0000:11:00.0) cannot access the peer's GPU (0000:12:00.0)"),
+            "{error}"
+        );
+        let not_visible = |_: &PeerIdentity| PeerAccess::DeviceNotVisible;
+        assert_eq!(
+            choose_transports(
+                TransportChoice::P2p,
+                0,
+                &identities,
+                not_visible,
+                &no_rdma()
+            )
+            .unwrap(),
+            [TransportKind::P2p; 3]
+        );
+        assert_eq!(
+            choose_transports(
+                TransportChoice::Auto,
+                0,
+                &identities,
+                not_visible,
+                &no_rdma()
+            )
+            .unwrap()[1],
+            TransportKind::Proxy
+        );
+    }
+
+    #[test]
+    fn other_hosts_and_shared_processes_are_refused() {
+        let identities = [identity(0, "a", 10), identity(1, "b", 10)];
+        let error = choose_transports(
+            TransportChoice::Auto,
+            0,
+            &identities,
+            |_| PeerAccess::Yes,
+            &no_rdma(),
+        )
+        .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("another host (b, this rank on a)"),
+            "{message}"
+        );
+        assert!(
+            message.contains("/sys/class/infiniband does not exist"),
+            "{message}"
+        );
+        let identities = [identity(0, "a", 10), identity(1, "a", 10)];
+        let error = choose_transports(
+            TransportChoice::P2p,
+            0,
+            &identities,
+            |_| PeerAccess::SameDevice,
+            &no_rdma(),
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("one process"), "{error}");
+    }
+
+    #[test]
+    fn rdma_is_refused_with_what_is_missing() {
+        let identities = [identity(0, "a", 10)];
+        let error = choose_transports(
+            TransportChoice::Rdma,
+            0,
+            &identities,
+            |_| PeerAccess::Yes,
+            &no_rdma(),
+        )
+        .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Runtime);
+        assert!(error.to_string().contains("no RDMA device"), "{error}");
+        let directory = std::env::temp_dir().join(format!("aboleth-ib-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let devices = rdma_devices_in(&directory);
+        assert_eq!(devices.names, Some(vec![]));
+        assert!(devices.unavailable_error().to_string().contains("is empty"));
+        std::fs::create_dir_all(directory.join("rxe0")).unwrap();
+        let message = rdma_devices_in(&directory).unavailable_error().to_string();
+        assert!(
+            message.contains("[rxe0]") && message.contains("none is mlx5"),
+            "{message}"
+        );
+        std::fs::create_dir_all(directory.join("mlx5_0")).unwrap();
+        let message = rdma_devices_in(&directory).unavailable_error().to_string();
+        assert!(message.contains("mlx5 devices [mlx5_0]"), "{message}");
+        std::fs::remove_dir_all(&directory).unwrap();
+        assert_eq!(
+            TransportChoice::parse("nvlink").unwrap_err().to_string(),
+            "unknown transport \"nvlink\": expected \"rdma\", \"p2p\", \"proxy\" or \"auto\""
+        );
+        assert_eq!(
+            TransportChoice::parse("auto").unwrap(),
+            TransportChoice::Auto
+        );
+    }
+}
