@@ -78,6 +78,8 @@ pub struct StageOptions {
     pub pipeline: PipelineOptions,
     /// The name TTIR positions are reported under.
     pub source_name: String,
+    /// Plan and lower but generate no TTIR (the summary is the product).
+    pub plan_only: bool,
 }
 
 /// What the stage did.
@@ -93,6 +95,10 @@ pub struct StageSummary {
     pub passes: Vec<String>,
     /// Static counts of the lowered kernel (`aboleth compile --emit stats`).
     pub counts: aboleth_passes::stats::Counts,
+    /// Some counted ops are in loops of unknown trip count (counted once).
+    pub per_iteration: bool,
+    /// Some counted ops run only under a runtime condition.
+    pub conditional: bool,
     /// Whether the TTIR changed.
     pub changed: bool,
     /// The lifted Aboleth IR after the pipeline, for debugging (`aboleth compile --emit aboleth`).
@@ -125,6 +131,8 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
                 aboleth_calls: 0,
                 passes: Vec::new(),
                 counts: Default::default(),
+                per_iteration: false,
+                conditional: false,
                 changed: false,
                 aboleth_ir: String::new(),
             },
@@ -153,18 +161,26 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
         // Diagnostics point into the lifted text: map them back to the TTIR op of that line.
         map_diagnostic(&module, &lifted, diagnostic)
     })?;
-    let counts = aboleth_passes::stats::count_kernel(ctx, kernel).0;
+    let (counts, per_iteration, conditional) = aboleth_passes::stats::count_kernel(ctx, kernel);
     let aboleth_ir = aboleth_ir::print_module(ctx, ab_module);
-    emit::generate(ctx, kernel, &lifted, &mut module, target)?;
+    if !options.plan_only {
+        emit::generate(ctx, kernel, &lifted, &mut module, target)?;
+    }
     Ok(StageOutput {
-        ttir: module.print(),
+        ttir: if options.plan_only {
+            ttir.to_string()
+        } else {
+            module.print()
+        },
         summary: StageSummary {
             kernel: lifted.name.clone(),
             target: target.name(),
             aboleth_calls: lifted.calls.len(),
             passes: report.passes_run,
             counts,
-            changed: true,
+            per_iteration,
+            conditional,
+            changed: !options.plan_only,
             aboleth_ir,
         },
     })

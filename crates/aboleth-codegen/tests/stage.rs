@@ -16,6 +16,7 @@ fn options(target: Target) -> StageOptions {
     StageOptions {
         pipeline: PipelineOptions::new(target),
         source_name: "kernel.ttir".into(),
+        plan_only: false,
     }
 }
 

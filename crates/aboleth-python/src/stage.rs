@@ -52,6 +52,10 @@ pub struct StageConfig {
     /// The file name that TTIR positions are reported under (the hook passes `KERNEL.ttir`).
     #[serde(default = "default_source_name")]
     pub source_name: String,
+    /// Plan and lower, but leave the TTIR as it is (what `aboleth compile --emit aboleth|stats`
+    /// needs for any target, including those without TTIR code generation yet).
+    #[serde(default)]
+    pub plan_only: bool,
 }
 
 fn default_source_name() -> String {
@@ -164,6 +168,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
         &aboleth_codegen::StageOptions {
             pipeline,
             source_name: config.source_name.clone(),
+            plan_only: config.plan_only,
         },
     )
     .map_err(|error| {
@@ -184,6 +189,8 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
         "kernel": output.summary.kernel,
         "passes": output.summary.passes,
         "counts": output.summary.counts,
+        "per_iteration": output.summary.per_iteration,
+        "conditional": output.summary.conditional,
         "aboleth_ir": output.summary.aboleth_ir,
         "config": {
             "target": config.target,
