@@ -88,6 +88,21 @@ enum Emit {
     Aboleth,
     /// JSON statistics per kernel.
     Stats,
+    /// The TTIR after the aboleth stage (Python kernels only).
+    Ttir,
+    /// The PTX (Python kernels only).
+    Ptx,
+}
+
+impl Emit {
+    fn name(self) -> &'static str {
+        match self {
+            Emit::Aboleth => "aboleth",
+            Emit::Stats => "stats",
+            Emit::Ttir => "ttir",
+            Emit::Ptx => "ptx",
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -105,15 +120,28 @@ enum Command {
         #[arg(long)]
         no_lowering: bool,
     },
-    /// Compile an .abo file and emit IR or statistics.
+    /// Compile an .abo file, or a Triton kernel in a .py file (through `python -m aboleth`,
+    /// no GPU needed), and emit IR, PTX or statistics.
     Compile {
-        /// The input file.
+        /// The input file (.abo, or .py with --kernel and --signature).
         file: String,
         #[command(flatten)]
         pipeline: PipelineArguments,
         /// What to print.
         #[arg(long, value_enum, default_value = "stats")]
         emit: Emit,
+        /// .py: the @triton.jit function.
+        #[arg(long)]
+        kernel: Option<String>,
+        /// .py: NAME=TYPE[,NAME=TYPE...] with Triton's types (*i64, i64, i32, ...).
+        #[arg(long)]
+        signature: Vec<String>,
+        /// .py: NAME=VALUE for a constexpr parameter (repeatable).
+        #[arg(long)]
+        constexpr: Vec<String>,
+        /// .py: warps per program.
+        #[arg(long)]
+        num_warps: Option<u32>,
     },
     /// List the planning passes in pipeline order.
     Passes,
@@ -280,13 +308,83 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             file,
             pipeline,
             emit,
+            kernel,
+            signature,
+            constexpr,
+            num_warps,
         } => {
+            if file.ends_with(".py") {
+                return compile_python(
+                    &file, &pipeline, emit, kernel, signature, constexpr, num_warps,
+                );
+            }
+            if matches!(emit, Emit::Ttir | Emit::Ptx) {
+                anyhow::bail!(
+                    "{file}: error: --emit {} needs a Triton kernel (.py); for .abo files use --emit aboleth or stats",
+                    emit.name()
+                );
+            }
             let text = read(&file)?;
             let json = compile(&text, &file, &pipeline.options(), emit)?;
             println!("{json}");
             Ok(())
         }
     }
+}
+
+/// `aboleth compile KERNEL.py`: hands the work to the Python package (Triton lives there).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the command line's arguments, forwarded"
+)]
+fn compile_python(
+    file: &str,
+    pipeline: &PipelineArguments,
+    emit: Emit,
+    kernel: Option<String>,
+    signature: Vec<String>,
+    constexpr: Vec<String>,
+    num_warps: Option<u32>,
+) -> anyhow::Result<()> {
+    let kernel = kernel.ok_or_else(|| {
+        anyhow::anyhow!("{file}: error: name the @triton.jit function with --kernel NAME")
+    })?;
+    let python = std::env::var("ABOLETH_PYTHON").unwrap_or_else(|_| {
+        if std::path::Path::new(".venv/bin/python").exists() {
+            ".venv/bin/python".to_string()
+        } else {
+            "python3".to_string()
+        }
+    });
+    let mut command = std::process::Command::new(&python);
+    command
+        .args(["-m", "aboleth", "compile", file, "--kernel", &kernel])
+        .args(["--target", pipeline.target.target().name()])
+        .args(["--emit", emit.name()]);
+    for value in &signature {
+        command.args(["--signature", value]);
+    }
+    for value in &constexpr {
+        command.args(["--constexpr", value]);
+    }
+    if let Some(warps) = num_warps {
+        command.args(["--num-warps", &warps.to_string()]);
+    }
+    if pipeline.passes_off {
+        command.arg("--passes-off");
+    }
+    for pass in &pipeline.disable_pass {
+        command.args(["--disable-pass", pass]);
+    }
+    let status = command.status().map_err(|error| {
+        anyhow::anyhow!(
+            "{file}: error: cannot run `{python}` ({error}); Python kernels need the aboleth Python package: run `make python-setup` and `maturin develop`, or set ABOLETH_PYTHON to an interpreter that has it"
+        )
+    })?;
+    if !status.success() {
+        anyhow::bail!("{file}: error: `{python} -m aboleth compile` failed (see above)");
+    }
+    Ok(())
 }
 
 /// The human summary of one kernel's validation.
@@ -372,7 +470,7 @@ fn compile(
     let module = parse_module(ctx, text, file)?;
     let report = run_pipeline(ctx, module, options)?;
     match emit {
-        Emit::Aboleth => Ok(print_module(ctx, module)),
+        Emit::Aboleth | Emit::Ttir | Emit::Ptx => Ok(print_module(ctx, module)),
         Emit::Stats => {
             let mut kernel_stats = Vec::new();
             for kernel in kernels(ctx, module) {
