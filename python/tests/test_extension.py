@@ -51,7 +51,7 @@ def test_mlx5_code_generation_is_refused_as_not_built_naming_the_op():
     with pytest.raises(NotImplementedError) as info:
         _aboleth.run_stage(text, CONFIG)
     assert str(info.value).startswith("aboleth: error: TTIR code generation for `mlx5.")
-    assert "only p2p generates Triton code so far" in str(info.value)
+    assert "only p2p and proxy generate Triton code so far" in str(info.value)
 
 
 def test_an_unknown_disabled_pass_is_a_configuration_error():

@@ -24,12 +24,13 @@ pub struct RemoteRegionDescriptor {
     pub peer_rank: u32,
     /// [`TransportKind`] as u32, the transport that reaches this peer.
     pub transport: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// The region's index in the exchanged table: what proxy ring entries name
+    /// (`destination_region_index`, `signal_region_index`).
+    pub region_index: u32,
 }
 wire_layout!(RemoteRegionDescriptor, 32, {
     base_address: u64 = 0, length_bytes: u64 = 8, rkey: u32 = 16, peer_rank: u32 = 20,
-    transport: u32 = 24, reserved: u32 = 28,
+    transport: u32 = 24, region_index: u32 = 28,
 });
 
 /// A local region (16 B).

@@ -264,7 +264,7 @@ proptest! {
     fn descriptors_and_handles_round_trip(words in any::<[u64; 12]>(), small in any::<[u32; 12]>()) {
         let remote = RemoteRegionDescriptor {
             base_address: words[0], length_bytes: words[1], rkey: small[0], peer_rank: small[1],
-            transport: small[2], reserved: small[3],
+            transport: small[2], region_index: small[3],
         };
         prop_assert_eq!(RemoteRegionDescriptor::from_bytes(&remote.to_bytes()), remote);
         let local = LocalRegionDescriptor { address: words[2], lkey: small[4], reserved: small[5] };

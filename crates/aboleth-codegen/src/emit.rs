@@ -395,6 +395,13 @@ impl Generator<'_> {
         result
     }
 
+    /// Statements that are each predicated on `%ab_leader` (thread 0 of the program).
+    fn leader_block(statements: &str) -> String {
+        format!(
+            "{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; {statements} mov.u32 $0, 0; }}"
+        )
+    }
+
     /// Wraps `ptx` so that only thread 0 of the program executes it.
     fn leader(ptx: &str) -> String {
         format!(
@@ -594,9 +601,15 @@ impl Generator<'_> {
                 self.asm(ptx, &[(&dummy, "i64", 'l')]);
             }
             "gpu.wait_flag" => self.wait_flag(op)?,
-            other if other.starts_with("mlx5.") || other.starts_with("proxy.") => {
+            "proxy.reserve" => self.proxy_reserve(op)?,
+            "proxy.put" => self.proxy_command(op, false)?,
+            "proxy.signal" => self.proxy_command(op, true)?,
+            "proxy.publish" => self.proxy_publish(op)?,
+            "proxy.doorbell" => self.proxy_doorbell(op)?,
+            "proxy.wait_completion" => self.proxy_wait_completion(op)?,
+            other if other.starts_with("mlx5.") => {
                 return Err(BridgeError::not_built(format!(
-                    "TTIR code generation for `{other}` is not built yet: --target {} compiles to the Aboleth IR (aboleth compile --emit aboleth) and runs in the simulator, but only p2p generates Triton code so far",
+                    "TTIR code generation for `{other}` is not built yet: --target {} compiles to the Aboleth IR (aboleth compile --emit aboleth) and runs in the simulator, but only p2p and proxy generate Triton code so far",
                     self.target.name()
                 )));
             }
@@ -730,6 +743,309 @@ impl Generator<'_> {
         self.emit("} do {".into());
         self.emit("scf.yield".into());
         self.emit("}".into());
+        Ok(())
+    }
+
+    // ----- proxy -------------------------------------------------------------------------
+
+    /// A little-endian field of `width` bits at `address + offset`, as i64 (every thread
+    /// reads it; the values are uniform).
+    fn load_field(&mut self, address: &str, offset: u64, width: u32) -> String {
+        let offset_value = self.constant_i64(offset as i64);
+        let field_address = self.binary_i64("arith.addi", address, &offset_value);
+        let pointer = self.fresh("ab_field");
+        self.emit(format!(
+            "{pointer} = tt.int_to_ptr {field_address} : i64 -> !tt.ptr<i{width}>"
+        ));
+        let value = self.fresh("ab_field");
+        self.emit(format!("{value} = tt.load {pointer} : !tt.ptr<i{width}>"));
+        if width == 64 {
+            value
+        } else {
+            // Unsigned fields: zero-extend.
+            let wide = self.fresh("ab_field");
+            self.emit(format!("{wide} = arith.extui {value} : i{width} to i64"));
+            wide
+        }
+    }
+
+    /// `base + offset_bytes` as i64.
+    fn offset_address(&mut self, base: &str, offset_bytes: u64) -> String {
+        let offset = self.constant_i64(offset_bytes as i64);
+        self.binary_i64("arith.addi", base, &offset)
+    }
+
+    fn ring_of(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {
+        let handle = self.i64(endpoint)?;
+        let ring = self.load_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, proxy_ring_address) as u64,
+            64,
+        );
+        let capacity = self.load_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, proxy_ring_capacity_entries) as u64,
+            32,
+        );
+        Ok((ring, capacity))
+    }
+
+    /// A leader-only load of `[address]` with `load` (`ld.acquire.sys...`); the other threads
+    /// get `otherwise`, chosen so that their wait condition is already met.
+    fn leader_load(&mut self, load: &str, address: &str, otherwise: &str) -> String {
+        let result = self.fresh("ab_seen");
+        self.emit(format!(
+            "{result} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; @%ab_leader {load} $0, [$1]; @!%ab_leader mov.u64 $0, $2; }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {address}, {otherwise} : i64, i64 -> i64"
+        ));
+        result
+    }
+
+    /// `scf.while` until `condition(seen)` is false, where `seen` is a leader-only load.
+    fn leader_wait(
+        &mut self,
+        load: &str,
+        address: &str,
+        otherwise: &str,
+        keep_waiting: impl Fn(&mut Self, &str) -> String,
+    ) {
+        self.emit("scf.while : () -> () {".into());
+        let seen = self.leader_load(load, address, otherwise);
+        let waiting = keep_waiting(self, &seen);
+        self.emit(format!("scf.condition({waiting})"));
+        self.emit("} do {".into());
+        self.emit("scf.yield".into());
+        self.emit("}".into());
+    }
+
+    fn proxy_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (ring, capacity) = self.ring_of(self.operand(op, 0))?;
+        let count = self.i64(self.operand(op, 1))?;
+        let counter = self.offset_address(
+            &ring,
+            aboleth_abi::ProxyRingHeader::PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES,
+        );
+        let base = self.fresh("ab_base");
+        let reserve = if attrs::get_bool(self.ctx, op, "atomic") {
+            "@%ab_leader atom.relaxed.sys.global.add.u64 $0, [$1], $2;"
+        } else {
+            // One owner: a plain read and write of its own counter.
+            "@%ab_leader ld.volatile.global.u64 $0, [$1]; @%ab_leader add.u64 %ab_next, $0, $2; @%ab_leader st.volatile.global.u64 [$1], %ab_next;"
+        };
+        self.emit(format!(
+            "{base} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; .reg .u64 %ab_next; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; {reserve} }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {counter}, {count} : i64, i64 -> i64"
+        ));
+        // Flow control: wait until the ring has room for the batch.
+        let end = self.binary_i64("arith.addi", &base, &count);
+        let consumer = self.offset_address(
+            &ring,
+            aboleth_abi::ProxyRingHeader::CONSUMER_HEAD_OFFSET_BYTES,
+        );
+        self.leader_wait(
+            "ld.acquire.sys.global.u64",
+            &consumer,
+            &end,
+            |this, seen| {
+                let used = this.binary_i64("arith.subi", &end, seen);
+                let full = this.fresh("ab_full");
+                this.emit(format!("{full} = arith.cmpi sgt, {used}, {capacity} : i64"));
+                full
+            },
+        );
+        self.define(
+            op,
+            Repr::Scalar {
+                name: base,
+                type_text: "i64".into(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A ring entry: put (or NOP when its predicate is false) or signal.
+    fn proxy_command(&mut self, op: Ptr<Operation>, signal: bool) -> Result<(), BridgeError> {
+        let endpoint = self.operand(op, 0);
+        let (ring, capacity) = self.ring_of(endpoint)?;
+        let handle = self.i64(endpoint)?;
+        let peer = self.load_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, peer_rank) as u64,
+            32,
+        );
+        let slot = self.i64(self.operand(op, 1))?;
+        let target = self.operand(op, 2);
+        let Repr::RemotePointer { descriptor, offset } = self.repr(target)? else {
+            return Err(BridgeError::plain(
+                "internal: a proxy command without a remote pointer",
+            ));
+        };
+        let region_index = self.load_field(
+            &descriptor,
+            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, region_index) as u64,
+            32,
+        );
+        let zero = self.constant_i64(0);
+        let thirty_two = self.constant_i64(32);
+        let sixteen = self.constant_i64(16);
+        let completion_operand = if signal { 4 } else { 7 };
+        let completion = self.i64(self.operand(op, completion_operand))?;
+        let completion_flag = self.fresh("ab_flag");
+        self.emit(format!(
+            "{completion_flag} = arith.cmpi ne, {completion}, {zero} : i64"
+        ));
+        let completion_bit = self.fresh("ab_flag");
+        self.emit(format!(
+            "{completion_bit} = arith.extui {completion_flag} : i1 to i64"
+        ));
+        let (opcode, flags, word16, word24, word32, word40, word48, word56);
+        if signal {
+            let add = attrs::get_typed::<SignalOperation>(self.ctx, op, "op")
+                == Some(SignalOperation::Add);
+            opcode = self.constant_i64(aboleth_abi::proxy::ProxyOpcode::Signal as i64);
+            flags = if add {
+                let add_bit =
+                    self.constant_i64(i64::from(aboleth_abi::proxy::PROXY_FLAG_SIGNAL_ADD));
+                self.binary_i64("arith.ori", &completion_bit, &add_bit)
+            } else {
+                completion_bit
+            };
+            word16 = zero.clone();
+            word24 = zero.clone();
+            let shifted = self.binary_i64("arith.shli", &offset, &thirty_two);
+            word32 = self.binary_i64("arith.ori", &region_index, &shifted);
+            word40 = zero.clone();
+            word48 = zero.clone();
+            word56 = self.i64(self.operand(op, 3))?;
+        } else {
+            let predicate = self.i64(self.operand(op, 6))?;
+            let sends = self.fresh("ab_sends");
+            self.emit(format!(
+                "{sends} = arith.cmpi ne, {predicate}, {zero} : i64"
+            ));
+            // Put = 1, NOP = 0: the predicate itself.
+            opcode = self.fresh("ab_opcode");
+            self.emit(format!("{opcode} = arith.extui {sends} : i1 to i64"));
+            flags = completion_bit;
+            let key = self.i64(self.operand(op, 5))?;
+            let mask = self.constant_i64(0xffff_ffff);
+            let key = self.binary_i64("arith.andi", &key, &mask);
+            let shifted = self.binary_i64("arith.shli", &region_index, &thirty_two);
+            word16 = self.binary_i64("arith.ori", &key, &shifted);
+            word24 = self.use_as(self.operand(op, 3), "i64")?;
+            word32 = zero.clone();
+            word40 = offset;
+            word48 = self.i64(self.operand(op, 4))?;
+            word56 = zero.clone();
+        }
+        let flags_shifted = self.binary_i64("arith.shli", &flags, &sixteen);
+        let peer_shifted = self.binary_i64("arith.shli", &peer, &thirty_two);
+        let low = self.binary_i64("arith.ori", &opcode, &flags_shifted);
+        let word8 = self.binary_i64("arith.ori", &low, &peer_shifted);
+        let one = self.constant_i64(1);
+        let sequence = self.binary_i64("arith.addi", &slot, &one);
+        let index = self.binary_i64("arith.remsi", &slot, &capacity);
+        let entry_bytes = self.constant_i64(aboleth_abi::ProxyRingEntry::SIZE_BYTES as i64);
+        let entry_offset = self.binary_i64("arith.muli", &index, &entry_bytes);
+        let entries = self.constant_i64(aboleth_abi::ProxyRingHeader::ENTRIES_OFFSET_BYTES as i64);
+        let slots = self.binary_i64("arith.addi", &ring, &entries);
+        let entry = self.binary_i64("arith.addi", &slots, &entry_offset);
+        // Every field, then the sequence word; plain stores: the doorbell's release orders them.
+        // (16-byte vector stores only at 16-byte-aligned offsets of the 64-byte entry.)
+        let stores = "@%ab_leader st.global.u64 [$1+8], $2; @%ab_leader st.global.v2.u64 [$1+16], {$3, $4}; @%ab_leader st.global.v2.u64 [$1+32], {$5, $6}; @%ab_leader st.global.v2.u64 [$1+48], {$7, $8}; @%ab_leader st.global.u64 [$1], $9;";
+        let operands = [
+            entry.as_str(),
+            &word8,
+            &word16,
+            &word24,
+            &word32,
+            &word40,
+            &word48,
+            &word56,
+            &sequence,
+        ];
+        let typed: Vec<(&str, &str, char)> =
+            operands.iter().map(|name| (*name, "i64", 'l')).collect();
+        self.asm(&Self::leader_block(stores), &typed);
+        Ok(())
+    }
+
+    fn proxy_publish(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (ring, _) = self.ring_of(self.operand(op, 0))?;
+        let base = self.i64(self.operand(op, 1))?;
+        let count = self.i64(self.operand(op, 2))?;
+        let ready = self.offset_address(
+            &ring,
+            aboleth_abi::ProxyRingHeader::PRODUCER_READY_COUNTER_OFFSET_BYTES,
+        );
+        // In ticket order: wait for the producers before us, then advance past our batch.
+        self.leader_wait("ld.acquire.sys.global.u64", &ready, &base, |this, seen| {
+            let waiting = this.fresh("ab_waiting");
+            this.emit(format!("{waiting} = arith.cmpi ne, {seen}, {base} : i64"));
+            waiting
+        });
+        let end = self.binary_i64("arith.addi", &base, &count);
+        self.asm(
+            &Self::leader("st.release.sys.global.u64 [$1], $2;"),
+            &[(&ready, "i64", 'l'), (&end, "i64", 'l')],
+        );
+        Ok(())
+    }
+
+    fn proxy_doorbell(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (ring, _) = self.ring_of(self.operand(op, 0))?;
+        let end = self.i64(self.operand(op, 1))?;
+        let head = self.offset_address(
+            &ring,
+            aboleth_abi::ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES,
+        );
+        let relaxed = attrs::get_string(self.ctx, op, "order").as_deref() == Some("relaxed");
+        let store = match (attrs::get_bool(self.ctx, op, "atomic_max"), relaxed) {
+            // One release atomic: a separate store could move a larger head backwards.
+            (true, false) => "atom.release.sys.global.max.u64 %ab_old, [$1], $2;",
+            (true, true) => "atom.relaxed.sys.global.max.u64 %ab_old, [$1], $2;",
+            (false, false) => "st.release.sys.global.u64 [$1], $2;",
+            (false, true) => "st.volatile.global.u64 [$1], $2;",
+        };
+        let ptx = format!(
+            "{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; .reg .u64 %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; @%ab_leader {store} mov.u32 $0, 0; }}"
+        );
+        self.asm(&ptx, &[(&head, "i64", 'l'), (&end, "i64", 'l')]);
+        Ok(())
+    }
+
+    fn proxy_wait_completion(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (ring, _) = self.ring_of(self.operand(op, 0))?;
+        let one = self.constant_i64(1);
+        let target = if op.deref(self.ctx).get_num_operands() > 1 {
+            let slot = self.i64(self.operand(op, 1))?;
+            self.binary_i64("arith.addi", &slot, &one)
+        } else {
+            // Everything reserved so far on the ring (the program's last command asks for a
+            // completion; completions are cumulative).
+            let counter = self.offset_address(
+                &ring,
+                aboleth_abi::ProxyRingHeader::PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES,
+            );
+            let zero = self.constant_i64(0);
+            self.leader_load("ld.volatile.global.u64", &counter, &zero)
+        };
+        let completion = self.offset_address(
+            &ring,
+            aboleth_abi::ProxyRingHeader::COMPLETION_COUNTER_OFFSET_BYTES,
+        );
+        self.leader_wait(
+            "ld.acquire.sys.global.u64",
+            &completion,
+            &target,
+            |this, seen| {
+                let waiting = this.fresh("ab_waiting");
+                this.emit(format!(
+                    "{waiting} = arith.cmpi slt, {seen}, {target} : i64"
+                ));
+                waiting
+            },
+        );
+        // The other threads may reuse the source next: they wait for the leader here.
+        self.emit("gpu.barrier".into());
         Ok(())
     }
 }

@@ -45,3 +45,29 @@ fn the_seed_alltoall_compiles_for_p2p() {
     assert!(output.ttir.contains("st.release.sys.global.u64"));
     assert!(output.ttir.contains("ld.acquire.sys.global.u64"));
 }
+
+#[test]
+fn the_seed_alltoall_compiles_for_proxy() {
+    let text = corpus("alltoall.after-passes.ttir");
+    let output = run_stage(&text, &options(Target::Proxy)).unwrap_or_else(|e| panic!("{e}"));
+    if let Ok(path) = std::env::var("ABOLETH_DUMP_TTIR") {
+        std::fs::write(path, &output.ttir).unwrap();
+    }
+    assert!(!output.ttir.contains("libname = \"aboleth\""));
+    // One owner: a plain reservation, one release store of the producer head, entries stored
+    // by one elected thread, an acquire poll of the completion counter.
+    assert!(
+        output
+            .ttir
+            .contains("ld.volatile.global.u64 $0, [$1]; @%ab_leader add.u64")
+    );
+    assert_eq!(
+        output
+            .ttir
+            .matches("st.release.sys.global.u64 [$1], $2;")
+            .count(),
+        1
+    );
+    assert!(output.ttir.contains("st.global.v2.u64 [$1+16]"));
+    assert!(!output.ttir.contains("atom."));
+}

@@ -306,7 +306,7 @@ pub fn build_region_tables(
                 rkey: 0,
                 peer_rank: peer,
                 transport: transport as u32,
-                reserved: 0,
+                region_index: index as u32,
             });
         }
     }

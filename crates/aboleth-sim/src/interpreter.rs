@@ -530,7 +530,7 @@ impl<'k> World<'k> {
                         rkey: allocation.rkey,
                         peer_rank: peer,
                         transport: transport as u32,
-                        reserved: 0,
+                        region_index: index as u32,
                     }
                 })
                 .collect();
