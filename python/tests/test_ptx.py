@@ -1,0 +1,46 @@
+"""PTX of compiled kernels: the orderings, atomics and doorbells the passes planned, and no more.
+
+16 put+signal chains on one (shared) queue, for the proxy: with the passes, one reservation,
+one in-order publication and one doorbell for the whole batch; library-style, 16 of each.
+"""
+
+import aboleth
+import ptx_kernels
+from helpers import compile_kernel
+
+
+def ptx_of(target: str, passes_off: bool) -> str:
+    aboleth.install(target=target, passes_off=passes_off)
+    try:
+        kernel = compile_kernel(ptx_kernels.stream16, ptx_kernels.STREAM16_SIGNATURE,
+                                ptx_kernels.STREAM16_CONSTEXPRS)
+    finally:
+        aboleth.uninstall()
+    assert kernel.asm["cubin"]
+    return kernel.asm["ptx"]
+
+
+def test_sixteen_chains_on_the_proxy_ring_one_doorbell_with_the_passes():
+    ptx = ptx_of("proxy", passes_off=False)
+    # The queue is shared (the grid is not known to be 1): atomic reservation and max doorbell.
+    assert ptx.count("atom.relaxed.sys.global.add.u64") == 1
+    assert ptx.count("atom.release.sys.global.max.u64") == 1
+    assert ptx.count("st.release.sys.global.u64") == 1  # the in-order publication
+    assert ptx.count("fence.sc.sys") == 1
+    # 32 ring entries (16 puts, 16 signals), each ending with its sequence word.
+    assert ptx.count("st.global.v2.u64") == 32 * 3
+
+
+def test_sixteen_chains_library_style_pay_sixteen_doorbells():
+    ptx = ptx_of("proxy", passes_off=True)
+    assert ptx.count("atom.relaxed.sys.global.add.u64") == 16
+    assert ptx.count("atom.release.sys.global.max.u64") == 16
+    assert ptx.count("fence.sc.sys") == 16
+
+
+def test_sixteen_chains_over_nvlink_are_sixteen_release_flag_stores_and_no_fences():
+    ptx = ptx_of("p2p", passes_off=False)
+    assert ptx.count("st.release.sys.global.u64") == 16
+    assert ptx.count("fence.sc.sys") == 1  # the drain's; the signals need none
+    library = ptx_of("p2p", passes_off=True)
+    assert library.count("st.volatile.global.u64") == 16 and library.count("fence.sc.sys") >= 16
