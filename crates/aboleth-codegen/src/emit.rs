@@ -8,7 +8,8 @@
 //! block's end); kept scalar ops and loops stay where they are and are referred to by name.
 //!
 //! Transports: p2p is generated (peer addresses from the region descriptors; copies as masked
-//! `tt.load`/`tt.store` over 1024-byte chunks that Triton spreads over the program's threads;
+//! `tt.load`/`tt.store` of 1024 words (or bytes, when unaligned) per iteration that Triton
+//! spreads over the program's threads;
 //! flag stores, fences and flag polls as inline PTX with exact qualifiers, one elected thread
 //! storing). mlx5 and proxy command generation is not built yet and is refused with an error
 //! naming the op. Nothing here decides anything: the planning attributes were consumed by the
@@ -37,8 +38,8 @@ use aboleth_ttir::{OperationId, TtirModule, ValueNamer};
 use crate::BridgeError;
 use crate::lift::{Entry, LiftedKernel};
 
-/// Bytes copied per iteration of a p2p copy loop (one tensor of this many bytes).
-pub const P2P_COPY_CHUNK_BYTES: i64 = 1024;
+/// Elements (bytes or 8-byte words) copied per iteration of a p2p copy loop: one tensor.
+pub const P2P_COPY_CHUNK_ELEMENTS: i64 = 1024;
 
 /// How an `ab` value exists in the TTIR.
 #[derive(Clone, Debug)]
@@ -624,19 +625,13 @@ impl Generator<'_> {
 
     fn p2p_copy(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let destination = self.remote_address(self.operand(op, 1))?;
-        let source = self.use_as(self.operand(op, 2), "!tt.ptr<i8>")?;
+        let source = self.use_as(self.operand(op, 2), "i64")?;
         let bytes = self.i64(self.operand(op, 3))?;
         let predicate_value = self.operand(op, 4);
         let constant_true =
             aboleth_ir::scalar::constant_value(self.ctx, predicate_value) == Some(1);
-        let chunk = P2P_COPY_CHUNK_BYTES;
-        let destination_pointer = self.fresh("ab_dst");
-        self.emit(format!(
-            "{destination_pointer} = tt.int_to_ptr {destination} : i64 -> !tt.ptr<i8>"
-        ));
         let zero = self.constant_i64(0);
-        let step = self.constant_i64(chunk);
-        let mut close_if = false;
+        let mut open_ifs = 0;
         if !constant_true {
             let predicate = self.i64(predicate_value)?;
             let condition = self.fresh("ab_pred");
@@ -644,13 +639,50 @@ impl Generator<'_> {
                 "{condition} = arith.cmpi ne, {predicate}, {zero} : i64"
             ));
             self.emit(format!("scf.if {condition} {{"));
-            close_if = true;
+            open_ifs += 1;
         }
+        // Words when source, destination and size allow it (8x fewer accesses), bytes otherwise.
+        let either = self.binary_i64("arith.ori", &source, &destination);
+        let all = self.binary_i64("arith.ori", &either, &bytes);
+        let seven = self.constant_i64(7);
+        let low_bits = self.binary_i64("arith.andi", &all, &seven);
+        let aligned = self.fresh("ab_aligned");
+        self.emit(format!(
+            "{aligned} = arith.cmpi eq, {low_bits}, {zero} : i64"
+        ));
+        self.emit(format!("scf.if {aligned} {{"));
+        let three = self.constant_i64(3);
+        let words = self.binary_i64("arith.shrsi", &bytes, &three);
+        self.copy_loop("i64", &source, &destination, &words);
+        self.emit("} else {".into());
+        self.copy_loop("i8", &source, &destination, &bytes);
+        self.emit("}".into());
+        for _ in 0..open_ifs {
+            self.emit("}".into());
+        }
+        Ok(())
+    }
+
+    /// A loop copying `count` elements of `element` from `source` to `destination` (i64
+    /// addresses), `P2P_COPY_CHUNK_ELEMENTS` per iteration, masked at the end.
+    fn copy_loop(&mut self, element: &str, source: &str, destination: &str, count: &str) {
+        let chunk = P2P_COPY_CHUNK_ELEMENTS;
+        let zero = self.constant_i64(0);
+        let step = self.constant_i64(chunk);
+        let pointer_type = format!("!tt.ptr<{element}>");
+        let source_pointer = self.fresh("ab_src");
+        self.emit(format!(
+            "{source_pointer} = tt.int_to_ptr {source} : i64 -> {pointer_type}"
+        ));
+        let destination_pointer = self.fresh("ab_dst");
+        self.emit(format!(
+            "{destination_pointer} = tt.int_to_ptr {destination} : i64 -> {pointer_type}"
+        ));
         let start = self.fresh("ab_chunk");
         let tensor = format!("tensor<{chunk}xi64>");
-        let pointers = format!("tensor<{chunk}x!tt.ptr<i8>>");
+        let pointers = format!("tensor<{chunk}x{pointer_type}>");
         self.emit(format!(
-            "scf.for {start} = {zero} to {bytes} step {step} : i64 {{"
+            "scf.for {start} = {zero} to {count} step {step} : i64 {{"
         ));
         let lanes = self.fresh("ab_lanes");
         self.emit(format!(
@@ -667,14 +699,14 @@ impl Generator<'_> {
             "{offsets} = arith.addi {base}, {wide_lanes} : {tensor}"
         ));
         let limit = self.fresh("ab_splat");
-        self.emit(format!("{limit} = tt.splat {bytes} : i64 -> {tensor}"));
+        self.emit(format!("{limit} = tt.splat {count} : i64 -> {tensor}"));
         let mask = self.fresh("ab_mask");
         self.emit(format!(
             "{mask} = arith.cmpi slt, {offsets}, {limit} : {tensor}"
         ));
         let source_splat = self.fresh("ab_splat");
         self.emit(format!(
-            "{source_splat} = tt.splat {source} : !tt.ptr<i8> -> {pointers}"
+            "{source_splat} = tt.splat {source_pointer} : {pointer_type} -> {pointers}"
         ));
         let source_pointers = self.fresh("ab_src");
         self.emit(format!(
@@ -682,7 +714,7 @@ impl Generator<'_> {
         ));
         let destination_splat = self.fresh("ab_splat");
         self.emit(format!(
-            "{destination_splat} = tt.splat {destination_pointer} : !tt.ptr<i8> -> {pointers}"
+            "{destination_splat} = tt.splat {destination_pointer} : {pointer_type} -> {pointers}"
         ));
         let destination_pointers = self.fresh("ab_dst");
         self.emit(format!("{destination_pointers} = tt.addptr {destination_splat}, {offsets} : {pointers}, {tensor}"));
@@ -694,10 +726,6 @@ impl Generator<'_> {
             "tt.store {destination_pointers}, {data}, {mask} : {pointers}"
         ));
         self.emit("}".into());
-        if close_if {
-            self.emit("}".into());
-        }
-        Ok(())
     }
 
     fn p2p_signal(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
