@@ -160,9 +160,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
     let mut pipeline = aboleth_passes::pipeline::PipelineOptions::new(target);
     pipeline.passes_off = config.passes_off;
     pipeline.disabled = config.disabled_passes.iter().cloned().collect();
-    pipeline
-        .validate()
-        .map_err(StageError::Config)?;
+    pipeline.validate().map_err(StageError::Config)?;
     let output = aboleth_codegen::run_stage(
         ttir_text,
         &aboleth_codegen::StageOptions {
