@@ -52,6 +52,9 @@ pub struct Parameter {
     pub ttir_name: String,
     /// Its TTIR type (`i32`, `!tt.ptr<i64>`).
     pub ttir_type: String,
+    /// Its name in the lifted text: the TTIR name without `%` (`send_key`), prefixed with `a_`
+    /// when it would not be an identifier or would clash with lifted names.
+    pub ab_name: String,
 }
 
 /// The result of lifting one kernel.
@@ -156,7 +159,7 @@ pub fn lift(module: &TtirModule) -> Result<Option<LiftedKernel>, BridgeError> {
         .parameters
         .iter()
         .enumerate()
-        .map(|(index, _)| format!("p{index}: {}", parameter_types[index]))
+        .map(|(index, parameter)| format!("{}: {}", parameter.ab_name, parameter_types[index]))
         .collect();
     let _ = writeln!(text, "    ^entry_block({}):", arguments.join(", "));
     text.push_str(&body);
@@ -432,10 +435,20 @@ impl Lifter<'_> {
                     "the aboleth calls use `{name}` of type {type_text}: only integers and pointers can reach communication"
                 )));
             }
-            self.names.insert(definition, format!("p{index}"));
+            // Named after the TTIR value (what `bind` refers to in `aboleth sim KERNEL.py`).
+            let plain = sanitize(name.trim_start_matches('%'));
+            let clashes = plain.starts_with(|c: char| c.is_ascii_digit())
+                || (plain.starts_with('l') && plain[1..].chars().all(|c| c.is_ascii_digit()))
+                || plain == "entry";
+            let mut ab_name = if clashes { format!("a_{plain}") } else { plain };
+            if self.parameters.iter().any(|p| p.ab_name == ab_name) {
+                ab_name = format!("{ab_name}_{index}");
+            }
+            self.names.insert(definition, ab_name.clone());
             self.parameters.push(Parameter {
                 ttir_name: name,
                 ttir_type: type_text,
+                ab_name,
             });
         }
         let function = self.function;
