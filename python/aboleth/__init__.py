@@ -5,9 +5,13 @@
   ``tt.extern_elementwise`` call into ``libname = "aboleth"`` (``aboleth/language.py``).
 - ``aboleth.install(target=...)`` / ``with aboleth.compilation(target=...)``: the ``aboleth``
   stage after Triton's ``ttir`` stage (``aboleth/hook.py``).
+- the host API of the seed (``aboleth/runtime.py``): ``aboleth.TcpStoreBootstrap.from_env()``,
+  ``aboleth.World(rank, size, device=, bootstrap=)`` with ``connect_all``, ``register(tensor)``,
+  ``region``, ``exchange_regions`` (a ``RegionTable`` whose device tables are torch tensors),
+  ``compilation()``, ``barrier``, ``check_waits``, ``close``. torch is imported only where needed.
 
-What is not here yet: lowering the calls (the stage raises ``NotImplementedError`` for kernels
-that have them; issue 3), and the host runtime (``World``, bootstrap, region tables).
+What is not here yet: Triton code generation for the mlx5 and proxy targets (the stage raises
+``NotImplementedError`` naming the op), bounded waits in generated code, the device library.
 """
 
 from ._aboleth import version as _rust_version
@@ -22,6 +26,15 @@ from .hook import (
     install,
     is_installed,
     uninstall,
+)
+from .runtime import (
+    DeviceTable,
+    LocalRegion,
+    Region,
+    RegionTable,
+    Registration,
+    TcpStoreBootstrap,
+    World,
 )
 
 #: The version of the aboleth Rust side this package was built with.
@@ -38,5 +51,12 @@ __all__ = [
     "install",
     "is_installed",
     "uninstall",
+    "DeviceTable",
+    "LocalRegion",
+    "Region",
+    "RegionTable",
+    "Registration",
+    "TcpStoreBootstrap",
+    "World",
     "__version__",
 ]

@@ -9,10 +9,14 @@
 //!   configuration or TTIR that does not parse raises `ValueError` (for the TTIR, with the
 //!   `file:line:column: error: ...` message), and a module with aboleth calls raises
 //!   `NotImplementedError` naming them, because lowering them is not built yet (issue 3).
+//! - the host runtime's classes ([`runtime`]): `TcpStoreBootstrap`, `World` (integer addresses;
+//!   `python/aboleth/runtime.py` wraps it for tensors), `Registration`, `Region`,
+//!   `ExchangedRegions`, `LocalRegion`, `DeviceTable`.
 //!
 //! This crate is deliberately thin: it converts arguments, results and errors and holds no
-//! compiler logic.
+//! compiler or runtime logic.
 
+pub mod runtime;
 pub mod stage;
 
 use pyo3::exceptions::{PyNotImplementedError, PyValueError};
@@ -53,4 +57,10 @@ fn run_stage(py: Python<'_>, ttir_text: String, config_json: String) -> PyResult
 mod python_module {
     #[pymodule_export]
     use super::{run_stage, version};
+
+    #[pymodule_export]
+    use crate::runtime::{
+        PyDeviceTable, PyExchangedRegions, PyLocalRegion, PyRegion, PyRegistration,
+        PyTcpStoreBootstrap, PyWorld,
+    };
 }

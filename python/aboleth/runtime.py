@@ -1,0 +1,372 @@
+"""The host API of the seed (``aboleth.World``, ``aboleth.TcpStoreBootstrap``): tensors in, device
+tables out as torch tensors, and ``world.compilation()`` for this World's transport.
+
+The Rust runtime (``aboleth._aboleth``, crates/aboleth-runtime) does the work: rendezvous, CUDA
+registration and IPC export, region exchange, transports. This module only converts:
+
+- ``World.register(tensor)`` checks that the tensor is on the GPU and contiguous (``TypeError``
+  naming the rule otherwise) and passes ``data_ptr()`` and ``numel() * element_size()``; the World
+  keeps a reference to every registered tensor until it is closed, since peers may write into it.
+- ``RegionTable.regions(name)`` and ``RegionTable.endpoint_handles`` are int64 CUDA tensors of
+  shape ``(entry_count, entry_bytes // 8)`` that alias the tables the runtime uploaded: each
+  wraps an object exposing ``__cuda_array_interface__`` that holds the table, so the GPU memory
+  lives as long as any such tensor (or the table) does. Nothing is copied. Host copies are
+  ``RegionTable.region_table_bytes(name)`` and ``endpoint_handle_bytes()``.
+- ``World.compilation()`` is ``aboleth.compilation(target=...)`` with the target this World's
+  transports need: "p2p" when every peer is reached over p2p. The proxy and rdma transports have
+  no Triton code generation yet, so for them it raises ``NotImplementedError``.
+
+Errors of the runtime keep their class: ``TypeError`` (wrong kind of argument), ``ValueError``
+(wrong value, e.g. a region past the end of its registration), ``RuntimeError`` (driver, other
+ranks), ``TimeoutError`` (ranks that never arrived at the rendezvous).
+
+torch is imported only by the functions that need it (``World(device=None)``, the table tensors),
+so ``import aboleth`` works without it. Not here: launching kernels (Triton does), bounded waits
+in generated code, the device library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import _aboleth
+from .hook import Config, compilation as _compilation
+
+TcpStoreBootstrap = _aboleth.TcpStoreBootstrap
+Registration = _aboleth.Registration
+Region = _aboleth.Region
+LocalRegion = _aboleth.LocalRegion
+DeviceTable = _aboleth.DeviceTable
+
+__all__ = [
+    "TcpStoreBootstrap",
+    "World",
+    "RegionTable",
+    "Registration",
+    "Region",
+    "LocalRegion",
+    "DeviceTable",
+    "TRANSPORT_KINDS",
+    "tensor_span",
+]
+
+#: What ``connect_all`` accepts.
+TRANSPORT_KINDS = ("p2p", "proxy", "rdma", "auto")
+
+#: Transports whose Triton code generation exists (``World.compilation`` targets).
+_GENERATED_TARGETS = ("p2p",)
+
+
+def _check_count(name: str, value: Any) -> int:
+    """``value`` as a non-negative int: ``TypeError`` for a non-integer (bools included),
+    ``ValueError`` for a negative one."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"aboleth: {name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"aboleth: {name} must be >= 0, got {value}")
+    return value
+
+
+def tensor_span(tensor: Any, operation: str = "World.register") -> Tuple[int, int]:
+    """``(address, length_bytes)`` of a contiguous CUDA tensor: ``data_ptr()`` and
+    ``numel() * element_size()``.
+
+    Raises ``TypeError`` for something that is not a tensor, a tensor that is not on a CUDA
+    device, or a non-contiguous view (its elements are not one span of memory); ``ValueError``
+    for an empty tensor. Does not check which GPU the tensor is on (the runtime does) and does
+    not import torch (it duck-types).
+    """
+    required = ("data_ptr", "is_contiguous", "numel", "element_size")
+    if not all(hasattr(tensor, attribute) for attribute in required):
+        raise TypeError(f"aboleth: {operation}() takes a torch tensor in GPU memory, got {type(tensor).__name__}")
+    if not getattr(tensor, "is_cuda", False):
+        device = getattr(tensor, "device", "an unknown device")
+        raise TypeError(f"aboleth: {operation}() takes a tensor in GPU memory, but this one is on {device}: "
+                        "allocate it with device=\"cuda\" (peers write into registered memory over the GPU's "
+                        "interconnect)")
+    if not tensor.is_contiguous():
+        raise TypeError(f"aboleth: {operation}() takes a contiguous tensor, but this one is a non-contiguous view "
+                        "whose elements are not one span of memory: register the tensor it views (and address "
+                        "parts of it with regions), or a .contiguous() copy")
+    length_bytes = int(tensor.numel()) * int(tensor.element_size())
+    if length_bytes == 0:
+        raise ValueError(f"aboleth: {operation}() was given an empty tensor; register at least one byte")
+    return int(tensor.data_ptr()), length_bytes
+
+
+def _device_ordinal(device: Any) -> int:
+    """A CUDA device ordinal from an int, a ``torch.device("cuda", i)``, or ``None`` (the current
+    device, which imports torch)."""
+    if device is None:
+        import torch  # optional dependency: only this default needs it
+
+        return int(torch.cuda.current_device())
+    if hasattr(device, "type") and hasattr(device, "index") and not isinstance(device, numbers.Integral):
+        if device.type != "cuda":
+            raise TypeError(f"aboleth: World(device=...) must be a CUDA device, got {device}")
+        if device.index is None:
+            return _device_ordinal(None)
+        return int(device.index)
+    return _check_count("World(device=...)", device)
+
+
+class _CudaArray:
+    """A device table seen through ``__cuda_array_interface__`` (version 2: no stream, since the
+    runtime uploaded the table synchronously): int64 words, ``(entry_count, entry_bytes // 8)``.
+    Holds ``owner`` (the Rust table object) so the GPU memory outlives every tensor made from it."""
+
+    def __init__(self, table: Any, owner: Any) -> None:
+        if table.entry_bytes % 8:
+            raise RuntimeError(f"aboleth: a device table entry has {table.entry_bytes} bytes, not a multiple of 8")
+        self.owner = owner
+        self.address = int(table.address)
+        self.shape = (int(table.entry_count), int(table.entry_bytes) // 8)
+        self.__cuda_array_interface__ = {
+            "shape": self.shape,
+            "typestr": "<i8",
+            "data": (self.address, False),
+            "strides": None,
+            "version": 2,
+        }
+
+
+def _alias_tensor(table: Any, owner: Any) -> Any:
+    """A torch int64 CUDA tensor aliasing ``table``'s GPU memory; ``RuntimeError`` if torch made a
+    copy instead (which would leave kernels reading a table nobody updates)."""
+    import torch  # optional dependency: only the table tensors need it
+
+    view = _CudaArray(table, owner)
+    tensor = torch.as_tensor(view)
+    if tensor.data_ptr() != view.address or tensor.dtype != torch.int64 or not tensor.is_cuda:
+        raise RuntimeError(f"aboleth: torch did not alias the device table at {view.address:#x} "
+                           f"(got {tensor.dtype} at {tensor.data_ptr():#x} on {tensor.device})")
+    return tensor
+
+
+class RegionTable:
+    """What ``World.exchange_regions`` returns.
+
+    - ``local(name)``: this rank's region ``name`` (``.address``, ``.lkey``);
+    - ``regions(name)``: the GPU table of every rank's descriptor of region ``name``, an int64
+      CUDA tensor aliasing the runtime's table (see the module documentation);
+    - ``endpoint_handles``: the GPU table of endpoint handles, likewise;
+    - ``names``, ``region_table_bytes(name)``, ``endpoint_handle_bytes()``,
+      ``verify_device_copies()``: the exchanged names and the host copies, for checks.
+
+    The tensors are made on first use and cached. The tables stay valid while this object or
+    any of its tensors lives, and the peer addresses in them until the World closes.
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._region_tensors: Dict[str, Any] = {}
+        self._endpoint_tensor: Optional[Any] = None
+
+    @property
+    def names(self) -> List[str]:
+        """Region names in exchange order."""
+        return list(self._raw.names)
+
+    def local(self, name: str) -> LocalRegion:
+        """This rank's region ``name``: ``.address`` and ``.lkey`` (0 without RDMA).
+        ``ValueError`` for a name that was not exchanged."""
+        return self._raw.local(name)
+
+    def regions(self, name: str) -> Any:
+        """The GPU table of region ``name`` (one descriptor per rank, indexed by rank) as an int64
+        CUDA tensor aliasing it. ``ValueError`` for a name that was not exchanged."""
+        tensor = self._region_tensors.get(name)
+        if tensor is None:
+            tensor = _alias_tensor(self._raw.regions(name), self._raw)
+            self._region_tensors[name] = tensor
+        return tensor
+
+    @property
+    def endpoint_handles(self) -> Any:
+        """The GPU table of endpoint handles (one per rank, indexed by rank) as an int64 CUDA
+        tensor aliasing it."""
+        if self._endpoint_tensor is None:
+            self._endpoint_tensor = _alias_tensor(self._raw.endpoint_handles(), self._raw)
+        return self._endpoint_tensor
+
+    def device_table(self, name: Optional[str] = None) -> DeviceTable:
+        """Where region ``name``'s table lies (or the endpoint table's, without a name)."""
+        return self._raw.endpoint_handles() if name is None else self._raw.regions(name)
+
+    def region_table_bytes(self, name: str) -> bytes:
+        """The host copy of region ``name``'s table."""
+        return self._raw.region_table_bytes(name)
+
+    def endpoint_handle_bytes(self) -> bytes:
+        """The host copy of the endpoint table."""
+        return self._raw.endpoint_handle_bytes()
+
+    def verify_device_copies(self) -> bool:
+        """Reads every GPU table back and compares it with its host copy."""
+        return self._raw.verify_device_copies()
+
+    def __repr__(self) -> str:
+        return f"RegionTable(names={self.names})"
+
+
+class World:
+    """One rank of a job on one GPU: ``World(rank, size, device=, bootstrap=)``.
+
+    ``device`` is a CUDA ordinal or ``torch.device``; ``None`` means ``torch.cuda.current_device()``.
+    ``bootstrap`` is a ``TcpStoreBootstrap`` (``TcpStoreBootstrap.from_env()``), which the World
+    takes over. Then, as in the seed: ``connect_all(kind)``, ``register(tensor)``,
+    ``region(name, reg, offset=, length=)``, ``exchange_regions({...})`` returning a
+    :class:`RegionTable`, ``compilation()``, and ``barrier()``, ``check_waits()``, ``close()``.
+    Collective calls (``connect_all``, ``exchange_regions``, ``barrier``, ``close``) must be made
+    by every rank in the same order; they release the GIL while they wait.
+
+    Usable as a context manager that closes the World on exit.
+    """
+
+    def __init__(self, rank: int, size: int, device: Any = None, bootstrap: Optional[TcpStoreBootstrap] = None) -> None:
+        rank = _check_count("World(rank)", rank)
+        size = _check_count("World(size)", size)
+        if size == 0:
+            raise ValueError("aboleth: World(size) must be at least 1")
+        if rank >= size:
+            raise ValueError(f"aboleth: World(rank={rank}) must be below size={size}")
+        if not isinstance(bootstrap, TcpStoreBootstrap):
+            raise TypeError("aboleth: World(bootstrap=...) must be an aboleth.TcpStoreBootstrap "
+                            f"(aboleth.TcpStoreBootstrap.from_env()), got {type(bootstrap).__name__}")
+        ordinal = _device_ordinal(device)
+        self._attach(_aboleth.World(rank, size, ordinal, bootstrap))
+
+    def _attach(self, raw: Any) -> None:
+        """Wraps a raw ``aboleth._aboleth.World`` (or, in tests, a stand-in with its methods)."""
+        self._world = raw
+        self._transports: Optional[List[str]] = None
+        self._registered: List[Any] = []
+
+    @property
+    def rank(self) -> int:
+        """This rank."""
+        return self._world.rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self._world.world_size
+
+    @property
+    def device(self) -> int:
+        """The CUDA device ordinal."""
+        return self._world.device
+
+    @property
+    def transports(self) -> Optional[List[str]]:
+        """The transport to each rank, by rank, once connected (this rank's own is "p2p")."""
+        return None if self._transports is None else list(self._transports)
+
+    def connect_all(self, kind: str = "auto") -> List[str]:
+        """Connects to every rank with ``kind`` ("p2p", "proxy", "rdma" or "auto"); returns the
+        transport to each rank. Collective. ``ValueError`` for an unknown kind; ``RuntimeError``
+        when a peer cannot be reached that way (the message says why and what to change)."""
+        if not isinstance(kind, str):
+            raise TypeError(f"aboleth: connect_all(kind) must be one of {', '.join(map(repr, TRANSPORT_KINDS))}, "
+                            f"got {type(kind).__name__} {kind!r}")
+        transports = list(self._world.connect_all(kind))
+        self._transports = transports
+        return list(transports)
+
+    def register(self, tensor: Any) -> Registration:
+        """Registers a contiguous CUDA tensor's memory (see :func:`tensor_span` for the rules) and
+        keeps a reference to the tensor until the World closes. Not collective."""
+        address, length_bytes = tensor_span(tensor)
+        registration = self._world.register(address, length_bytes)
+        self._registered.append(tensor)
+        return registration
+
+    def region(self, name: str, registration: Registration, offset: int = 0, length: Optional[int] = None) -> Region:
+        """The region ``name`` = ``[offset, offset + length)`` bytes of ``registration``
+        (``length`` defaults to the rest of it). ``ValueError`` when it leaves the registration.
+        Not collective."""
+        if not isinstance(name, str):
+            raise TypeError(f"aboleth: region(name) must be a str, got {type(name).__name__}")
+        if not isinstance(registration, Registration):
+            raise TypeError("aboleth: region(registration) must be what World.register returned, "
+                            f"got {type(registration).__name__}")
+        offset = _check_count(f"region({name!r}) offset", offset)
+        if length is None:
+            length = max(registration.length_bytes - offset, 0)
+        length = _check_count(f"region({name!r}) length", length)
+        return self._world.region(name, registration, offset, length)
+
+    def exchange_regions(self, regions: Mapping[str, Region]) -> RegionTable:
+        """Exchanges ``regions`` (a dict of name -> Region, keys equal to the regions' names, in
+        the same order on every rank: the order gives each region its index) with every rank and
+        returns the :class:`RegionTable`. Collective."""
+        if not isinstance(regions, Mapping):
+            raise TypeError("aboleth: exchange_regions() takes a dict of name -> world.region(...), "
+                            f"got {type(regions).__name__}")
+        items = []
+        for key, region in regions.items():
+            if not isinstance(key, str) or not isinstance(region, Region):
+                raise TypeError("aboleth: exchange_regions() takes a dict of name -> world.region(...), "
+                                f"got {key!r}: {type(region).__name__}")
+            items.append((key, region))
+        return RegionTable(self._world.exchange_regions(items))
+
+    def compilation_target(self) -> str:
+        """The aboleth target kernels of this World compile for: "p2p" when every peer is
+        reached over p2p. ``RuntimeError`` before ``connect_all``; ``NotImplementedError`` for
+        transports without Triton code generation (proxy, rdma/mlx5) or a mix of transports."""
+        if self._transports is None:
+            raise RuntimeError("aboleth: World.compilation() needs a connected World: call connect_all(...) first")
+        peers = [transport for rank, transport in enumerate(self._transports) if rank != self.rank]
+        kinds = sorted(set(peers)) or ["p2p"]
+        described = ", ".join(f"{rank}: {transport}" for rank, transport in enumerate(self._transports))
+        if len(kinds) > 1:
+            raise NotImplementedError(
+                f"aboleth: this World reaches its peers over several transports ({described}), and a kernel is "
+                "compiled for one; per-peer transports in one kernel are not built yet: connect with a single kind")
+        target = kinds[0]
+        if target not in _GENERATED_TARGETS:
+            raise NotImplementedError(
+                f"aboleth: this World reaches its peers over {target} ({described}), but Triton code generation "
+                f"for {target} is not built yet (only {', '.join(_GENERATED_TARGETS)} generates Triton code; "
+                f"`aboleth compile --target {target} --emit aboleth` shows the planned IR): connect with "
+                "connect_all(\"p2p\") where the GPUs can reach each other")
+        return target
+
+    def compilation(self, *, passes_off: bool = False, disabled_passes: Sequence[str] = ()) -> contextlib.AbstractContextManager[Config]:
+        """``aboleth.compilation(target=self.compilation_target(), ...)``: kernels compiled inside
+        the ``with`` block go through the aboleth stage for this World's transport. The target is
+        checked when this is called (see :meth:`compilation_target`)."""
+        return _compilation(target=self.compilation_target(), passes_off=passes_off, disabled_passes=disabled_passes)
+
+    def barrier(self, name: str = "aboleth/barrier") -> None:
+        """Returns once every rank called ``barrier`` (with the same ``name``). Collective."""
+        self._world.barrier(name)
+
+    def check_waits(self) -> None:
+        """``RuntimeError`` describing the first GPU wait that gave up, if any did."""
+        self._world.check_waits()
+
+    def check_proxy(self) -> None:
+        """``RuntimeError`` if the proxy thread stopped a ring."""
+        self._world.check_proxy()
+
+    def close(self) -> None:
+        """Waits for every rank, stops the proxy, unmaps peers' memory, leaves the bootstrap and
+        drops the references to registered tensors. Collective; a second close does nothing."""
+        try:
+            self._world.close()
+        finally:
+            self._registered.clear()
+
+    def __enter__(self) -> "World":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"World(rank={self.rank}, size={self.world_size}, device={self.device}, transports={self._transports})"
