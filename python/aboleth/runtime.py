@@ -56,7 +56,7 @@ __all__ = [
 TRANSPORT_KINDS = ("p2p", "proxy", "rdma", "auto")
 
 #: Transports whose Triton code generation exists (``World.compilation`` targets).
-_GENERATED_TARGETS = ("p2p",)
+_GENERATED_TARGETS = ("p2p", "proxy")
 
 
 def _check_count(name: str, value: Any) -> int:

@@ -327,9 +327,14 @@ def test_a_one_rank_world_compiles_for_p2p():
     assert world.compilation_target() == "p2p"
 
 
+def test_a_proxy_world_compiles_for_proxy():
+    world, raw = fake_world(rank=0, world_size=2)
+    raw.transports = ["p2p", "proxy"]
+    world.connect_all("auto")
+    assert world.compilation_target() == "proxy"
+
+
 @pytest.mark.parametrize("transports, message", [
-    (["p2p", "proxy"], r"reaches its peers over proxy \(0: p2p, 1: proxy\), but Triton code generation for proxy "
-                       r"is not built yet"),
     (["p2p", "mlx5"], r"Triton code generation for mlx5 is not built yet"),
     (["p2p", "p2p", "proxy"], r"over several transports \(0: p2p, 1: p2p, 2: proxy\)"),
 ])

@@ -18,6 +18,8 @@ wheel_dir=${WHEEL_DIR:-target-carry/wheels}
 site=${ABOLETH_SITE:-/tmp/aboleth-site}
 nproc=${NPROC:-2}
 machine=${MACHINE:-nvidia-h200-x$nproc}
+transport=${ABOLETH_TRANSPORT:-p2p}
+export ABOLETH_TRANSPORT=$transport
 port=${MASTER_PORT:-29633}
 mkdir -p "$out_dir"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
@@ -32,14 +34,14 @@ export PYTHONUNBUFFERED=1
 # torchrun, or the module it runs where the entry point is not on PATH.
 launcher=torchrun
 command -v torchrun >/dev/null || launcher="python3 -m torch.distributed.run"
-command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 timeout 300 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port tests/gpu/seed_alltoall.py $out_dir"
+command="ABOLETH_TRANSPORT=$transport NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 timeout 300 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port tests/gpu/seed_alltoall.py $out_dir"
 echo "+ $command"
 started=$(date +%s.%N)
 timeout 300 $launcher --nproc-per-node "$nproc" --master-addr 127.0.0.1 --master-port "$port" \
     tests/gpu/seed_alltoall.py "$out_dir" 2>&1 | tee "$out_dir/seed_alltoall.log"
 status=${PIPESTATUS[0]}
 finished=$(date +%s.%N)
-STATUS=$status STARTED=$started FINISHED=$finished COMMAND="$command" MACHINE_KIND=$machine NPROC=$nproc \
+TRANSPORT=$transport STATUS=$status STARTED=$started FINISHED=$finished COMMAND="$command" MACHINE_KIND=$machine NPROC=$nproc \
 python3 - "$out_dir" <<'PY'
 import datetime, glob, json, os, platform, subprocess, sys
 out_dir = sys.argv[1]
@@ -56,7 +58,8 @@ status = int(os.environ["STATUS"])
 nproc = int(os.environ["NPROC"])
 date = datetime.datetime.now(datetime.timezone.utc)
 report = {
-    "test": "tests/gpu/seed_alltoall.py: the seed's host example verbatim over p2p, 1000 checked rounds, 8 B..4 MiB per peer",
+    "test": f"tests/gpu/seed_alltoall.py: the seed's host example verbatim over {os.environ['TRANSPORT']}, 1000 checked rounds, 8 B..4 MiB per peer",
+    "transport": os.environ["TRANSPORT"],
     "command": os.environ["COMMAND"],
     "date": date.isoformat(timespec="seconds"),
     "machine": {
@@ -71,7 +74,8 @@ report = {
     "ranks": ranks,
     "passed": status == 0 and len(ranks) == nproc and all(rank.get("passed") for rank in ranks),
 }
-name = f"{date:%Y-%m-%d}-seed-alltoall-{os.environ['MACHINE_KIND']}.json"
+suffix = "" if os.environ["TRANSPORT"] == "p2p" else f"-{os.environ['TRANSPORT']}"
+name = f"{date:%Y-%m-%d}-seed-alltoall{suffix}-{os.environ['MACHINE_KIND']}.json"
 text = json.dumps(report, indent=1)
 for directory in (out_dir, "tests/gpu/results"):
     os.makedirs(directory, exist_ok=True)

@@ -85,14 +85,18 @@ def payload(round_seed: int, source_rank: int, nbytes: int) -> Any:
     return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda", generator=generator)
 
 
+#: The transport the run connects with: "p2p" (the seed's line) or "proxy" (ABOLETH_TRANSPORT).
+TRANSPORT = os.environ.get("ABOLETH_TRANSPORT", "p2p")
+
+
 def seed_example(BYTES: int) -> Dict[str, Any]:
-    # ---- The seed's host example, verbatim (world.connect_all("p2p")). ----
+    # ---- The seed's host example, verbatim but for the transport name (TRANSPORT). ----
     import torch, aboleth
     boot = aboleth.TcpStoreBootstrap.from_env() # MASTER_ADDR, RANK, WORLD_SIZE
     n = boot.world_size
     world = aboleth.World(boot.rank, n, device=torch.cuda.current_device(),
                           bootstrap=boot)
-    world.connect_all("p2p") # or "p2p", "proxy", "auto"
+    world.connect_all(TRANSPORT) # or "p2p", "proxy", "auto"
     buf = torch.zeros(2 * n * BYTES + 8 * n, dtype=torch.uint8, device="cuda")
     reg = world.register(buf)
     table = world.exchange_regions({
