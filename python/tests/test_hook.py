@@ -56,7 +56,9 @@ MATMUL = (matmul, {"a_pointer": "*fp16", "b_pointer": "*fp16", "c_pointer": "*fp
 
 
 def ptx_lines(kernel: Any) -> List[str]:
-    return [line.strip() for line in kernel.asm["ptx"].splitlines()]
+    """The PTX lines, without the failure record of a timed-out bounded wait (it has its own
+    release store and atomic, which run only when a wait gives up)."""
+    return [line.strip() for line in kernel.asm["ptx"].splitlines() if "%ab_rec" not in line]
 
 
 def test_the_seed_kernel_compiles_to_cubin_for_p2p_with_the_planned_orderings_only():
@@ -67,7 +69,9 @@ def test_the_seed_kernel_compiles_to_cubin_for_p2p_with_the_planned_orderings_on
     # The signal is one release store by one elected thread; the wait one acquire poll.
     assert ptx.count("st.release.sys.global.u64") == 1
     assert "setp.eq.u32 %ab_leader, %ab_tid, 0;" in ptx
-    assert ptx.count("ld.acquire.sys.global.u64") == 1
+    assert ptx.count("ld.acquire.sys.global.u64") >= 1 and "ld.volatile" not in ptx  # LLVM may peel the poll
+    # The wait is bounded: it reads %globaltimer and records a failure in the log.
+    assert "%globaltimer" in ptx and "exit;" in kernel.asm["ptx"]
     # Nothing stronger than planned: no fences, no volatile stores.
     assert "fence.sc.sys" not in ptx and "fence.acq_rel" not in ptx and "st.volatile" not in ptx
     summary = json.loads(kernel.metadata.aboleth) if isinstance(kernel.metadata.aboleth, str) else kernel.metadata.aboleth
@@ -81,7 +85,7 @@ def test_the_library_style_seed_kernel_pays_the_fences_a_library_pays():
     assert "st.release" not in ptx and "ld.acquire" not in ptx
     assert "st.volatile.global.u64" in ptx and "ld.volatile.global.u64" in ptx
     assert ptx.count("fence.sc.sys") == 2  # before the flag store, and the wait on the put (quiet)
-    assert ptx.count("fence.acq_rel.gpu") == 1  # after the volatile poll
+    assert ptx.count("fence.acq_rel.gpu") == 1  # after the volatile poll (the poll loop may be peeled)
 
 
 def test_mlx5_stops_at_the_aboleth_stage_naming_what_is_not_built():

@@ -125,8 +125,10 @@ pub struct EndpointHandle {
     pub atomic_result_lkey: u32,
     /// Zero.
     pub reserved_1: u32,
+    /// This rank's wait-failure log ([`crate::wait_failure`]): where bounded waits report.
+    pub wait_failure_log_address: u64,
     /// Zero; room for EFA/Ionic fields.
-    pub reserved_2: [u8; 16],
+    pub reserved_2: [u8; 8],
 }
 wire_layout!(EndpointHandle, 128, {
     transport: u32 = 0, peer_rank: u32 = 4, local_rank: u32 = 8, flags: u32 = 12,
@@ -135,7 +137,7 @@ wire_layout!(EndpointHandle, 128, {
     cqe_count: u32 = 56, cq_collapsed: u32 = 60, management_address: u64 = 64,
     proxy_ring_address: u64 = 72, proxy_ring_capacity_entries: u32 = 80, reserved_0: u32 = 84,
     peer_base_delta: i64 = 88, atomic_result_address: u64 = 96, atomic_result_lkey: u32 = 104,
-    reserved_1: u32 = 108, reserved_2: [u8; 16] = 112,
+    reserved_1: u32 = 108, wait_failure_log_address: u64 = 112, reserved_2: [u8; 8] = 120,
 });
 
 /// Why an endpoint handle is unusable.

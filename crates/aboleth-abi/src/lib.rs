@@ -18,8 +18,10 @@ pub mod endpoint;
 pub mod mlx5;
 pub mod proxy;
 pub mod region;
+pub mod wait_failure;
 
 pub use endpoint::{EndpointError, EndpointHandle, Mlx5QueueManagement, TransportKind};
 pub use proxy::{ProxyCommand, ProxyRingEntry, ProxyRingHeader};
 pub use region::{LocalRegionDescriptor, RemoteRegionDescriptor};
+pub use wait_failure::{WaitFailureLogHeader, WaitFailureRecord};
 pub use wire::{Be16, Be32, Be64};

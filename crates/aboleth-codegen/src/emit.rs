@@ -48,18 +48,17 @@ enum Repr {
     Scalar { name: String, type_text: String },
     /// A remote element: its region descriptor's address and the byte offset (both `i64`).
     RemotePointer { descriptor: String, offset: String },
-    /// No run-time value (an endpoint on p2p, a token).
-    Nothing,
 }
 
-/// Generates TTIR for the lowered kernel `kernel` into `module`'s edits.
+/// Generates TTIR for the lowered kernel `kernel` into `module`'s edits. Returns the source
+/// position of each bounded wait, indexed by the site id its failure records carry.
 pub fn generate(
     ctx: &Context,
     kernel: Ptr<Operation>,
     lifted: &LiftedKernel,
     module: &mut TtirModule,
     target: Target,
-) -> Result<(), BridgeError> {
+) -> Result<Vec<String>, BridgeError> {
     let mut generator = Generator {
         ctx,
         lifted,
@@ -69,7 +68,9 @@ pub fn generate(
         replaced: Vec::new(),
         pending: Vec::new(),
         edits: Vec::new(),
-        labels: 0,
+        depth: 0,
+        wait_log: None,
+        wait_sites: Vec::new(),
     };
     let entry_block = region_block(ctx, kernel, 0);
     for (index, parameter) in lifted.parameters.iter().enumerate() {
@@ -91,6 +92,16 @@ pub fn generate(
             generator.edits.push(Edit::Replace(*call, lines));
         }
     }
+    let wait_sites = generator
+        .wait_sites
+        .iter()
+        .map(|line| {
+            lifted
+                .ttir_operation_at_line(*line)
+                .and_then(|id| module.source_position(id))
+                .map_or_else(|| "unknown".to_string(), |position| position.to_string())
+        })
+        .collect();
     for edit in generator.edits {
         match edit {
             Edit::Before(id, lines) => module.insert_lines_before(id, lines),
@@ -98,7 +109,7 @@ pub fn generate(
             Edit::Replace(id, lines) => module.replace_operation(id, lines),
         }
     }
-    Ok(())
+    Ok(wait_sites)
 }
 
 fn first_operation(
@@ -127,7 +138,12 @@ struct Generator<'a> {
     /// Lines waiting for their anchor.
     pending: Vec<String>,
     edits: Vec<Edit>,
-    labels: usize,
+    /// Nesting depth of the block being generated (0: the kernel's body).
+    depth: usize,
+    /// The wait-failure log address and this rank, once an endpoint handle gave them.
+    wait_log: Option<(String, String)>,
+    /// The lifted-text line of each bounded wait, by site id.
+    wait_sites: Vec<u32>,
 }
 
 fn ab_type_text(ctx: &Context, value: Value) -> String {
@@ -269,7 +285,10 @@ impl Generator<'_> {
                 );
             }
         }
-        self.block(module, body, first)
+        self.depth += 1;
+        let result = self.block(module, body, first);
+        self.depth -= 1;
+        result
     }
 
     /// Lines that keep the results of a replaced call defined (dead; Triton removes them).
@@ -536,24 +555,36 @@ impl Generator<'_> {
                     "tt.store {pointer}, {stored} : !tt.ptr<{type_text}>"
                 ));
             }
-            "ab.endpoint" => match self.target {
-                // A p2p endpoint has no run-time state: the region descriptors carry addresses.
-                Target::P2p => self.define(op, Repr::Nothing),
-                _ => {
-                    let table = self.i64(self.operand(op, 0))?;
-                    let peer = self.i64(self.operand(op, 1))?;
-                    let size = self.constant_i64(aboleth_abi::EndpointHandle::SIZE_BYTES as i64);
-                    let offset = self.binary_i64("arith.muli", &peer, &size);
-                    let address = self.binary_i64("arith.addi", &table, &offset);
-                    self.define(
-                        op,
-                        Repr::Scalar {
-                            name: address,
-                            type_text: "i64".into(),
-                        },
+            "ab.endpoint" => {
+                let table = self.i64(self.operand(op, 0))?;
+                let peer = self.i64(self.operand(op, 1))?;
+                let size = self.constant_i64(aboleth_abi::EndpointHandle::SIZE_BYTES as i64);
+                let offset = self.binary_i64("arith.muli", &peer, &size);
+                let address = self.binary_i64("arith.addi", &table, &offset);
+                if self.depth == 0 && self.wait_log.is_none() {
+                    // Every handle carries this rank's wait-failure log and its own rank: the
+                    // first top-level endpoint gives them to every later wait.
+                    let log = self.load_field(
+                        &address,
+                        core::mem::offset_of!(aboleth_abi::EndpointHandle, wait_failure_log_address)
+                            as u64,
+                        64,
                     );
+                    let rank = self.load_field(
+                        &address,
+                        core::mem::offset_of!(aboleth_abi::EndpointHandle, local_rank) as u64,
+                        32,
+                    );
+                    self.wait_log = Some((log, rank));
                 }
-            },
+                self.define(
+                    op,
+                    Repr::Scalar {
+                        name: address,
+                        type_text: "i64".into(),
+                    },
+                );
+            }
             "ab.remote" => {
                 let table = self.i64(self.operand(op, 0))?;
                 let peer = self.i64(self.operand(op, 1))?;
@@ -756,7 +787,25 @@ impl Generator<'_> {
         } else {
             "ld.volatile.global.u64 $0, [$1];"
         };
-        self.labels += 1;
+        let bound = self.wait_log.clone().map(|(log, rank)| {
+            let site = self.wait_sites.len();
+            let diagnostic = aboleth_ir::Diagnostic::at_op(self.ctx, op, "");
+            self.wait_sites.push(diagnostic.line);
+            (log, rank, site)
+        });
+        let timing = match &bound {
+            Some((log, _, _)) => {
+                let timeout = self.load_field(
+                    log,
+                    aboleth_abi::WaitFailureLogHeader::TIMEOUT_NANOSECONDS_OFFSET_BYTES,
+                    64,
+                );
+                let dummy = self.constant_i64(0);
+                let start = self.globaltimer(&dummy);
+                Some((timeout, start))
+            }
+            None => None,
+        };
         // Every thread polls the same word: no election, no broadcast needed.
         self.emit("scf.while : () -> () {".into());
         let seen = self.fresh("ab_seen");
@@ -767,11 +816,61 @@ impl Generator<'_> {
         self.emit(format!(
             "{waiting} = arith.cmpi slt, {seen}, {expected} : i64"
         ));
+        if let (Some((log, rank, site)), Some((timeout, start))) = (bound, timing) {
+            // Bounded (ABOLETH_WAIT_TIMEOUT_MS, 0: forever): past the bound, thread 0 records
+            // the flag, the value waited for and the value seen in the wait-failure log, and
+            // the program exits; the host raises it (World.check_waits()).
+            let now = self.globaltimer(&seen);
+            let elapsed = self.binary_i64("arith.subi", &now, &start);
+            let zero = self.constant_i64(0);
+            let bounded = self.fresh("ab_bounded");
+            self.emit(format!(
+                "{bounded} = arith.cmpi ne, {timeout}, {zero} : i64"
+            ));
+            let over = self.fresh("ab_over");
+            self.emit(format!(
+                "{over} = arith.cmpi sgt, {elapsed}, {timeout} : i64"
+            ));
+            let late = self.fresh("ab_late");
+            self.emit(format!("{late} = arith.andi {over}, {bounded} : i1"));
+            let expired = self.fresh("ab_expired");
+            self.emit(format!("{expired} = arith.andi {late}, {waiting} : i1"));
+            self.emit(format!("scf.if {expired} {{"));
+            let site_value = self.constant_i64(site as i64);
+            let flag_address = self.use_as(self.operand(op, 0), "i64")?;
+            let record = "{ .reg .pred %ab_leader, %ab_fits, %ab_write; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_slot, 0; @%ab_leader atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; and.pred %ab_write, %ab_leader, %ab_fits; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_write st.global.u64 [%ab_rec+8], $2; @%ab_write st.global.u64 [%ab_rec+16], $3; @%ab_write st.global.u64 [%ab_rec+24], $4; @%ab_write st.global.u64 [%ab_rec+32], $5; @%ab_write st.global.u32 [%ab_rec+40], $6; @%ab_write st.global.u32 [%ab_rec+44], -1; @%ab_write st.global.u32 [%ab_rec+48], $7; @%ab_write st.global.u32 [%ab_rec+52], 0; @%ab_write st.global.u32 [%ab_rec+56], %ab_cta; @%ab_write st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_write st.release.sys.global.u64 [%ab_rec], %ab_seq; exit; mov.u32 $0, 0; }";
+            let rank32 = self.fresh("ab_rank");
+            self.emit(format!("{rank32} = arith.trunci {rank} : i64 to i32"));
+            let site32 = self.fresh("ab_site");
+            self.emit(format!("{site32} = arith.trunci {site_value} : i64 to i32"));
+            self.asm(
+                record,
+                &[
+                    (&log, "i64", 'l'),
+                    (&flag_address, "i64", 'l'),
+                    (&expected, "i64", 'l'),
+                    (&seen, "i64", 'l'),
+                    (&elapsed, "i64", 'l'),
+                    (&rank32, "i32", 'r'),
+                    (&site32, "i32", 'r'),
+                ],
+            );
+            self.emit("}".into());
+        }
         self.emit(format!("scf.condition({waiting})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
         self.emit("}".into());
         Ok(())
+    }
+
+    /// `%globaltimer` (nanoseconds), read after `after` (a data dependency keeps it in place).
+    fn globaltimer(&mut self, after: &str) -> String {
+        let now = self.fresh("ab_now");
+        self.emit(format!(
+            "{now} = tt.elementwise_inline_asm \"mov.u64 $0, %globaltimer;\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {after} : i64 -> i64"
+        ));
+        now
     }
 
     // ----- proxy -------------------------------------------------------------------------

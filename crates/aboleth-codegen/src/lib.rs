@@ -103,6 +103,9 @@ pub struct StageSummary {
     pub changed: bool,
     /// The lifted Aboleth IR after the pipeline, for debugging (`aboleth compile --emit aboleth`).
     pub aboleth_ir: String,
+    /// The Python source position of each bounded wait, indexed by the `site_id` its failure
+    /// records carry (empty when no endpoint handle brought the wait-failure log).
+    pub waits: Vec<String>,
 }
 
 /// The stage's output.
@@ -135,6 +138,7 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
                 conditional: false,
                 changed: false,
                 aboleth_ir: String::new(),
+                waits: Vec::new(),
             },
         });
     };
@@ -163,9 +167,11 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
     })?;
     let (counts, per_iteration, conditional) = aboleth_passes::stats::count_kernel(ctx, kernel);
     let aboleth_ir = aboleth_ir::print_module(ctx, ab_module);
-    if !options.plan_only {
-        emit::generate(ctx, kernel, &lifted, &mut module, target)?;
-    }
+    let waits = if options.plan_only {
+        Vec::new()
+    } else {
+        emit::generate(ctx, kernel, &lifted, &mut module, target)?
+    };
     Ok(StageOutput {
         ttir: if options.plan_only {
             ttir.to_string()
@@ -182,6 +188,7 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
             conditional,
             changed: !options.plan_only,
             aboleth_ir,
+            waits,
         },
     })
 }

@@ -69,5 +69,26 @@ fn the_seed_alltoall_compiles_for_proxy() {
         1
     );
     assert!(output.ttir.contains("st.global.v2.u64 [$1+16]"));
-    assert!(!output.ttir.contains("atom."));
+    // No reservation atomic (the only atomic left is the failure record of a timed-out wait).
+    assert!(!output.ttir.contains("atom.relaxed.sys.global.add.u64 $0"));
+    assert!(!output.ttir.contains("atom.release"));
+}
+
+#[test]
+fn waits_are_bounded_and_name_their_source_line() {
+    let text = corpus("alltoall.after-passes.ttir");
+    let output = run_stage(&text, &options(Target::P2p)).unwrap_or_else(|e| panic!("{e}"));
+    // The bound is read from the wait-failure log that the endpoint handle points to.
+    assert!(output.ttir.contains("mov.u64 $0, %globaltimer;"));
+    assert!(
+        output
+            .ttir
+            .contains("st.release.sys.global.u64 [%ab_rec], %ab_seq; exit;")
+    );
+    assert_eq!(output.summary.waits.len(), 1);
+    assert!(
+        output.summary.waits[0].starts_with("python/tools/dump_ttir_corpus.py:"),
+        "{:?}",
+        output.summary.waits
+    );
 }

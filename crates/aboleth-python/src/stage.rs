@@ -190,6 +190,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
         "per_iteration": output.summary.per_iteration,
         "conditional": output.summary.conditional,
         "aboleth_ir": output.summary.aboleth_ir,
+        "waits": output.summary.waits,
         "config": {
             "target": config.target,
             "passes_off": config.passes_off,

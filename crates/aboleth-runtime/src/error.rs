@@ -44,6 +44,16 @@ pub enum RuntimeError {
         /// What the runtime was doing.
         doing: String,
     },
+    /// An environment variable has a value the runtime cannot use.
+    #[error("{variable}={value:?} is not valid: expected {expected}")]
+    InvalidEnvironment {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
     /// The device ordinal does not exist.
     #[error(
         "device {device_ordinal} does not exist: this process sees {device_count} CUDA device(s) (check CUDA_VISIBLE_DEVICES; pass torch.cuda.current_device() or LOCAL_RANK)"
@@ -312,6 +322,7 @@ impl RuntimeError {
             | Self::UnknownRegion { .. }
             | Self::UnknownTransport { .. }
             | Self::BootstrapMismatch { .. }
+            | Self::InvalidEnvironment { .. }
             | Self::NoSuchDevice { .. } => ErrorKind::Value,
             Self::CudaDriverNotFound { .. }
             | Self::Cuda { .. }

@@ -2,9 +2,8 @@
 //! what it waited for, in host-pinned memory mapped for the GPU, so the host can say which rank
 //! waited on which flag of which peer for which value, and what it saw.
 //!
-//! PROVISIONAL LAYOUT. Host/device layouts belong in aboleth-abi; this one is proposed for
-//! `aboleth_abi::wait_failure` (see the runtime's report) and is defined only here until it
-//! moves, then this module keeps the host side (allocation, reading) and imports the layout.
+//! The layout is `aboleth_abi::wait_failure`'s (checked at compile time below); this module is
+//! the host side: initialisation, the timeout, reading.
 //! The byte offsets are fixed by the assertions below and by the reference wait kernel
 //! (`aboleth_bounded_wait_u64` in `src/kernels/runtime_kernels.ptx`).
 //!
@@ -38,6 +37,19 @@ const FAILURE_COUNTER_WORD: usize = 0;
 const CAPACITY_WORD: usize = 1;
 /// Header word of `abort_requested`.
 const ABORT_REQUESTED_WORD: usize = 2;
+/// Header word of `timeout_nanoseconds`.
+const TIMEOUT_NANOSECONDS_WORD: usize = 3;
+
+// The layout is aboleth-abi's; these word indices must match it.
+const _: () = {
+    use aboleth_abi::WaitFailureLogHeader as Header;
+    assert!(FAILURE_COUNTER_WORD as u64 * 8 == Header::FAILURE_COUNTER_OFFSET_BYTES);
+    assert!(CAPACITY_WORD as u64 * 8 == Header::CAPACITY_RECORDS_OFFSET_BYTES);
+    assert!(ABORT_REQUESTED_WORD as u64 * 8 == Header::ABORT_REQUESTED_OFFSET_BYTES);
+    assert!(TIMEOUT_NANOSECONDS_WORD as u64 * 8 == Header::TIMEOUT_NANOSECONDS_OFFSET_BYTES);
+    assert!(WAIT_FAILURE_LOG_HEADER_BYTES == Header::SIZE_BYTES);
+    assert!(WAIT_FAILURE_RECORD_BYTES == aboleth_abi::WaitFailureRecord::SIZE_BYTES);
+};
 
 /// The `comparison` of a wait: the flag must become at least the expected value.
 pub const WAIT_COMPARISON_GREATER_OR_EQUAL: u32 = 0;
@@ -177,6 +189,12 @@ impl WaitFailureLog {
         // SAFETY: in bounds (checked above) of memory valid while `self` lives, 8-byte aligned,
         // accessed only atomically (the contract of `initialize_at`).
         unsafe { &*self.words.as_ptr().add(index) }
+    }
+
+    /// Sets how long bounded waits may last (0: forever); read by GPU waits at each wait.
+    pub fn set_timeout_nanoseconds(&self, timeout_nanoseconds: u64) {
+        self.word(TIMEOUT_NANOSECONDS_WORD)
+            .store(timeout_nanoseconds, Ordering::Release);
     }
 
     /// Records the log can hold.

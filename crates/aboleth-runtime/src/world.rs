@@ -328,6 +328,7 @@ impl World {
         let wait_failure_log = unsafe {
             WaitFailureLog::initialize_at(wait_failure_memory.host_pointer(), capacity_records)
         };
+        wait_failure_log.set_timeout_nanoseconds(wait_timeout_nanoseconds_from_env()?);
         Ok(Self {
             id: NEXT_WORLD_ID.fetch_add(1, Ordering::Relaxed),
             rank,
@@ -700,8 +701,11 @@ impl World {
                 )
             })
             .collect();
-        let endpoint_handles =
+        let mut endpoint_handles =
             build_endpoint_handles(self.rank, &connection.transports, &placements, &deltas);
+        for handle in &mut endpoint_handles {
+            handle.wait_failure_log_address = self.wait_failure_memory.device_address();
+        }
         let region_table_memory = tables
             .remote
             .iter()
@@ -851,4 +855,23 @@ impl Drop for World {
             tracing::warn!(rank = self.rank, ?failures, "proxy failures at drop");
         }
     }
+}
+
+/// Default bound of a GPU wait when `ABOLETH_WAIT_TIMEOUT_MS` is not set.
+pub const DEFAULT_WAIT_TIMEOUT_MILLISECONDS: u64 = 10_000;
+
+/// `ABOLETH_WAIT_TIMEOUT_MS` in nanoseconds (0 means wait forever); the default when unset.
+fn wait_timeout_nanoseconds_from_env() -> Result<u64, RuntimeError> {
+    let milliseconds = match std::env::var("ABOLETH_WAIT_TIMEOUT_MS") {
+        Err(_) => DEFAULT_WAIT_TIMEOUT_MILLISECONDS,
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| RuntimeError::InvalidEnvironment {
+                variable: "ABOLETH_WAIT_TIMEOUT_MS",
+                value: text.clone(),
+                expected: "a whole number of milliseconds (0: wait forever)",
+            })?,
+    };
+    Ok(milliseconds.saturating_mul(1_000_000))
 }

@@ -1,0 +1,82 @@
+//! The wait-failure log: where a bounded GPU wait that gives up records what it waited for, in
+//! host-pinned memory mapped for the GPU (one log per rank; every endpoint handle of the rank
+//! carries its address). The host reads it after the kernel and raises an error naming the rank,
+//! the flag, the value waited for and the value seen.
+//!
+//! Layout: a 64-byte [`WaitFailureLogHeader`], then `capacity_records` 64-byte
+//! [`WaitFailureRecord`]s. A waiting thread that gives up claims a slot with an atomic add on
+//! `failure_counter`, fills the record and stores `sequence = slot + 1` last with release; the
+//! host takes a record once its sequence is right. `timeout_nanoseconds` (0: wait forever) is
+//! written by the host before any launch. This module only defines the bytes.
+
+use crate::wire::wire_layout;
+
+/// The log's header (64 B).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitFailureLogHeader {
+    /// Failures so far (also those past the capacity); GPU waits `atom.add` it to get a slot.
+    pub failure_counter: u64,
+    /// Records after the header.
+    pub capacity_records: u32,
+    /// Zero.
+    pub reserved_0: u32,
+    /// Nonzero: every bounded wait gives up at once (set by the host after a first failure).
+    pub abort_requested: u64,
+    /// How long a wait may last, from `ABOLETH_WAIT_TIMEOUT_MS`; 0: unbounded.
+    pub timeout_nanoseconds: u64,
+    /// Zero.
+    pub reserved_1: [u8; 32],
+}
+wire_layout!(WaitFailureLogHeader, 64, {
+    failure_counter: u64 = 0, capacity_records: u32 = 8, reserved_0: u32 = 12,
+    abort_requested: u64 = 16, timeout_nanoseconds: u64 = 24, reserved_1: [u8; 32] = 32,
+});
+
+impl WaitFailureLogHeader {
+    /// Offset of `failure_counter`.
+    pub const FAILURE_COUNTER_OFFSET_BYTES: u64 =
+        core::mem::offset_of!(Self, failure_counter) as u64;
+    /// Offset of `capacity_records`.
+    pub const CAPACITY_RECORDS_OFFSET_BYTES: u64 =
+        core::mem::offset_of!(Self, capacity_records) as u64;
+    /// Offset of `abort_requested`.
+    pub const ABORT_REQUESTED_OFFSET_BYTES: u64 =
+        core::mem::offset_of!(Self, abort_requested) as u64;
+    /// Offset of `timeout_nanoseconds`.
+    pub const TIMEOUT_NANOSECONDS_OFFSET_BYTES: u64 =
+        core::mem::offset_of!(Self, timeout_nanoseconds) as u64;
+}
+
+/// One failed wait (64 B).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitFailureRecord {
+    /// Slot + 1, stored last.
+    pub sequence: u64,
+    /// The flag's address as the waiting GPU saw it.
+    pub flag_address: u64,
+    /// The value waited for (the flag must become at least this).
+    pub expected_value: u64,
+    /// The last value loaded.
+    pub observed_value: u64,
+    /// How long the wait lasted (`%globaltimer`).
+    pub waited_nanoseconds: u64,
+    /// The waiting rank.
+    pub rank: u32,
+    /// The rank expected to write the flag; `u32::MAX` when the compiler does not know it.
+    pub peer_rank: u32,
+    /// The compiler's index of the wait in the kernel (its source line is in the plan summary).
+    pub site_id: u32,
+    /// 0: flag >= expected.
+    pub comparison: u32,
+    /// The program (block index x).
+    pub program_id: u32,
+    /// The thread (thread index x).
+    pub thread_id: u32,
+}
+wire_layout!(WaitFailureRecord, 64, {
+    sequence: u64 = 0, flag_address: u64 = 8, expected_value: u64 = 16, observed_value: u64 = 24,
+    waited_nanoseconds: u64 = 32, rank: u32 = 40, peer_rank: u32 = 44, site_id: u32 = 48,
+    comparison: u32 = 52, program_id: u32 = 56, thread_id: u32 = 60,
+});
