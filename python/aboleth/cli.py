@@ -137,6 +137,10 @@ def compile_command(arguments: argparse.Namespace) -> int:
     if arguments.num_warps is not None:
         options["num_warps"] = arguments.num_warps
     disabled = list(arguments.disable_pass)
+    if arguments.emit == "ttir-input":
+        # Triton's TTIR before the aboleth stage (what `aboleth sim KERNEL.py` lifts).
+        sys.stdout.write(_capture_ttir(kernel, signature, constexprs, options))
+        return 0
     if arguments.emit in ("aboleth", "stats"):
         ttir = _capture_ttir(kernel, signature, constexprs, options)
         config = json.dumps({"target": arguments.target, "passes_off": arguments.passes_off,
@@ -184,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     compile_parser.add_argument("--num-warps", type=int, default=None)
     compile_parser.add_argument("--passes-off", action="store_true", help="library-style lowering (the baseline)")
     compile_parser.add_argument("--disable-pass", action="append", default=[], metavar="PASS")
-    compile_parser.add_argument("--emit", choices=("aboleth", "ttir", "ptx", "stats"), default="stats")
+    compile_parser.add_argument("--emit", choices=("aboleth", "ttir", "ptx", "stats", "ttir-input"), default="stats",
+                                help="ttir-input: Triton's TTIR before the aboleth stage")
     return parser
 
 

@@ -2,6 +2,7 @@
 Aboleth IR for every target, PTX for p2p, and usage errors that name the argument."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -68,3 +69,40 @@ def test_an_unknown_kernel_lists_the_kernels_of_the_file():
     result = run("--kernel", "nope", "--target", "p2p")
     assert result.returncode == 2
     assert "no kernel named `nope` (found: alltoall" in result.stderr
+
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+SEED_LAUNCH = ["--grid", "ranks-1", "--rank-constexpr", "RANK", "--constexpr", "BYTES=256", "--signature", SIGNATURE,
+               "--regions", "send=ranks*256 recv=ranks*256 flags=ranks*8",
+               "--bind", "endpoints=endpoints recv=regions:recv flags=regions:flags src=local:send "
+                         "send_key=lkey:send my_flags=local:flags epoch=value:epoch",
+               "--init", "send=random"]
+
+
+def aboleth_binary(*arguments: str) -> subprocess.CompletedProcess:
+    """The Rust `aboleth` command (built by cargo on first use), with this interpreter for Python."""
+    environment = dict(os.environ, ABOLETH_PYTHON=sys.executable)
+    return subprocess.run(["cargo", "run", "--quiet", "-p", "aboleth-cli", "--", *arguments], cwd=REPOSITORY,
+                          capture_output=True, text=True, timeout=900, env=environment)
+
+
+def test_aboleth_sim_runs_the_seed_triton_kernel_compiled_per_rank_on_simulated_ranks():
+    for target in ("p2p", "proxy", "mlx5"):
+        result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", target, "--ranks", "3",
+                                "--schedules", "5", "--check", *SEED_LAUNCH)
+        assert result.returncode == 0, result.stderr
+        assert f"alltoall on {target}: 3 ranks, 5 schedule(s) x 2 configurations, seed 0: validated" in result.stdout
+
+
+def test_aboleth_sim_of_a_python_kernel_names_an_unbound_argument():
+    launch = [argument.replace("src=local:send ", "") for argument in SEED_LAUNCH]
+    result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", "p2p", "--ranks", "2", *launch)
+    assert result.returncode == 1
+    assert "argument `src` is not bound; add `src=...` to the kernel's `bind` attribute" in result.stderr
+
+
+def test_aboleth_compile_hands_python_kernels_to_the_python_package():
+    result = aboleth_binary("compile", SEED, "--kernel", "alltoall", "--target", "p2p", "--signature", SIGNATURE,
+                            "--constexpr", "BYTES=256", "--constexpr", "RANK=1", "--emit", "ptx")
+    assert result.returncode == 0, result.stderr
+    assert "st.release.sys.global.u64" in result.stdout

@@ -25,7 +25,7 @@ use aboleth_passes::{
 };
 use aboleth_sim::{
     mutations::Mutation,
-    validation::{KernelValidation, ValidationOptions, validate},
+    validation::{KernelValidation, ValidationOptions, validate, validate_per_rank},
 };
 
 #[derive(Parser)]
@@ -103,6 +103,30 @@ impl Emit {
             Emit::Ptx => "ptx",
         }
     }
+}
+
+/// What `aboleth sim KERNEL.py` needs beyond an .abo file: how to compile the Triton kernel and
+/// the launch that the .abo attributes would otherwise describe.
+#[derive(clap::Args)]
+struct PythonKernelArguments {
+    /// .py: NAME=TYPE[,NAME=TYPE...] with Triton's types (*i64, i64, i32, ...).
+    #[arg(long)]
+    signature: Vec<String>,
+    /// .py: NAME=VALUE for a constexpr parameter (repeatable).
+    #[arg(long)]
+    constexpr: Vec<String>,
+    /// .py: the constexpr that holds the rank (the kernel is then compiled once per rank).
+    #[arg(long, value_name = "NAME")]
+    rank_constexpr: Option<String>,
+    /// .py: the simulator's regions, as the `regions` attribute (e.g. "send=ranks*256 ...").
+    #[arg(long)]
+    regions: Option<String>,
+    /// .py: what each kernel argument receives, as the `bind` attribute.
+    #[arg(long)]
+    bind: Option<String>,
+    /// .py: initial contents, as the `init` attribute.
+    #[arg(long)]
+    init: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -188,6 +212,8 @@ enum Command {
         /// Scheduler steps per run before it is reported as not terminating.
         #[arg(long, default_value_t = 2_000_000)]
         step_limit: u64,
+        #[command(flatten)]
+        python: PythonKernelArguments,
     },
     /// Print what the passes decided for a file and a table of costs, library-style
     /// (`--passes-off`) against Aboleth, for mlx5, proxy and p2p.
@@ -267,8 +293,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             stats,
             mutate,
             step_limit,
+            python,
         } => {
-            let text = read(&file)?;
             let mut options = ValidationOptions::new(target.target());
             options.ranks = ranks;
             options.grid = grid;
@@ -287,7 +313,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     )
                 })?);
             }
-            let validations = validate(&text, &file, &options)?;
+            let validations = if file.ends_with(".py") {
+                vec![simulate_python(&file, &python, &options)?]
+            } else {
+                validate(&read(&file)?, &file, &options)?
+            };
             if stats {
                 let value = serde_json::json!({ "kernels": validations });
                 println!(
@@ -332,6 +362,98 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The Python interpreter that has the aboleth package: `ABOLETH_PYTHON`, `.venv`, or python3.
+fn python_interpreter() -> String {
+    std::env::var("ABOLETH_PYTHON").unwrap_or_else(|_| {
+        if std::path::Path::new(".venv/bin/python").exists() {
+            ".venv/bin/python".to_string()
+        } else {
+            "python3".to_string()
+        }
+    })
+}
+
+/// `aboleth sim KERNEL.py`: Triton's TTIR of the kernel (once per rank with
+/// `--rank-constexpr`), lifted with the launch attributes, validated like an .abo file.
+fn simulate_python(
+    file: &str,
+    python: &PythonKernelArguments,
+    options: &ValidationOptions,
+) -> anyhow::Result<KernelValidation> {
+    let kernel = options.kernel.clone().ok_or_else(|| {
+        anyhow::anyhow!("{file}: error: name the @triton.jit function with --kernel NAME")
+    })?;
+    let missing = |flag: &str, example: &str| {
+        anyhow::anyhow!(
+            "{file}: error: a Python kernel carries no launch description: give {flag} (e.g. {flag} \"{example}\")"
+        )
+    };
+    let regions = python
+        .regions
+        .clone()
+        .ok_or_else(|| missing("--regions", "send=ranks*256 recv=ranks*256 flags=ranks*8"))?;
+    let bind = python.bind.clone().ok_or_else(|| {
+        missing(
+            "--bind",
+            "endpoints=endpoints recv=regions:recv send=local:send send_key=lkey:send epoch=value:epoch",
+        )
+    })?;
+    let grid = options.grid.clone().unwrap_or_else(|| "1".to_string());
+    let compilations = if python.rank_constexpr.is_some() {
+        options.ranks
+    } else {
+        1
+    };
+    let interpreter = python_interpreter();
+    let mut texts = Vec::new();
+    for rank in 0..compilations {
+        let mut command = std::process::Command::new(&interpreter);
+        command
+            .args(["-m", "aboleth", "compile", file, "--kernel", &kernel])
+            .args(["--target", options.target.name(), "--emit", "ttir-input"]);
+        for value in &python.signature {
+            command.args(["--signature", value]);
+        }
+        for value in &python.constexpr {
+            command.args(["--constexpr", value]);
+        }
+        if let Some(name) = &python.rank_constexpr {
+            command.args(["--constexpr", &format!("{name}={rank}")]);
+        }
+        let output = command.output().map_err(|error| {
+            anyhow::anyhow!(
+                "{file}: error: cannot run `{interpreter}` ({error}); Python kernels need the aboleth Python package: run `make python-setup` and `maturin develop`, or set ABOLETH_PYTHON"
+            )
+        })?;
+        if !output.status.success() {
+            anyhow::bail!(
+                "{file}: error: `{interpreter} -m aboleth compile` failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let ttir = String::from_utf8(output.stdout)?;
+        let mut attributes = vec![
+            ("grid", grid.as_str()),
+            ("regions", regions.as_str()),
+            ("bind", bind.as_str()),
+        ];
+        if let Some(init) = &python.init {
+            attributes.push(("init", init.as_str()));
+        }
+        let text =
+            aboleth_codegen::lift_for_simulation(&ttir, &format!("{kernel}.ttir"), &attributes)
+                .map_err(|error| anyhow::anyhow!("{}", error.message))?;
+        texts.push(text);
+    }
+    let validation = if texts.len() == 1 {
+        let mut validations = validate(&texts[0], file, options)?;
+        validations.remove(0)
+    } else {
+        validate_per_rank(&texts, file, options)?
+    };
+    Ok(validation)
+}
+
 /// `aboleth compile KERNEL.py`: hands the work to the Python package (Triton lives there).
 #[allow(
     clippy::too_many_arguments,
@@ -349,13 +471,7 @@ fn compile_python(
     let kernel = kernel.ok_or_else(|| {
         anyhow::anyhow!("{file}: error: name the @triton.jit function with --kernel NAME")
     })?;
-    let python = std::env::var("ABOLETH_PYTHON").unwrap_or_else(|_| {
-        if std::path::Path::new(".venv/bin/python").exists() {
-            ".venv/bin/python".to_string()
-        } else {
-            "python3".to_string()
-        }
-    });
+    let python = python_interpreter();
     let mut command = std::process::Command::new(&python);
     command
         .args(["-m", "aboleth", "compile", file, "--kernel", &kernel])

@@ -214,6 +214,38 @@ fn map_diagnostic(
     }
 }
 
+/// The lifted Aboleth IR of a TTIR kernel, with the simulator's launch attributes
+/// (`grid`, `regions`, `bind`, `init`: see `docs/PROGRAMMING_MODEL.md`) on the kernel, for
+/// `aboleth sim KERNEL.py`. Parameters are named after the TTIR values (`bind` uses them).
+pub fn lift_for_simulation(
+    ttir: &str,
+    source_name: &str,
+    attributes: &[(&str, &str)],
+) -> Result<String, BridgeError> {
+    let module = TtirModule::parse(ttir, source_name).map_err(|error| BridgeError {
+        message: error.to_string(),
+        not_built: false,
+    })?;
+    let lifted = lift::lift(&module)?.ok_or_else(|| {
+        BridgeError::plain(format!(
+            "{source_name}: the kernel has no aboleth calls: there is no communication to simulate"
+        ))
+    })?;
+    let rendered: Vec<String> = attributes
+        .iter()
+        .map(|(name, value)| format!("{name}: builtin.string {:?}", value))
+        .collect();
+    let marker = "-> ()> [] {";
+    if !lifted.text.contains(marker) {
+        return Err(BridgeError::plain(
+            "internal: the lifted kernel has no attribute list",
+        ));
+    }
+    Ok(lifted
+        .text
+        .replacen(marker, &format!("-> ()> [{}] {{", rendered.join(", ")), 1))
+}
+
 /// Targets the stage accepts (`mlx5`, `proxy`, `p2p`).
 pub fn target_from_name(name: &str) -> Option<Target> {
     match name {

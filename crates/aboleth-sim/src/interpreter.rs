@@ -226,7 +226,40 @@ pub fn simulate(
     kernel: &SimKernel,
     options: &SimulationOptions,
 ) -> Result<SimulationOutcome, SimulationError> {
-    let mut world = World::new(kernel, options)?;
+    simulate_per_rank(std::slice::from_ref(kernel), options)
+}
+
+/// Runs one kernel per rank (`kernels[r]` on rank `r`: a Triton kernel specialized on its rank
+/// as a constexpr is compiled once per rank), or one kernel on every rank when `kernels` has one
+/// element. The launch description (grid, regions, bindings) is the first kernel's; the kernels
+/// must agree on it and on their parameters.
+pub fn simulate_per_rank(
+    kernels: &[SimKernel],
+    options: &SimulationOptions,
+) -> Result<SimulationOutcome, SimulationError> {
+    if kernels.is_empty() || (kernels.len() != 1 && kernels.len() != options.ranks as usize) {
+        return Err(SimulationError::Setup(format!(
+            "{} kernel(s) for {} ranks: give one kernel, or one per rank",
+            kernels.len(),
+            options.ranks
+        )));
+    }
+    for (rank, kernel) in kernels.iter().enumerate().skip(1) {
+        let names = |k: &SimKernel| {
+            k.parameters
+                .iter()
+                .map(|p| p.name.clone())
+                .collect::<Vec<_>>()
+        };
+        if kernel.launch != kernels[0].launch || names(kernel) != names(&kernels[0]) {
+            return Err(SimulationError::Setup(format!(
+                "the kernel of rank {rank} differs from rank 0's in its launch attributes or parameters ({:?} vs {:?})",
+                names(kernel),
+                names(&kernels[0])
+            )));
+        }
+    }
+    let mut world = World::new(kernels, options)?;
     let mut rounds = Vec::new();
     for round in 0..options.rounds {
         rounds.push(world.run_round(round)?);
@@ -405,7 +438,10 @@ struct RegionAllocation {
 }
 
 struct World<'k> {
+    /// Rank 0's kernel: the launch description and the transport.
     kernel: &'k SimKernel,
+    /// The kernel each rank runs (one entry: every rank runs it).
+    rank_kernels: &'k [SimKernel],
     options: SimulationOptions,
     memory: Memory,
     nic: Nic,
@@ -455,7 +491,11 @@ const MANAGEMENT_PRODUCER_INDEX: usize = core::mem::offset_of!(Mlx5QueueManageme
 const MANAGEMENT_POST_SEND_LOCK: usize = core::mem::offset_of!(Mlx5QueueManagement, post_send_lock);
 
 impl<'k> World<'k> {
-    fn new(kernel: &'k SimKernel, options: &SimulationOptions) -> Result<Self, SimulationError> {
+    fn new(
+        rank_kernels: &'k [SimKernel],
+        options: &SimulationOptions,
+    ) -> Result<Self, SimulationError> {
+        let kernel = &rank_kernels[0];
         let ranks = options.ranks;
         if ranks < 2 {
             return Err(SimulationError::Setup(format!(
@@ -669,6 +709,7 @@ impl<'k> World<'k> {
         }
         Ok(World {
             kernel,
+            rank_kernels,
             options: options.clone(),
             memory,
             nic,
@@ -696,8 +737,16 @@ impl<'k> World<'k> {
         })
     }
 
-    fn site(&self, site: usize) -> String {
-        let site = &self.kernel.sites[site];
+    /// The kernel rank `rank` runs.
+    fn kernel_of(&self, rank: u32) -> &'k SimKernel {
+        self.rank_kernels
+            .get(rank as usize)
+            .unwrap_or(&self.rank_kernels[0])
+    }
+
+    /// An instruction's `file:line:column (op)` in the kernel that rank `rank` runs.
+    fn site_of(&self, rank: u32, site: usize) -> String {
+        let site = &self.kernel_of(rank).sites[site];
         format!("{} ({})", site.location, site.op_name)
     }
 
@@ -719,8 +768,9 @@ impl<'k> World<'k> {
         self.deliveries.clear();
         for rank in 0..self.options.ranks {
             for program in 0..grid as u32 {
-                let mut registers = vec![Value::Undefined; self.kernel.register_count];
-                for parameter in &self.kernel.parameters {
+                let kernel = self.kernel_of(rank);
+                let mut registers = vec![Value::Undefined; kernel.register_count];
+                for parameter in &kernel.parameters {
                     registers[parameter.register] =
                         self.argument(rank, &self.kernel.launch.bindings[&parameter.name]);
                 }
@@ -729,7 +779,7 @@ impl<'k> World<'k> {
                     program,
                     registers,
                     frames: vec![Frame {
-                        body: self.kernel.body.clone(),
+                        body: kernel.body.clone(),
                         pc: 0,
                         induction: None,
                     }],
@@ -928,7 +978,7 @@ impl<'k> World<'k> {
                     let seen = self.load_i64(index, thread.rank, *address)?;
                     format!(
                         "{who} waits at {} for flag {} on rank {} to reach {expected} (epoch {}); it holds {seen}: the signal that should set it never arrived",
-                        self.site(*site),
+                        self.site_of(thread.rank, *site),
                         self.memory.describe_address(thread.rank, *address),
                         thread.rank,
                         self.epoch
@@ -941,26 +991,29 @@ impl<'k> World<'k> {
                     site,
                 }) => format!(
                     "{who} waits at {} for the completion of the WQE at slot {slot} on its QP to rank {peer}; {}",
-                    self.site(*site),
+                    self.site_of(thread.rank, *site),
                     self.nic.describe_queue(thread.rank, *qpn)
                 ),
                 Some(Block::ProxyCompletion {
                     peer, ticket, site, ..
                 }) => format!(
                     "{who} waits at {} for the proxy to complete ticket {ticket} of its ring to rank {peer}; {}",
-                    self.site(*site),
+                    self.site_of(thread.rank, *site),
                     self.proxies[thread.rank as usize].describe_rings(&self.memory)
                 ),
                 Some(Block::Space { peer, site }) => format!(
                     "{who} waits at {} for free slots in its queue to rank {peer}",
-                    self.site(*site)
+                    self.site_of(thread.rank, *site)
                 ),
                 Some(Block::Publication { base, site, .. }) => format!(
                     "{who} waits at {} for the commands before slot {base} to be published by another program",
-                    self.site(*site)
+                    self.site_of(thread.rank, *site)
                 ),
                 Some(Block::Lock { site, .. }) => {
-                    format!("{who} waits at {} for the post lock", self.site(*site))
+                    format!(
+                        "{who} waits at {} for the post lock",
+                        self.site_of(thread.rank, *site)
+                    )
                 }
             };
             lines.push(line);
@@ -1133,7 +1186,7 @@ impl<'k> World<'k> {
         let describe_wait = |world: &Self| {
             format!(
                 "rank {rank} program {program} passed the wait at {} (flag {} = {seen})",
-                world.site(site),
+                world.site_of(rank, site),
                 world.memory.describe_address(rank, address)
             )
         };
@@ -1155,7 +1208,7 @@ impl<'k> World<'k> {
                     return Err(SimulationError::DataNotVisible(format!(
                         "{}, but the put at {} from rank {} program {} to {} on rank {} is not visible yet (byte {offset} is {:#04x}, the put carries {:#04x}); its signal at {} (rank {} program {}) was published before its data",
                         describe_wait(self),
-                        self.site(put.site),
+                        self.site_of(put.rank, put.site),
                         put.rank,
                         put.program,
                         self.memory
@@ -1163,7 +1216,7 @@ impl<'k> World<'k> {
                         put.destination_rank,
                         landed[offset],
                         put.expected[offset],
-                        self.site(signal.site),
+                        self.site_of(signal.rank, signal.site),
                         signal.rank,
                         signal.program,
                     )));
@@ -1342,7 +1395,7 @@ impl<'k> World<'k> {
                 let value = evaluate_binary(*operator, lhs, rhs).ok_or_else(|| {
                     self.program_error(
                         thread,
-                        format!("{:?} by zero at {}", operator, self.site(site)),
+                        format!("{:?} by zero at {}", operator, self.site_of(rank, site)),
                     )
                 })?;
                 self.set(
@@ -1412,7 +1465,10 @@ impl<'k> World<'k> {
                 if step <= 0 {
                     return Err(self.program_error(
                         thread,
-                        format!("loop step {step} at {} is not positive", self.site(site)),
+                        format!(
+                            "loop step {step} at {} is not positive",
+                            self.site_of(rank, site)
+                        ),
                     ));
                 }
                 if lower < upper {
@@ -1448,7 +1504,7 @@ impl<'k> World<'k> {
                         thread,
                         format!(
                             "endpoint to peer {peer} at {}: peers are the other ranks 0..{}",
-                            self.site(site),
+                            self.site_of(rank, site),
                             self.options.ranks
                         ),
                     ));
@@ -1497,7 +1553,7 @@ impl<'k> World<'k> {
                         thread,
                         format!(
                             "remote region of rank {peer} at {}: ranks are 0..{}",
-                            self.site(site),
+                            self.site_of(rank, site),
                             self.options.ranks
                         ),
                     ));
@@ -1507,7 +1563,7 @@ impl<'k> World<'k> {
                         thread,
                         format!(
                             "`ab.remote` at {} was given {}, which is not a region table",
-                            self.site(site),
+                            self.site_of(rank, site),
                             self.memory.describe_address(rank, table)
                         ),
                     )
@@ -1587,7 +1643,10 @@ impl<'k> World<'k> {
                 if length_bytes < 0 {
                     return Err(self.program_error(
                         thread,
-                        format!("put of {length_bytes} bytes at {}", self.site(site)),
+                        format!(
+                            "put of {length_bytes} bytes at {}",
+                            self.site_of(rank, site)
+                        ),
                     ));
                 }
                 let length_bytes = length_bytes as u64;
@@ -1652,7 +1711,7 @@ impl<'k> World<'k> {
                             rdma_write_inline(&common, remote, &expected).map_err(|e| {
                                 self.program_error(
                                     thread,
-                                    format!("inline put at {}: {e}", self.site(site)),
+                                    format!("inline put at {}: {e}", self.site_of(rank, site)),
                                 )
                             })?
                         } else {
@@ -1678,7 +1737,7 @@ impl<'k> World<'k> {
                                     thread,
                                     format!(
                                         "put at {} writes past the end of its region ({} + {length_bytes} > {} bytes)",
-                                        self.site(site),
+                                        self.site_of(rank, site),
                                         destination.offset_bytes,
                                         destination.region_length_bytes
                                     ),
@@ -1950,7 +2009,7 @@ impl<'k> World<'k> {
                     return Err(SimulationError::Nic(format!(
                         "rank {rank} program {} waiting at {} found an error completion (syndrome {syndrome:#04x}) for the WQE at index {wqe_counter} on its QP to rank {peer}",
                         self.threads[thread].program,
-                        self.site(site)
+                        self.site_of(rank, site)
                     )));
                 }
                 if !self.block_released(thread, &block)? {
@@ -1985,7 +2044,7 @@ impl<'k> World<'k> {
                         thread,
                         format!(
                             "copy at {} writes past the end of its region ({} + {length_bytes} > {} bytes)",
-                            self.site(site),
+                            self.site_of(rank, site),
                             destination.offset_bytes,
                             destination.region_length_bytes
                         ),
@@ -2140,7 +2199,7 @@ impl<'k> World<'k> {
             thread,
             format!(
                 "the command at {} goes through the endpoint to rank {endpoint_peer} but targets memory of rank {target_peer}: use the endpoint of the rank whose region it writes",
-                self.site(site)
+                self.site_of(self.threads[thread].rank, site)
             ),
         ))
     }
@@ -2193,7 +2252,7 @@ impl<'k> World<'k> {
                 thread,
                 format!(
                     "reservation of {slots} slots at {} exceeds the queue to rank {peer} ({capacity} slots): raise the ring size",
-                    self.site(site)
+                    self.site_of(rank, site)
                 ),
             ));
         }
@@ -2380,10 +2439,13 @@ impl<'k> World<'k> {
             WqeOutcome::Failed { syndrome, reason } => {
                 let site = match &posted {
                     Some(PostedCommand::Put(put)) => {
-                        format!(" (the put at {})", self.site(put.site))
+                        format!(" (the put at {})", self.site_of(put.rank, put.site))
                     }
                     Some(PostedCommand::Signal(signal)) => {
-                        format!(" (the signal at {})", self.site(signal.site))
+                        format!(
+                            " (the signal at {})",
+                            self.site_of(signal.rank, signal.site)
+                        )
                     }
                     _ => String::new(),
                 };
@@ -2468,7 +2530,7 @@ impl<'k> World<'k> {
                     };
                     return Err(SimulationError::SourceChanged(format!(
                         "the put at {} from rank {} program {} delivered {:#04x} at byte {offset} of {} on rank {} where the source held {:#04x} when it was posted: {why}",
-                        self.site(put.site),
+                        self.site_of(put.rank, put.site),
                         put.rank,
                         put.program,
                         landed[offset],

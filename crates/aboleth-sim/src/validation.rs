@@ -18,7 +18,7 @@ use aboleth_ir::{
 use aboleth_passes::pipeline::{PipelineOptions, run_pipeline};
 
 use crate::{
-    interpreter::{RoundReport, SimulationOptions, SimulationOutcome, simulate},
+    interpreter::{RoundReport, SimulationOptions, SimulationOutcome, simulate_per_rank},
     launch::Expression,
     mutations::Mutation,
     program::{SimKernel, build_kernel},
@@ -186,7 +186,11 @@ pub fn validate(
             off.launch.grid = grid.clone();
             on.launch.grid = grid.clone();
         }
-        validations.push(validate_kernel(&off, &on, options));
+        validations.push(validate_kernel(
+            std::slice::from_ref(&off),
+            std::slice::from_ref(&on),
+            options,
+        ));
     }
     if let Some(name) = &options.kernel
         && validations.is_empty()
@@ -201,13 +205,68 @@ pub fn validate(
     Ok(validations)
 }
 
+/// Validates a kernel compiled once per rank: `texts[r]` is rank `r`'s `.abo` text (one kernel
+/// each; a Triton kernel specialized on its rank). What [`validate`] checks, per rank's kernel.
+pub fn validate_per_rank(
+    texts: &[String],
+    file: &str,
+    options: &ValidationOptions,
+) -> Result<KernelValidation, Diagnostic> {
+    let mut off_options = PipelineOptions::new(options.target);
+    off_options.passes_off = true;
+    let mut on_options = PipelineOptions::new(options.target);
+    on_options.disabled = options.disabled_passes.clone();
+    let grid = options
+        .grid
+        .as_deref()
+        .map(Expression::parse)
+        .transpose()
+        .map_err(|message| Diagnostic {
+            file: "<command line>".into(),
+            line: 0,
+            column: 0,
+            message: format!("--grid: {message}"),
+        })?;
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for (rank, text) in texts.iter().enumerate() {
+        let rank_file = format!("{file} (rank {rank})");
+        let (mut off_kernels, _) = compile_for_simulation(text, &rank_file, &off_options, None)?;
+        let (mut on_kernels, mutated) =
+            compile_for_simulation(text, &rank_file, &on_options, options.mutation)?;
+        if options.mutation.is_some() && !mutated {
+            return Err(Diagnostic {
+                file: rank_file,
+                line: 0,
+                column: 0,
+                message: "the mutation found nothing to break in this program".into(),
+            });
+        }
+        if off_kernels.len() != 1 {
+            return Err(Diagnostic {
+                file: rank_file,
+                line: 0,
+                column: 0,
+                message: format!("expected one kernel, found {}", off_kernels.len()),
+            });
+        }
+        let (mut off_kernel, mut on_kernel) = (off_kernels.remove(0), on_kernels.remove(0));
+        if let Some(grid) = &grid {
+            off_kernel.launch.grid = grid.clone();
+            on_kernel.launch.grid = grid.clone();
+        }
+        off.push(off_kernel);
+        on.push(on_kernel);
+    }
+    Ok(validate_kernel(&off, &on, options))
+}
+
 fn validate_kernel(
-    off: &SimKernel,
-    on: &SimKernel,
+    off: &[SimKernel],
+    on: &[SimKernel],
     options: &ValidationOptions,
 ) -> KernelValidation {
     let mut validation = KernelValidation {
-        kernel: off.name.clone(),
+        kernel: off[0].name.clone(),
         target: options.target.name(),
         schedules: options.schedules,
         passes_off: ConfigurationFigures::default(),
@@ -227,7 +286,7 @@ fn validate_kernel(
             ..SimulationOptions::new(options.ranks)
         };
         for (configuration, kernel) in [("passes-off", off), ("passes-on", on)] {
-            let outcome = match simulate(kernel, &simulation) {
+            let outcome = match simulate_per_rank(kernel, &simulation) {
                 Ok(outcome) => outcome,
                 Err(error) => {
                     validation.failures.push(Failure {
