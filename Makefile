@@ -8,7 +8,7 @@ VENV ?= .venv
 PYTHON ?= python3
 
 help:
-	@echo "make demo   - compile the seed's all-to-all, run it on 8 simulated ranks per transport, library-style vs Aboleth"
+	@echo "make demo   - compile the seed's Triton all-to-all on the CPU, run it on 8 simulated ranks per transport, library-style vs Aboleth"
 	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-check, fuzz)"
 	@echo "make bless  - rewrite golden .out files from the current compiler (review the diff!)"
 
@@ -18,21 +18,30 @@ setup:
 	  echo "installing libibverbs-dev (rdma-core headers for the mlx5 cross-check)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev; }
 
-demo:
+SEED_LAUNCH = --kernel alltoall --grid ranks-1 --rank-constexpr RANK --constexpr BYTES=256 \
+  --signature endpoints=*i64,recv=*i64,flags=*i64,send=i64,send_key=i32,my_flags=*i64,epoch=i64 \
+  --regions "send=ranks*256 recv=ranks*256 flags=ranks*8" --init "send=random" \
+  --bind "endpoints=endpoints recv=regions:recv flags=regions:flags src=local:send send_key=lkey:send my_flags=local:flags epoch=value:epoch"
+
+demo: python-setup
 	$(CARGO) build --release -q -p aboleth-cli
-	@echo "== the seed's tier-2 all-to-all (examples/ir/alltoall.abo): what the passes decided =="
+	@VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
+	@echo "== the seed's tier-2 all-to-all: what the passes decide (examples/ir/alltoall.abo) =="
 	@./target/release/aboleth plan examples/ir/alltoall.abo
 	@echo
-	@echo "== run on 8 simulated ranks, 4 launches, 20 random schedules per lowering, checked =="
+	@echo "== the seed's Triton kernel (examples/triton/alltoall.py), compiled by stock Triton 3.6 on this CPU =="
+	@echo "== for each rank, run on 8 simulated ranks, 4 launches, 20 random schedules per lowering, checked =="
 	@for target in mlx5 proxy p2p; do \
-	  ./target/release/aboleth sim examples/ir/alltoall.abo --ranks 8 --rounds 4 --schedules 20 --target $$target --check || exit 1; \
+	  ABOLETH_PYTHON=$(VENV)/bin/python ./target/release/aboleth sim examples/triton/alltoall.py --target $$target \
+	    --ranks 8 --rounds 4 --schedules 20 --check $(SEED_LAUNCH) || exit 1; \
 	  echo; done
 	@echo "== 16 put+signal chains to one peer (examples/ir/stream_put_signal_16.abo), mlx5 =="
 	@./target/release/aboleth sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target mlx5 --check
 	@echo
 	@echo "Everything above ran on the simulator (crates/aboleth-sim): no GPU, no NIC. mlx5 and proxy"
-	@echo "are simulated and cross-checked against rdma-core's layouts, not run on hardware; simulated"
-	@echo "time comes from the documented cost model (crates/aboleth-sim/src/cost_model.rs)."
+	@echo "are simulated and cross-checked against rdma-core's layouts, not run on hardware here; simulated"
+	@echo "time comes from the documented cost model (crates/aboleth-sim/src/cost_model.rs). The same p2p"
+	@echo "and proxy kernels ran on 2 x H200: tests/gpu/results/."
 
 # The Python package (aboleth.language, the Triton stage hook, the extension module) in a local
 # venv: Triton 3.6.0 compiles for sm_90 on CPU, so these tests need no GPU.
