@@ -330,10 +330,9 @@ class World:
         target = kinds[0]
         if target not in _GENERATED_TARGETS:
             raise NotImplementedError(
-                f"aboleth: this World reaches its peers over {target} ({described}), but Triton code generation "
-                f"for {target} is not built yet (only {', '.join(_GENERATED_TARGETS)} generates Triton code; "
-                f"`aboleth compile --target {target} --emit aboleth` shows the planned IR): connect with "
-                "connect_all(\"p2p\") where the GPUs can reach each other")
+                f"aboleth: this World reaches its peers over {target} ({described}); kernels compile for it "
+                f"(`aboleth compile --target mlx5`) but the runtime has no {target} transport to run them yet "
+                "(no RDMA NIC on these machines): connect with connect_all(\"p2p\") or \"proxy\"")
         return target
 
     def compilation(self, *, passes_off: bool = False, disabled_passes: Sequence[str] = ()) -> contextlib.AbstractContextManager[Config]:

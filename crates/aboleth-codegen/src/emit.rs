@@ -639,9 +639,18 @@ impl Generator<'_> {
             "proxy.publish" => self.proxy_publish(op)?,
             "proxy.doorbell" => self.proxy_doorbell(op)?,
             "proxy.wait_completion" => self.proxy_wait_completion(op)?,
+            "mlx5.reserve" => self.mlx5_reserve(op)?,
+            "mlx5.write" => self.mlx5_write(op)?,
+            "mlx5.atomic" => self.mlx5_atomic(op)?,
+            "mlx5.publish" => self.mlx5_publish(op)?,
+            "mlx5.lock" => self.mlx5_lock(op)?,
+            "mlx5.unlock" => self.mlx5_unlock(op)?,
+            "mlx5.doorbell_record" => self.mlx5_doorbell_record(op)?,
+            "mlx5.doorbell" => self.mlx5_doorbell(op)?,
+            "mlx5.wait_completion" => self.mlx5_wait_completion(op)?,
             other if other.starts_with("mlx5.") => {
                 return Err(BridgeError::not_built(format!(
-                    "TTIR code generation for `{other}` is not built yet: --target {} compiles to the Aboleth IR (aboleth compile --emit aboleth) and runs in the simulator, but only p2p and proxy generate Triton code so far",
+                    "TTIR code generation for `{other}` is not built yet: --target {} compiles to the Aboleth IR (aboleth compile --emit aboleth) and runs in the simulator, but no lowering generates Triton code for it yet",
                     self.target.name()
                 )));
             }
@@ -1174,5 +1183,625 @@ impl Generator<'_> {
         // The other threads may reuse the source next: they wait for the leader here.
         self.emit("gpu.barrier".into());
         Ok(())
+    }
+
+    // ----- mlx5 --------------------------------------------------------------------------
+
+    fn handle_field(&mut self, handle: &str, offset: usize, width: u32) -> String {
+        self.load_field(handle, offset as u64, width)
+    }
+
+    /// The endpoint's handle address and its queue management block.
+    fn mlx5_queue(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {
+        let handle = self.i64(endpoint)?;
+        let management = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, management_address),
+            64,
+        );
+        Ok((handle, management))
+    }
+
+    fn mlx5_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let count = self.i64(self.operand(op, 1))?;
+        let ring = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, sq_wqe_basic_block_count),
+            32,
+        );
+        let head = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, reserved_head) as u64,
+        );
+        let base = self.fresh("ab_base");
+        let reserve = if attrs::get_bool(self.ctx, op, "atomic") {
+            "@%ab_leader atom.relaxed.gpu.global.add.u64 $0, [$1], $2;"
+        } else {
+            "@%ab_leader ld.volatile.global.u64 $0, [$1]; @%ab_leader add.u64 %ab_next, $0, $2; @%ab_leader st.volatile.global.u64 [$1], %ab_next;"
+        };
+        self.emit(format!(
+            "{base} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; .reg .u64 %ab_next; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; {reserve} }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {head}, {count} : i64, i64 -> i64"
+        ));
+        // Ring space: the completion waits advance `consumer_index`.
+        let end = self.binary_i64("arith.addi", &base, &count);
+        let consumer = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, consumer_index) as u64,
+        );
+        self.leader_wait("ld.volatile.global.u64", &consumer, &end, |this, seen| {
+            let used = this.binary_i64("arith.subi", &end, seen);
+            let full = this.fresh("ab_full");
+            this.emit(format!("{full} = arith.cmpi sgt, {used}, {ring} : i64"));
+            full
+        });
+        self.define(
+            op,
+            Repr::Scalar {
+                name: base,
+                type_text: "i64".into(),
+            },
+        );
+        Ok(())
+    }
+
+    /// The address of basic block `slot + index` of the send ring (the ring wraps).
+    fn basic_block_address(&mut self, handle: &str, slot: &str, index: i64) -> String {
+        let sq = self.handle_field(
+            handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, sq_buffer_address),
+            64,
+        );
+        let ring = self.handle_field(
+            handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, sq_wqe_basic_block_count),
+            32,
+        );
+        let offset = self.constant_i64(index);
+        let position = self.binary_i64("arith.addi", slot, &offset);
+        let wrapped = self.binary_i64("arith.remsi", &position, &ring);
+        let bytes = self.constant_i64(aboleth_abi::mlx5::WQE_BASIC_BLOCK_BYTES as i64);
+        let within = self.binary_i64("arith.muli", &wrapped, &bytes);
+        self.binary_i64("arith.addi", &sq, &within)
+    }
+
+    /// The raw control words: `opmod << 24 | wqe_index << 8 | opcode` and `qpn << 8 | ds`
+    /// (byte-swapped to big-endian by the PTX that stores them).
+    fn control_words(
+        &mut self,
+        handle: &str,
+        slot: &str,
+        opcode: u8,
+        opmod: u8,
+        ds: &str,
+    ) -> (String, String) {
+        let mask = self.constant_i64(0xffff);
+        let index = self.binary_i64("arith.andi", slot, &mask);
+        let eight = self.constant_i64(8);
+        let shifted = self.binary_i64("arith.shli", &index, &eight);
+        let fixed = self.constant_i64((i64::from(opmod) << 24) | i64::from(opcode));
+        let word0 = self.binary_i64("arith.ori", &shifted, &fixed);
+        let qpn = self.handle_field(
+            handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, qpn),
+            32,
+        );
+        let qpn_shifted = self.binary_i64("arith.shli", &qpn, &eight);
+        let word1 = self.binary_i64("arith.ori", &qpn_shifted, ds);
+        (word0, word1)
+    }
+
+    /// Runs `ptx` (thread 0 stores) with the WQE words.
+    fn store_wqe(&mut self, wqe: WqePtx) {
+        let (ptx, operands) = wqe.finish();
+        let typed: Vec<(&str, &str, char)> = operands
+            .iter()
+            .map(|(name, ty, c)| (name.as_str(), *ty, *c))
+            .collect();
+        self.asm(&ptx, &typed);
+    }
+
+    fn mlx5_write(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let endpoint = self.operand(op, 0);
+        let (handle, management) = self.mlx5_queue(endpoint)?;
+        let slot = self.i64(self.operand(op, 1))?;
+        let Repr::RemotePointer { descriptor, .. } = self.repr(self.operand(op, 2))? else {
+            return Err(BridgeError::plain(
+                "internal: mlx5.write without a remote pointer",
+            ));
+        };
+        let remote = self.remote_address(self.operand(op, 2))?;
+        let rkey = self.load_field(
+            &descriptor,
+            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, rkey) as u64,
+            32,
+        );
+        let source = self.use_as(self.operand(op, 3), "i64")?;
+        let bytes_value = self.operand(op, 4);
+        let bytes = self.i64(bytes_value)?;
+        let key = self.i64(self.operand(op, 5))?;
+        let predicate = self.i64(self.operand(op, 6))?;
+        let completion = self.i64(self.operand(op, 7))?;
+        let inline = attrs::get_bool(self.ctx, op, "inline");
+        let inline_bytes = if inline {
+            Some(
+                aboleth_ir::scalar::constant_value(self.ctx, bytes_value).ok_or_else(|| {
+                    BridgeError::plain("internal: an inline put without a constant size")
+                })?,
+            )
+        } else {
+            None
+        };
+        let blocks = match inline_bytes {
+            Some(length) => aboleth_passes::comm::inline_write_basic_blocks(length),
+            None => 1,
+        };
+        let addresses: Vec<String> = (0..blocks)
+            .map(|index| self.basic_block_address(&handle, &slot, index))
+            .collect();
+        let zero = self.constant_i64(0);
+        let sends = self.fresh("ab_sends");
+        self.emit(format!(
+            "{sends} = arith.cmpi ne, {predicate}, {zero} : i64"
+        ));
+        let flags = self.completion_flags(&completion, false);
+        // A false predicate posts a NOP over the same slots (the batch's size is static).
+        self.emit(format!("scf.if {sends} {{"));
+        let write_ds = match inline_bytes {
+            Some(length) => 2 + (4 + length + 15) / 16,
+            None => 3,
+        };
+        let ds = self.constant_i64(write_ds);
+        let (word0, word1) =
+            self.control_words(&handle, &slot, aboleth_abi::mlx5::OPCODE_RDMA_WRITE, 0, &ds);
+        let mut wqe = WqePtx::new(&addresses);
+        wqe.control(&word0, &word1, &flags);
+        wqe.remote(16, &remote, &rkey);
+        match inline_bytes {
+            Some(length) => {
+                let header = self.constant_i64(i64::from(aboleth_abi::mlx5::INLINE_SEG) | length);
+                wqe.word_be32(32, &header);
+                wqe.copy_bytes(&source, 36, length as u32);
+            }
+            None => {
+                wqe.data(32, &bytes, &key, &source);
+            }
+        }
+        self.store_wqe(wqe);
+        self.emit("} else {".into());
+        let nop_ds = self.constant_i64(blocks * 4);
+        let (nop0, nop1) =
+            self.control_words(&handle, &slot, aboleth_abi::mlx5::OPCODE_NOP, 0, &nop_ds);
+        let mut nop = WqePtx::new(&addresses);
+        nop.control(&nop0, &nop1, &flags);
+        self.store_wqe(nop);
+        self.emit("}".into());
+        self.note_posted(&management, &slot);
+        Ok(())
+    }
+
+    /// `fm_ce_se`: CQ_UPDATE when the completion operand is nonzero, and the fence bit.
+    fn completion_flags(&mut self, completion: &str, fenced: bool) -> String {
+        let zero = self.constant_i64(0);
+        let requested = self.fresh("ab_cq");
+        self.emit(format!(
+            "{requested} = arith.cmpi ne, {completion}, {zero} : i64"
+        ));
+        let update = self.constant_i64(i64::from(aboleth_abi::mlx5::WQE_CTRL_CQ_UPDATE));
+        let fence = self.constant_i64(if fenced {
+            i64::from(aboleth_abi::mlx5::FENCE_MODE_INITIATOR_SMALL)
+        } else {
+            0
+        });
+        let chosen = self.fresh("ab_flags");
+        self.emit(format!(
+            "{chosen} = arith.select {requested}, {update}, {zero} : i64"
+        ));
+        self.binary_i64("arith.ori", &chosen, &fence)
+    }
+
+    /// Remembers the last WQE this queue posted (what a drain waits for) in the management block.
+    fn note_posted(&mut self, management: &str, slot: &str) {
+        let last = self.offset_address(management, MANAGEMENT_LAST_POSTED_OFFSET_BYTES);
+        self.asm(
+            &Self::leader("st.volatile.global.u64 [$1], $2;"),
+            &[(&last, "i64", 'l'), (slot, "i64", 'l')],
+        );
+    }
+
+    fn mlx5_atomic(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let endpoint = self.operand(op, 0);
+        let (handle, management) = self.mlx5_queue(endpoint)?;
+        let slot = self.i64(self.operand(op, 1))?;
+        let Repr::RemotePointer { descriptor, .. } = self.repr(self.operand(op, 2))? else {
+            return Err(BridgeError::plain(
+                "internal: mlx5.atomic without a remote pointer",
+            ));
+        };
+        let remote = self.remote_address(self.operand(op, 2))?;
+        let rkey = self.load_field(
+            &descriptor,
+            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, rkey) as u64,
+            32,
+        );
+        let value = self.i64(self.operand(op, 3))?;
+        let completion = self.i64(self.operand(op, 4))?;
+        let fenced = attrs::get_bool(self.ctx, op, "fence");
+        let flags = self.completion_flags(&completion, fenced);
+        let result_address = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, atomic_result_address),
+            64,
+        );
+        let result_key = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, atomic_result_lkey),
+            32,
+        );
+        let eight = self.constant_i64(8);
+        let zero = self.constant_i64(0);
+        let all_ones = self.constant_i64(-1);
+        let add =
+            attrs::get_typed::<SignalOperation>(self.ctx, op, "op") == Some(SignalOperation::Add);
+        if add {
+            // ATOMIC_FA: ctrl, raddr, atomic (add, 0), data (the fetched value's buffer); ds 4.
+            let address = self.basic_block_address(&handle, &slot, 0);
+            let ds = self.constant_i64(4);
+            let (word0, word1) =
+                self.control_words(&handle, &slot, aboleth_abi::mlx5::OPCODE_ATOMIC_FA, 0, &ds);
+            let mut wqe = WqePtx::new(&[address]);
+            wqe.control(&word0, &word1, &flags);
+            wqe.remote(16, &remote, &rkey);
+            wqe.be64(32, &value);
+            wqe.be64(40, &zero);
+            wqe.data(48, &eight, &result_key, &result_address);
+            self.store_wqe(wqe);
+        } else {
+            // 8-byte masked compare-and-swap with compare_mask 0: an unconditional swap; ds 5.
+            let addresses = vec![
+                self.basic_block_address(&handle, &slot, 0),
+                self.basic_block_address(&handle, &slot, 1),
+            ];
+            let ds = self.constant_i64(5);
+            let (word0, word1) = self.control_words(
+                &handle,
+                &slot,
+                aboleth_abi::mlx5::OPCODE_ATOMIC_MASKED_CS,
+                aboleth_abi::mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES,
+                &ds,
+            );
+            let mut wqe = WqePtx::new(&addresses);
+            wqe.control(&word0, &word1, &flags);
+            wqe.remote(16, &remote, &rkey);
+            wqe.be64(32, &value);
+            wqe.be64(40, &zero);
+            wqe.be64(48, &all_ones);
+            wqe.be64(56, &zero);
+            wqe.data(64, &eight, &result_key, &result_address);
+            self.store_wqe(wqe);
+        }
+        self.note_posted(&management, &slot);
+        Ok(())
+    }
+
+    fn mlx5_publish(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let base = self.i64(self.operand(op, 1))?;
+        let count = self.i64(self.operand(op, 2))?;
+        let ready = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, ready_head) as u64,
+        );
+        self.leader_wait("ld.acquire.gpu.global.u64", &ready, &base, |this, seen| {
+            let waiting = this.fresh("ab_waiting");
+            this.emit(format!("{waiting} = arith.cmpi ne, {seen}, {base} : i64"));
+            waiting
+        });
+        let end = self.binary_i64("arith.addi", &base, &count);
+        self.asm(
+            &Self::leader("st.release.gpu.global.u64 [$1], $2;"),
+            &[(&ready, "i64", 'l'), (&end, "i64", 'l')],
+        );
+        Ok(())
+    }
+
+    fn mlx5_lock(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let lock = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, post_send_lock) as u64,
+        );
+        // Thread 0 swaps 0 -> 1 until it gets the lock; the others see "free" at once.
+        self.emit("scf.while : () -> () {".into());
+        let old = self.fresh("ab_lock");
+        self.emit(format!(
+            "{old} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"
+        ));
+        let zero = self.constant_i64(0);
+        let held = self.fresh("ab_held");
+        self.emit(format!("{held} = arith.cmpi ne, {old}, {zero} : i64"));
+        self.emit(format!("scf.condition({held})"));
+        self.emit("} do {".into());
+        self.emit("scf.yield".into());
+        self.emit("}".into());
+        Ok(())
+    }
+
+    fn mlx5_unlock(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let lock = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, post_send_lock) as u64,
+        );
+        let zero = self.constant_i64(0);
+        self.asm(
+            &Self::leader("st.release.gpu.global.u64 [$1], $2;"),
+            &[(&lock, "i64", 'l'), (&zero, "i64", 'l')],
+        );
+        Ok(())
+    }
+
+    fn mlx5_doorbell_record(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let end = self.i64(self.operand(op, 1))?;
+        let record = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, doorbell_record_address),
+            64,
+        );
+        let send_word = self.offset_address(&record, 4);
+        let producer = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, producer_index) as u64,
+        );
+        let relaxed = attrs::get_string(self.ctx, op, "order").as_deref() == Some("relaxed");
+        let store = if relaxed {
+            "st.volatile.global.b32"
+        } else {
+            "st.release.sys.global.b32"
+        };
+        // The send counter is the low 16 bits, big-endian; with several producers the largest
+        // end wins (atom.max on the management block, under the post lock).
+        let max = if attrs::get_bool(self.ctx, op, "atomic_max") {
+            "@%ab_leader atom.relaxed.gpu.global.max.u64 %ab_old, [$3], $2; max.u64 %ab_end, $2, %ab_old;"
+        } else {
+            "mov.u64 %ab_end, $2;"
+        };
+        let ptx = format!(
+            "{{ .reg .pred %ab_leader; .reg .u32 %ab_tid, %ab_low, %ab_be; .reg .u64 %ab_old, %ab_end; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_old, 0; {max} cvt.u32.u64 %ab_low, %ab_end; and.b32 %ab_low, %ab_low, 65535; prmt.b32 %ab_be, %ab_low, 0, 0x0123; @%ab_leader {store} [$1], %ab_be; mov.u32 $0, 0; }}"
+        );
+        self.asm(
+            &ptx,
+            &[
+                (&send_word, "i64", 'l'),
+                (&end, "i64", 'l'),
+                (&producer, "i64", 'l'),
+            ],
+        );
+        Ok(())
+    }
+
+    fn mlx5_doorbell(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (handle, _) = self.mlx5_queue(self.operand(op, 0))?;
+        let end = self.i64(self.operand(op, 1))?;
+        let uar = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, uar_doorbell_address),
+            64,
+        );
+        let qpn = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, qpn),
+            32,
+        );
+        // {BE32(producer_index << 8), BE32(qpn << 8)}: one 8-byte MMIO store.
+        let ptx = "{ .reg .pred %ab_leader; .reg .u32 %ab_tid, %ab_a, %ab_b; .reg .u64 %ab_v; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; cvt.u32.u64 %ab_a, $2; and.b32 %ab_a, %ab_a, 65535; shl.b32 %ab_a, %ab_a, 8; prmt.b32 %ab_a, %ab_a, 0, 0x0123; cvt.u32.u64 %ab_b, $3; shl.b32 %ab_b, %ab_b, 8; prmt.b32 %ab_b, %ab_b, 0, 0x0123; mov.b64 %ab_v, {%ab_a, %ab_b}; @%ab_leader st.mmio.relaxed.sys.global.b64 [$1], %ab_v; mov.u32 $0, 0; }";
+        self.asm(
+            ptx,
+            &[(&uar, "i64", 'l'), (&end, "i64", 'l'), (&qpn, "i64", 'l')],
+        );
+        Ok(())
+    }
+
+    fn mlx5_wait_completion(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let target = if op.deref(self.ctx).get_num_operands() > 1 {
+            self.i64(self.operand(op, 1))?
+        } else {
+            // The queue's last WQE (it asks for a completion; completions are cumulative).
+            let last = self.offset_address(&management, MANAGEMENT_LAST_POSTED_OFFSET_BYTES);
+            let zero = self.constant_i64(0);
+            self.leader_load("ld.volatile.global.u64", &last, &zero)
+        };
+        let cq = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, cq_buffer_address),
+            64,
+        );
+        // The collapsed CQ's CQE: wqe_counter (big-endian 16 bits) at 60, op_own at 63 (an
+        // opcode of 0xf is "no CQE yet"). Done when the counter is at or after the target.
+        // Thread 0 decides (the target may be its own reservation); the others wait at the
+        // barrier below.
+        let counter_word = self.offset_address(&cq, 60);
+        self.emit("scf.while : () -> () {".into());
+        let pending = self.fresh("ab_pending");
+        self.emit(format!(
+            "{pending} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"
+        ));
+        let zero32 = self.fresh("ab_zero");
+        self.emit(format!("{zero32} = arith.constant 0 : i32"));
+        let waiting = self.fresh("ab_waiting");
+        self.emit(format!(
+            "{waiting} = arith.cmpi ne, {pending}, {zero32} : i32"
+        ));
+        self.emit(format!("scf.condition({waiting})"));
+        self.emit("} do {".into());
+        self.emit("scf.yield".into());
+        self.emit("}".into());
+        // Slots up to the target are free again for reservations.
+        let one = self.constant_i64(1);
+        let freed = self.binary_i64("arith.addi", &target, &one);
+        let consumer = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, consumer_index) as u64,
+        );
+        self.asm(
+            &Self::leader("atom.relaxed.gpu.global.max.u64 %ab_old, [$1], $2;").replace(
+                ".reg .u32 %ab_tid;",
+                ".reg .u32 %ab_tid; .reg .u64 %ab_old;",
+            ),
+            &[(&consumer, "i64", 'l'), (&freed, "i64", 'l')],
+        );
+        self.emit("gpu.barrier".into());
+        Ok(())
+    }
+}
+
+/// The management block's spare word where code records the queue's last posted WQE index.
+const MANAGEMENT_LAST_POSTED_OFFSET_BYTES: u64 =
+    core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, reserved) as u64;
+
+/// Inline PTX that stores one WQE's segments (big-endian fields) into its basic blocks, by
+/// thread 0 of the program. Operands are TTIR values; the byte swaps happen in PTX.
+struct WqePtx {
+    operands: Vec<(String, &'static str, char)>,
+    declarations: Vec<String>,
+    body: Vec<String>,
+    temporaries: usize,
+    blocks: usize,
+}
+
+impl WqePtx {
+    fn new(block_addresses: &[String]) -> Self {
+        let mut wqe = WqePtx {
+            operands: Vec::new(),
+            declarations: vec![
+                ".reg .pred %ab_leader;".into(),
+                ".reg .u32 %ab_tid, %ab_zero;".into(),
+            ],
+            body: vec![
+                "mov.u32 %ab_tid, %tid.x;".into(),
+                "setp.eq.u32 %ab_leader, %ab_tid, 0;".into(),
+                "mov.u32 %ab_zero, 0;".into(),
+            ],
+            temporaries: 0,
+            blocks: block_addresses.len(),
+        };
+        for address in block_addresses {
+            wqe.input(address);
+        }
+        wqe
+    }
+
+    /// Adds an i64 operand; returns its `$n`.
+    fn input(&mut self, name: &str) -> String {
+        self.operands.push((name.to_string(), "i64", 'l'));
+        format!("${}", self.operands.len())
+    }
+
+    fn register32(&mut self) -> String {
+        self.temporaries += 1;
+        let name = format!("%ab_w{}", self.temporaries);
+        self.declarations.push(format!(".reg .u32 {name};"));
+        name
+    }
+
+    /// The address register of byte `offset` of the WQE (`$k+within`).
+    fn at(&self, offset: u32) -> String {
+        let block = (offset / 64) as usize;
+        assert!(
+            block < self.blocks,
+            "WQE offset {offset} past its basic blocks"
+        );
+        format!("[${}+{}]", block + 1, offset % 64)
+    }
+
+    /// The big-endian bytes of the low 32 bits of `value` (an i64 operand).
+    fn be32_of(&mut self, value: &str) -> String {
+        let operand = self.input(value);
+        let word = self.register32();
+        self.body.push(format!("cvt.u32.u64 {word}, {operand};"));
+        self.body
+            .push(format!("prmt.b32 {word}, {word}, 0, 0x0123;"));
+        word
+    }
+
+    /// The big-endian halves (high word first) of `value`.
+    fn be64_of(&mut self, value: &str) -> (String, String) {
+        let operand = self.input(value);
+        let (low, high) = (self.register32(), self.register32());
+        self.body
+            .push(format!("mov.b64 {{{low}, {high}}}, {operand};"));
+        self.body.push(format!("prmt.b32 {low}, {low}, 0, 0x0123;"));
+        self.body
+            .push(format!("prmt.b32 {high}, {high}, 0, 0x0123;"));
+        (high, low)
+    }
+
+    fn store_words(&mut self, offset: u32, words: &[String]) {
+        for (index, word) in words.iter().enumerate() {
+            let address = self.at(offset + 4 * index as u32);
+            self.body
+                .push(format!("@%ab_leader st.global.b32 {address}, {word};"));
+        }
+    }
+
+    /// The control segment: BE32 words 0 and 1, `fm_ce_se` in byte 11.
+    fn control(&mut self, word0: &str, word1: &str, flags: &str) {
+        let first = self.be32_of(word0);
+        let second = self.be32_of(word1);
+        let operand = self.input(flags);
+        let third = self.register32();
+        self.body.push(format!("cvt.u32.u64 {third}, {operand};"));
+        self.body.push(format!("shl.b32 {third}, {third}, 24;"));
+        self.store_words(0, &[first, second, third, "%ab_zero".into()]);
+    }
+
+    /// A remote-address segment: BE64 address, BE32 rkey, 0.
+    fn remote(&mut self, offset: u32, address: &str, rkey: &str) {
+        let (high, low) = self.be64_of(address);
+        let key = self.be32_of(rkey);
+        self.store_words(offset, &[high, low, key, "%ab_zero".into()]);
+    }
+
+    /// A data segment: BE32 byte count, BE32 lkey, BE64 address.
+    fn data(&mut self, offset: u32, bytes: &str, key: &str, address: &str) {
+        let count = self.be32_of(bytes);
+        let lkey = self.be32_of(key);
+        let (high, low) = self.be64_of(address);
+        self.store_words(offset, &[count, lkey, high, low]);
+    }
+
+    fn word_be32(&mut self, offset: u32, value: &str) {
+        let word = self.be32_of(value);
+        self.store_words(offset, &[word]);
+    }
+
+    fn be64(&mut self, offset: u32, value: &str) {
+        let (high, low) = self.be64_of(value);
+        self.store_words(offset, &[high, low]);
+    }
+
+    /// `length` bytes from the source into the WQE at `offset` (inline data).
+    fn copy_bytes(&mut self, source: &str, offset: u32, length: u32) {
+        let operand = self.input(source);
+        self.declarations.push(".reg .u16 %ab_byte;".into());
+        for index in 0..length {
+            let address = self.at(offset + index);
+            self.body.push(format!(
+                "@%ab_leader ld.global.u8 %ab_byte, [{operand}+{index}];"
+            ));
+            self.body
+                .push(format!("@%ab_leader st.global.u8 {address}, %ab_byte;"));
+        }
+    }
+
+    fn finish(self) -> (String, Vec<(String, &'static str, char)>) {
+        let ptx = format!(
+            "{{ {} {} mov.u32 $0, 0; }}",
+            self.declarations.join(" "),
+            self.body.join(" ")
+        );
+        (ptx, self.operands)
     }
 }

@@ -92,3 +92,29 @@ fn waits_are_bounded_and_name_their_source_line() {
         output.summary.waits
     );
 }
+
+#[test]
+fn the_seed_alltoall_compiles_for_mlx5() {
+    let text = corpus("alltoall.after-passes.ttir");
+    let output = run_stage(&text, &options(Target::Mlx5)).unwrap_or_else(|e| panic!("{e}"));
+    if let Ok(path) = std::env::var("ABOLETH_DUMP_TTIR") {
+        std::fs::write(path, &output.ttir).unwrap();
+    }
+    assert!(!output.ttir.contains("libname = \"aboleth\""));
+    // One owner: a plain reservation; WQE fields byte-swapped by thread 0; one doorbell record
+    // release store and one MMIO doorbell for the put+signal batch; a CQ poll for the wait.
+    assert!(output.ttir.contains("prmt.b32"));
+    assert_eq!(output.ttir.matches("st.release.sys.global.b32").count(), 1);
+    assert_eq!(
+        output
+            .ttir
+            .matches("st.mmio.relaxed.sys.global.b64")
+            .count(),
+        1
+    );
+    assert!(
+        output
+            .ttir
+            .contains("ld.acquire.sys.global.u32 %ab_w, [$1]")
+    );
+}
