@@ -24,3 +24,25 @@ def stream16(endpoints, recv, flags, send, send_key, epoch, CHUNK: tl.constexpr,
 STREAM16_SIGNATURE = {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "i64", "send_key": "i32",
                       "epoch": "i64", "CHUNK": "constexpr", "RANK": "constexpr", "RANKS": "constexpr"}
 STREAM16_CONSTEXPRS = {"CHUNK": 64, "RANK": 0, "RANKS": 2}
+
+
+@triton.jit
+def gemm_after_waits(my_flags, a_pointer, b_pointer, c_pointer, epoch, K: tl.constexpr, GUARDED: tl.constexpr):
+    """A K loop whose A and B tiles arrive from peers: with GUARDED, each step waits for its
+    tile's flag before loading it (the loads must not be prefetched above the wait)."""
+    offsets = tl.arange(0, 64)
+    k_offsets = tl.arange(0, 32)
+    acc = tl.zeros([64, 64], dtype=tl.float32)
+    for k in range(0, K, 32):
+        if GUARDED:
+            aboleth.wait_signal(my_flags + k // 32, epoch)
+        a = tl.load(a_pointer + offsets[:, None] * K + (k + k_offsets)[None, :])
+        b = tl.load(b_pointer + (k + k_offsets)[:, None] * 64 + offsets[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_pointer + offsets[:, None] * 64 + offsets[None, :], acc)
+
+
+GEMM_SIGNATURE = {"my_flags": "*i64", "a_pointer": "*fp16", "b_pointer": "*fp16", "c_pointer": "*fp32",
+                  "epoch": "i64", "K": "constexpr", "GUARDED": "constexpr"}
+# 16-byte-aligned pointers, as Triton's JIT specializes them for torch tensors.
+GEMM_ATTRIBUTES = {(index,): [["tt.divisibility", 16]] for index in range(4)}

@@ -1,7 +1,9 @@
 """PTX of compiled kernels: the orderings, atomics and doorbells the passes planned, and no more.
 
 16 put+signal chains on one (shared) queue, for the proxy: with the passes, one reservation,
-one in-order publication and one doorbell for the whole batch; library-style, 16 of each.
+one in-order publication and one doorbell for the whole batch; library-style, 16 of each. And the
+software pipeliner: with num_stages=3 it prefetches a K loop's tiles as async copies, but not
+when each step first waits for its tile's flag.
 """
 
 import aboleth
@@ -44,3 +46,32 @@ def test_sixteen_chains_over_nvlink_are_sixteen_release_flag_stores_and_no_fence
     assert ptx.count("fence.sc.sys") == 1  # the drain's; the signals need none
     library = ptx_of("p2p", passes_off=True)
     assert library.count("st.volatile.global.u64") == 16 and library.count("fence.sc.sys") >= 16
+
+
+def gemm_ttgir(guarded: bool) -> str:
+    from triton.compiler import ASTSource
+    import triton
+    from helpers import TARGET
+    aboleth.install(target="p2p")
+    try:
+        kernel = triton.compile(ASTSource(ptx_kernels.gemm_after_waits, ptx_kernels.GEMM_SIGNATURE,
+                                          {"K": 512, "GUARDED": guarded}, attrs=ptx_kernels.GEMM_ATTRIBUTES),
+                                target=TARGET, options={"num_stages": 3})
+    finally:
+        aboleth.uninstall()
+    return kernel.asm["ttgir"]
+
+
+def test_the_pipeliner_prefetches_the_unguarded_loop():
+    # The control: with num_stages=3 Triton issues the tiles' loads as async copies ahead.
+    assert gemm_ttgir(guarded=False).count("ttg.async_copy_global_to_local") > 0
+
+
+def test_no_async_copy_of_data_guarded_by_a_wait_is_issued_above_the_wait():
+    ttgir = gemm_ttgir(guarded=True)
+    assert "ttg.async_copy_global_to_local" not in ttgir
+    lines = ttgir.splitlines()
+    poll = next(index for index, line in enumerate(lines) if "ld.acquire.sys.global.u64" in line)
+    loads = [index for index, line in enumerate(lines)
+             if "tt.load" in line and ("tensor<64x32" in line or "tensor<32x64" in line)]
+    assert loads and all(index > poll for index in loads)
