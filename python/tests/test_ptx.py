@@ -75,3 +75,12 @@ def test_no_async_copy_of_data_guarded_by_a_wait_is_issued_above_the_wait():
     loads = [index for index, line in enumerate(lines)
              if "tt.load" in line and ("tensor<64x32" in line or "tensor<32x64" in line)]
     assert loads and all(index > poll for index in loads)
+
+
+def test_sixteen_chains_on_an_mlx5_queue_one_doorbell_with_the_passes_sixteen_without():
+    ptx = ptx_of("mlx5", passes_off=False)
+    assert ptx.count("st.mmio.relaxed.sys.global.b64") == 1
+    assert ptx.count("st.release.sys.global.b32") == 1  # the doorbell record
+    library = ptx_of("mlx5", passes_off=True)
+    assert library.count("st.mmio.relaxed.sys.global.b64") == 16
+    assert library.count("st.release.sys.global.b32") == 16
