@@ -435,6 +435,29 @@ impl Generator<'_> {
         let name = op_name(self.ctx, op);
         match name.as_str() {
             "ab.yield" | "ab.return" => {}
+            "ab.if" => {
+                // An `ab.if` the lowering created (a library-style predicated put): its body is
+                // all new code, generated inside an `scf.if`.
+                let condition = self.i64(self.operand(op, 0))?;
+                let zero = self.constant_i64(0);
+                let taken = self.fresh("ab_taken");
+                self.emit(format!(
+                    "{taken} = arith.cmpi ne, {condition}, {zero} : i64"
+                ));
+                self.emit(format!("scf.if {taken} {{"));
+                for inner in block_ops(self.ctx, region_block(self.ctx, op, 0)) {
+                    if self
+                        .entry(inner)
+                        .is_some_and(|entry| !matches!(entry, Entry::Added))
+                    {
+                        return Err(BridgeError::plain(
+                            "internal: a lifted op inside an if the lowering created",
+                        ));
+                    }
+                    self.operation(inner)?;
+                }
+                self.emit("}".into());
+            }
             "builtin.constant" => {
                 let result = op.deref(self.ctx).get_result(0);
                 let value = aboleth_ir::scalar::constant_value(self.ctx, result)
@@ -826,9 +849,10 @@ impl Generator<'_> {
             "{waiting} = arith.cmpi slt, {seen}, {expected} : i64"
         ));
         if let (Some((log, rank, site)), Some((timeout, start))) = (bound, timing) {
-            // Bounded (ABOLETH_WAIT_TIMEOUT_MS, 0: forever): past the bound, thread 0 records
-            // the flag, the value waited for and the value seen in the wait-failure log, and
-            // the program exits; the host raises it (World.check_waits()).
+            // Bounded (ABOLETH_WAIT_TIMEOUT_MS, 0: forever): past the bound, each thread that
+            // gives up counts itself and records the flag, the value waited for and the value
+            // seen in the wait-failure log (while records fit), and exits; the host raises it
+            // (World.check_waits()). Every thread records, so none can vanish unreported.
             let now = self.globaltimer(&seen);
             let elapsed = self.binary_i64("arith.subi", &now, &start);
             let zero = self.constant_i64(0);
@@ -847,7 +871,7 @@ impl Generator<'_> {
             self.emit(format!("scf.if {expired} {{"));
             let site_value = self.constant_i64(site as i64);
             let flag_address = self.use_as(self.operand(op, 0), "i64")?;
-            let record = "{ .reg .pred %ab_leader, %ab_fits, %ab_write; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_slot, 0; @%ab_leader atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; and.pred %ab_write, %ab_leader, %ab_fits; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_write st.global.u64 [%ab_rec+8], $2; @%ab_write st.global.u64 [%ab_rec+16], $3; @%ab_write st.global.u64 [%ab_rec+24], $4; @%ab_write st.global.u64 [%ab_rec+32], $5; @%ab_write st.global.u32 [%ab_rec+40], $6; @%ab_write st.global.u32 [%ab_rec+44], -1; @%ab_write st.global.u32 [%ab_rec+48], $7; @%ab_write st.global.u32 [%ab_rec+52], 0; @%ab_write st.global.u32 [%ab_rec+56], %ab_cta; @%ab_write st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_write st.release.sys.global.u64 [%ab_rec], %ab_seq; exit; mov.u32 $0, 0; }";
+            let record = "{ .reg .pred %ab_leader, %ab_fits, %ab_write; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_slot, 0; atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; and.pred %ab_write, %ab_leader, %ab_fits; or.pred %ab_write, %ab_fits, %ab_fits; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_write st.global.u64 [%ab_rec+8], $2; @%ab_write st.global.u64 [%ab_rec+16], $3; @%ab_write st.global.u64 [%ab_rec+24], $4; @%ab_write st.global.u64 [%ab_rec+32], $5; @%ab_write st.global.u32 [%ab_rec+40], $6; @%ab_write st.global.u32 [%ab_rec+44], -1; @%ab_write st.global.u32 [%ab_rec+48], $7; @%ab_write st.global.u32 [%ab_rec+52], 0; @%ab_write st.global.u32 [%ab_rec+56], %ab_cta; @%ab_write st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_write st.release.sys.global.u64 [%ab_rec], %ab_seq; exit; mov.u32 $0, 0; }";
             let rank32 = self.fresh("ab_rank");
             self.emit(format!("{rank32} = arith.trunci {rank} : i64 to i32"));
             let site32 = self.fresh("ab_site");
@@ -954,6 +978,8 @@ impl Generator<'_> {
     }
 
     fn proxy_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        // As for mlx5: post after the other threads' source stores.
+        self.emit("gpu.barrier".into());
         let (ring, capacity) = self.ring_of(self.operand(op, 0))?;
         let count = self.i64(self.operand(op, 1))?;
         let counter = self.offset_address(
@@ -1203,6 +1229,9 @@ impl Generator<'_> {
     }
 
     fn mlx5_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        // The program's other threads may have just written the sources: thread 0 posts after
+        // them (its release store then covers their stores too).
+        self.emit("gpu.barrier".into());
         let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
         let count = self.i64(self.operand(op, 1))?;
         let ring = self.handle_field(
@@ -1376,7 +1405,7 @@ impl Generator<'_> {
         nop.control(&nop0, &nop1, &flags);
         self.store_wqe(nop);
         self.emit("}".into());
-        self.note_posted(&management, &slot);
+        self.note_posted(&management, &slot, blocks, &completion);
         Ok(())
     }
 
@@ -1400,12 +1429,21 @@ impl Generator<'_> {
         self.binary_i64("arith.ori", &chosen, &fence)
     }
 
-    /// Remembers the last WQE this queue posted (what a drain waits for) in the management block.
-    fn note_posted(&mut self, management: &str, slot: &str) {
+    /// Remembers, in the management block, the last WQE that asks for a completion (its first
+    /// basic block, and its end): what a drain waits for and then frees. `atom.max`, because
+    /// several programs may post to one queue.
+    fn note_posted(&mut self, management: &str, slot: &str, blocks: i64, completion: &str) {
         let last = self.offset_address(management, MANAGEMENT_LAST_POSTED_OFFSET_BYTES);
+        let size = self.constant_i64(blocks);
+        let end = self.binary_i64("arith.addi", slot, &size);
         self.asm(
-            &Self::leader("st.volatile.global.u64 [$1], $2;"),
-            &[(&last, "i64", 'l'), (slot, "i64", 'l')],
+            "{ .reg .pred %ab_leader, %ab_wanted; .reg .u32 %ab_tid; .reg .u64 %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; setp.ne.u64 %ab_wanted, $4, 0; and.pred %ab_wanted, %ab_wanted, %ab_leader; @%ab_wanted atom.relaxed.gpu.global.max.u64 %ab_old, [$1], $2; @%ab_wanted atom.relaxed.gpu.global.max.u64 %ab_old, [$1+8], $3; mov.u32 $0, 0; }",
+            &[
+                (&last, "i64", 'l'),
+                (slot, "i64", 'l'),
+                (&end, "i64", 'l'),
+                (completion, "i64", 'l'),
+            ],
         );
     }
 
@@ -1480,7 +1518,7 @@ impl Generator<'_> {
             wqe.data(64, &eight, &result_key, &result_address);
             self.store_wqe(wqe);
         }
-        self.note_posted(&management, &slot);
+        self.note_posted(&management, &slot, if add { 1 } else { 2 }, &completion);
         Ok(())
     }
 
@@ -1582,7 +1620,7 @@ impl Generator<'_> {
     }
 
     fn mlx5_doorbell(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (handle, _) = self.mlx5_queue(self.operand(op, 0))?;
+        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
         let end = self.i64(self.operand(op, 1))?;
         let uar = self.handle_field(
             &handle,
@@ -1594,24 +1632,44 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::EndpointHandle, qpn),
             32,
         );
-        // {BE32(producer_index << 8), BE32(qpn << 8)}: one 8-byte MMIO store.
-        let ptx = "{ .reg .pred %ab_leader; .reg .u32 %ab_tid, %ab_a, %ab_b; .reg .u64 %ab_v; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; cvt.u32.u64 %ab_a, $2; and.b32 %ab_a, %ab_a, 65535; shl.b32 %ab_a, %ab_a, 8; prmt.b32 %ab_a, %ab_a, 0, 0x0123; cvt.u32.u64 %ab_b, $3; shl.b32 %ab_b, %ab_b, 8; prmt.b32 %ab_b, %ab_b, 0, 0x0123; mov.b64 %ab_v, {%ab_a, %ab_b}; @%ab_leader st.mmio.relaxed.sys.global.b64 [$1], %ab_v; mov.u32 $0, 0; }";
+        let producer = self.offset_address(
+            &management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, producer_index) as u64,
+        );
+        // {BE32(producer_index << 8), BE32(qpn << 8)}: one 8-byte MMIO store, after a system
+        // fence (the WQE and doorbell-record stores must reach the NIC first; a release orders
+        // only what precedes it, not the MMIO store after it). On a shared queue another
+        // producer may already have recorded a larger index: ring the largest (never backwards).
+        let ptx = "{ .reg .pred %ab_leader; .reg .u32 %ab_tid, %ab_a, %ab_b; .reg .u64 %ab_v, %ab_max; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.volatile.global.u64 %ab_max, [$4]; max.u64 %ab_max, %ab_max, $2; cvt.u32.u64 %ab_a, %ab_max; and.b32 %ab_a, %ab_a, 65535; shl.b32 %ab_a, %ab_a, 8; prmt.b32 %ab_a, %ab_a, 0, 0x0123; cvt.u32.u64 %ab_b, $3; shl.b32 %ab_b, %ab_b, 8; prmt.b32 %ab_b, %ab_b, 0, 0x0123; mov.b64 %ab_v, {%ab_a, %ab_b}; @%ab_leader fence.sc.sys; @%ab_leader st.mmio.relaxed.sys.global.b64 [$1], %ab_v; mov.u32 $0, 0; }";
         self.asm(
             ptx,
-            &[(&uar, "i64", 'l'), (&end, "i64", 'l'), (&qpn, "i64", 'l')],
+            &[
+                (&uar, "i64", 'l'),
+                (&end, "i64", 'l'),
+                (&qpn, "i64", 'l'),
+                (&producer, "i64", 'l'),
+            ],
         );
         Ok(())
     }
 
     fn mlx5_wait_completion(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
-        let target = if op.deref(self.ctx).get_num_operands() > 1 {
-            self.i64(self.operand(op, 1))?
+        let one = self.constant_i64(1);
+        let (target, freed) = if op.deref(self.ctx).get_num_operands() > 1 {
+            // A token: its WQE's first basic block. Its size is not known here, so only that
+            // block is freed (safe; a later drain frees the rest).
+            let slot = self.i64(self.operand(op, 1))?;
+            let freed = self.binary_i64("arith.addi", &slot, &one);
+            (slot, freed)
         } else {
-            // The queue's last WQE (it asks for a completion; completions are cumulative).
+            // The last WQE that asked for a completion (completions are cumulative), and its end.
             let last = self.offset_address(&management, MANAGEMENT_LAST_POSTED_OFFSET_BYTES);
             let zero = self.constant_i64(0);
-            self.leader_load("ld.volatile.global.u64", &last, &zero)
+            let start = self.leader_load("ld.volatile.global.u64", &last, &zero);
+            let last_end = self.offset_address(&last, 8);
+            let end = self.leader_load("ld.volatile.global.u64", &last_end, &one);
+            (start, end)
         };
         let cq = self.handle_field(
             &handle,
@@ -1626,7 +1684,7 @@ impl Generator<'_> {
         self.emit("scf.while : () -> () {".into());
         let pending = self.fresh("ab_pending");
         self.emit(format!(
-            "{pending} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"
+            "{pending} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"
         ));
         let zero32 = self.fresh("ab_zero");
         self.emit(format!("{zero32} = arith.constant 0 : i32"));
@@ -1638,9 +1696,7 @@ impl Generator<'_> {
         self.emit("} do {".into());
         self.emit("scf.yield".into());
         self.emit("}".into());
-        // Slots up to the target are free again for reservations.
-        let one = self.constant_i64(1);
-        let freed = self.binary_i64("arith.addi", &target, &one);
+        // Those basic blocks are free again for reservations.
         let consumer = self.offset_address(
             &management,
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, consumer_index) as u64,
@@ -1657,7 +1713,8 @@ impl Generator<'_> {
     }
 }
 
-/// The management block's spare word where code records the queue's last posted WQE index.
+/// The management block's spare words where code records the queue's last completion-requesting
+/// WQE: its first basic block, then its end (24 spare bytes; two are used).
 const MANAGEMENT_LAST_POSTED_OFFSET_BYTES: u64 =
     core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, reserved) as u64;
 

@@ -118,3 +118,35 @@ fn the_seed_alltoall_compiles_for_mlx5() {
             .contains("ld.acquire.sys.global.u32 %ab_w, [$1]")
     );
 }
+
+#[test]
+fn a_library_style_predicated_put_compiles_for_every_transport() {
+    // The corpus's put_if: make its token unused, so the library lowering puts it under an if.
+    let text = corpus("aboleth_extern_calls.after-passes.ttir");
+    let signal_after = text
+        .lines()
+        .find(|line| line.contains("__aboleth_v1__signal_after__set"))
+        .expect("the corpus signals after the put_if")
+        .to_string();
+    let unused = text.replace(
+        &signal_after,
+        &signal_after
+            .replace("signal_after__set", "signal__set")
+            .replace(", %last_5 {", " {")
+            .replace(", i64) -> i64", ") -> i64"),
+    );
+    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+        let mut options = options(target);
+        options.pipeline.passes_off = true;
+        let output =
+            run_stage(&unused, &options).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
+        if target != Target::P2p {
+            // Nothing is posted when the predicate is false: the whole call is under an if.
+            assert!(
+                output.ttir.contains("scf.if %ab_taken"),
+                "{}",
+                target.name()
+            );
+        }
+    }
+}
