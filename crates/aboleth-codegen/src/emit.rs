@@ -166,6 +166,13 @@ impl Generator<'_> {
         self.pending.push(line);
     }
 
+    /// Emits `%name = right_side` with a fresh name from `stem`; returns the name.
+    fn assign(&mut self, stem: &str, right_side: String) -> String {
+        let name = self.fresh(stem);
+        self.emit(format!("{name} = {right_side}"));
+        name
+    }
+
     /// Lowers the ops of `block`; `first` is the first TTIR op of the matching TTIR block.
     fn block(
         &mut self,
@@ -333,8 +340,7 @@ impl Generator<'_> {
         let line = match (from.starts_with("!tt.ptr"), to.starts_with("!tt.ptr")) {
             (true, true) => format!("{result} = tt.bitcast {name} : {from} -> {to}"),
             (true, false) => {
-                let as_int = self.fresh("ab_cv");
-                self.emit(format!("{as_int} = tt.ptr_to_int {name} : {from} -> i64"));
+                let as_int = self.assign("ab_cv", format!("tt.ptr_to_int {name} : {from} -> i64"));
                 return self.convert(&as_int, "i64", to);
             }
             (false, true) => {
@@ -365,15 +371,11 @@ impl Generator<'_> {
     }
 
     fn constant_i64(&mut self, value: i64) -> String {
-        let name = self.fresh("ab_c");
-        self.emit(format!("{name} = arith.constant {value} : i64"));
-        name
+        self.assign("ab_c", format!("arith.constant {value} : i64"))
     }
 
     fn binary_i64(&mut self, operation: &str, lhs: &str, rhs: &str) -> String {
-        let name = self.fresh("ab_v");
-        self.emit(format!("{name} = {operation} {lhs}, {rhs} : i64"));
-        name
+        self.assign("ab_v", format!("{operation} {lhs}, {rhs} : i64"))
     }
 
     fn define(&mut self, op: Ptr<Operation>, repr: Repr) {
@@ -390,12 +392,11 @@ impl Generator<'_> {
         let Repr::RemotePointer { descriptor, offset } = self.repr(value)? else {
             return Err(BridgeError::plain("internal: expected a remote pointer"));
         };
-        let pointer = self.fresh("ab_descriptor");
-        self.emit(format!(
-            "{pointer} = tt.int_to_ptr {descriptor} : i64 -> !tt.ptr<i64>"
-        ));
-        let base = self.fresh("ab_base");
-        self.emit(format!("{base} = tt.load {pointer} : !tt.ptr<i64>"));
+        let pointer = self.assign(
+            "ab_descriptor",
+            format!("tt.int_to_ptr {descriptor} : i64 -> !tt.ptr<i64>"),
+        );
+        let base = self.assign("ab_base", format!("tt.load {pointer} : !tt.ptr<i64>"));
         Ok(self.binary_i64("arith.addi", &base, &offset))
     }
 
@@ -440,10 +441,10 @@ impl Generator<'_> {
                 // all new code, generated inside an `scf.if`.
                 let condition = self.i64(self.operand(op, 0))?;
                 let zero = self.constant_i64(0);
-                let taken = self.fresh("ab_taken");
-                self.emit(format!(
-                    "{taken} = arith.cmpi ne, {condition}, {zero} : i64"
-                ));
+                let taken = self.assign(
+                    "ab_taken",
+                    format!("arith.cmpi ne, {condition}, {zero} : i64"),
+                );
                 self.emit(format!("scf.if {taken} {{"));
                 for inner in block_ops(self.ctx, region_block(self.ctx, op, 0)) {
                     if self
@@ -463,8 +464,7 @@ impl Generator<'_> {
                 let value = aboleth_ir::scalar::constant_value(self.ctx, result)
                     .ok_or_else(|| BridgeError::plain("internal: a non-integer constant"))?;
                 let type_text = ab_type_text(self.ctx, result);
-                let fresh = self.fresh("ab_c");
-                self.emit(format!("{fresh} = arith.constant {value} : {type_text}"));
+                let fresh = self.assign("ab_c", format!("arith.constant {value} : {type_text}"));
                 self.define(
                     op,
                     Repr::Scalar {
@@ -502,10 +502,10 @@ impl Generator<'_> {
                             BinaryOperator::Gt => "sgt",
                             _ => "sge",
                         };
-                        let flag = self.fresh("ab_cmp");
-                        self.emit(format!(
-                            "{flag} = arith.cmpi {predicate}, {lhs}, {rhs} : {type_text}"
-                        ));
+                        let flag = self.assign(
+                            "ab_cmp",
+                            format!("arith.cmpi {predicate}, {lhs}, {rhs} : {type_text}"),
+                        );
                         format!("{fresh} = arith.extui {flag} : i1 to {type_text}")
                     }
                 };
@@ -541,10 +541,10 @@ impl Generator<'_> {
             "ab.ptr_add" => {
                 let base = self.use_as(self.operand(op, 0), "!tt.ptr<i8>")?;
                 let offset = self.i64(self.operand(op, 1))?;
-                let fresh = self.fresh("ab_p");
-                self.emit(format!(
-                    "{fresh} = tt.addptr {base}, {offset} : !tt.ptr<i8>, i64"
-                ));
+                let fresh = self.assign(
+                    "ab_p",
+                    format!("tt.addptr {base}, {offset} : !tt.ptr<i8>, i64"),
+                );
                 self.define(
                     op,
                     Repr::Scalar {
@@ -557,10 +557,8 @@ impl Generator<'_> {
                 let result = op.deref(self.ctx).get_result(0);
                 let type_text = ab_type_text(self.ctx, result);
                 let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
-                let fresh = self.fresh("ab_v");
-                self.emit(format!(
-                    "{fresh} = tt.load {pointer} : !tt.ptr<{type_text}>"
-                ));
+                let fresh =
+                    self.assign("ab_v", format!("tt.load {pointer} : !tt.ptr<{type_text}>"));
                 self.define(
                     op,
                     Repr::Scalar {
@@ -697,10 +695,10 @@ impl Generator<'_> {
         let mut open_ifs = 0;
         if !constant_true {
             let predicate = self.i64(predicate_value)?;
-            let condition = self.fresh("ab_pred");
-            self.emit(format!(
-                "{condition} = arith.cmpi ne, {predicate}, {zero} : i64"
-            ));
+            let condition = self.assign(
+                "ab_pred",
+                format!("arith.cmpi ne, {predicate}, {zero} : i64"),
+            );
             self.emit(format!("scf.if {condition} {{"));
             open_ifs += 1;
         }
@@ -709,10 +707,10 @@ impl Generator<'_> {
         let all = self.binary_i64("arith.ori", &either, &bytes);
         let seven = self.constant_i64(7);
         let low_bits = self.binary_i64("arith.andi", &all, &seven);
-        let aligned = self.fresh("ab_aligned");
-        self.emit(format!(
-            "{aligned} = arith.cmpi eq, {low_bits}, {zero} : i64"
-        ));
+        let aligned = self.assign(
+            "ab_aligned",
+            format!("arith.cmpi eq, {low_bits}, {zero} : i64"),
+        );
         self.emit(format!("scf.if {aligned} {{"));
         let three = self.constant_i64(3);
         let words = self.binary_i64("arith.shrsi", &bytes, &three);
@@ -733,58 +731,58 @@ impl Generator<'_> {
         let zero = self.constant_i64(0);
         let step = self.constant_i64(chunk);
         let pointer_type = format!("!tt.ptr<{element}>");
-        let source_pointer = self.fresh("ab_src");
-        self.emit(format!(
-            "{source_pointer} = tt.int_to_ptr {source} : i64 -> {pointer_type}"
-        ));
-        let destination_pointer = self.fresh("ab_dst");
-        self.emit(format!(
-            "{destination_pointer} = tt.int_to_ptr {destination} : i64 -> {pointer_type}"
-        ));
+        let source_pointer = self.assign(
+            "ab_src",
+            format!("tt.int_to_ptr {source} : i64 -> {pointer_type}"),
+        );
+        let destination_pointer = self.assign(
+            "ab_dst",
+            format!("tt.int_to_ptr {destination} : i64 -> {pointer_type}"),
+        );
         let start = self.fresh("ab_chunk");
         let tensor = format!("tensor<{chunk}xi64>");
         let pointers = format!("tensor<{chunk}x{pointer_type}>");
         self.emit(format!(
             "scf.for {start} = {zero} to {count} step {step} : i64 {{"
         ));
-        let lanes = self.fresh("ab_lanes");
-        self.emit(format!(
-            "{lanes} = tt.make_range {{end = {chunk} : i32, start = 0 : i32}} : tensor<{chunk}xi32>"
-        ));
-        let wide_lanes = self.fresh("ab_lanes");
-        self.emit(format!(
-            "{wide_lanes} = arith.extsi {lanes} : tensor<{chunk}xi32> to {tensor}"
-        ));
-        let base = self.fresh("ab_splat");
-        self.emit(format!("{base} = tt.splat {start} : i64 -> {tensor}"));
-        let offsets = self.fresh("ab_offsets");
-        self.emit(format!(
-            "{offsets} = arith.addi {base}, {wide_lanes} : {tensor}"
-        ));
-        let limit = self.fresh("ab_splat");
-        self.emit(format!("{limit} = tt.splat {count} : i64 -> {tensor}"));
-        let mask = self.fresh("ab_mask");
-        self.emit(format!(
-            "{mask} = arith.cmpi slt, {offsets}, {limit} : {tensor}"
-        ));
-        let source_splat = self.fresh("ab_splat");
-        self.emit(format!(
-            "{source_splat} = tt.splat {source_pointer} : {pointer_type} -> {pointers}"
-        ));
-        let source_pointers = self.fresh("ab_src");
-        self.emit(format!(
-            "{source_pointers} = tt.addptr {source_splat}, {offsets} : {pointers}, {tensor}"
-        ));
-        let destination_splat = self.fresh("ab_splat");
-        self.emit(format!(
-            "{destination_splat} = tt.splat {destination_pointer} : {pointer_type} -> {pointers}"
-        ));
-        let destination_pointers = self.fresh("ab_dst");
-        self.emit(format!("{destination_pointers} = tt.addptr {destination_splat}, {offsets} : {pointers}, {tensor}"));
-        let data = self.fresh("ab_data");
-        self.emit(format!(
-            "{data} = tt.load {source_pointers}, {mask} : {pointers}"
-        ));
+        let lanes = self.assign(
+            "ab_lanes",
+            format!("tt.make_range {{end = {chunk} : i32, start = 0 : i32}} : tensor<{chunk}xi32>"),
+        );
+        let wide_lanes = self.assign(
+            "ab_lanes",
+            format!("arith.extsi {lanes} : tensor<{chunk}xi32> to {tensor}"),
+        );
+        let base = self.assign("ab_splat", format!("tt.splat {start} : i64 -> {tensor}"));
+        let offsets = self.assign(
+            "ab_offsets",
+            format!("arith.addi {base}, {wide_lanes} : {tensor}"),
+        );
+        let limit = self.assign("ab_splat", format!("tt.splat {count} : i64 -> {tensor}"));
+        let mask = self.assign(
+            "ab_mask",
+            format!("arith.cmpi slt, {offsets}, {limit} : {tensor}"),
+        );
+        let source_splat = self.assign(
+            "ab_splat",
+            format!("tt.splat {source_pointer} : {pointer_type} -> {pointers}"),
+        );
+        let source_pointers = self.assign(
+            "ab_src",
+            format!("tt.addptr {source_splat}, {offsets} : {pointers}, {tensor}"),
+        );
+        let destination_splat = self.assign(
+            "ab_splat",
+            format!("tt.splat {destination_pointer} : {pointer_type} -> {pointers}"),
+        );
+        let destination_pointers = self.assign(
+            "ab_dst",
+            format!("tt.addptr {destination_splat}, {offsets} : {pointers}, {tensor}"),
+        );
+        let data = self.assign(
+            "ab_data",
+            format!("tt.load {source_pointers}, {mask} : {pointers}"),
+        );
         self.emit(format!(
             "tt.store {destination_pointers}, {data}, {mask} : {pointers}"
         ));
@@ -840,14 +838,11 @@ impl Generator<'_> {
         };
         // Every thread polls the same word: no election, no broadcast needed.
         self.emit("scf.while : () -> () {".into());
-        let seen = self.fresh("ab_seen");
-        self.emit(format!(
-            "{seen} = tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"
-        ));
-        let waiting = self.fresh("ab_waiting");
-        self.emit(format!(
-            "{waiting} = arith.cmpi slt, {seen}, {expected} : i64"
-        ));
+        let seen = self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"));
+        let waiting = self.assign(
+            "ab_waiting",
+            format!("arith.cmpi slt, {seen}, {expected} : i64"),
+        );
         if let (Some((log, rank, site)), Some((timeout, start))) = (bound, timing) {
             // Bounded (ABOLETH_WAIT_TIMEOUT_MS, 0: forever): past the bound, each thread that
             // gives up counts itself and records the flag, the value waited for and the value
@@ -856,26 +851,22 @@ impl Generator<'_> {
             let now = self.globaltimer(&seen);
             let elapsed = self.binary_i64("arith.subi", &now, &start);
             let zero = self.constant_i64(0);
-            let bounded = self.fresh("ab_bounded");
-            self.emit(format!(
-                "{bounded} = arith.cmpi ne, {timeout}, {zero} : i64"
-            ));
-            let over = self.fresh("ab_over");
-            self.emit(format!(
-                "{over} = arith.cmpi sgt, {elapsed}, {timeout} : i64"
-            ));
-            let late = self.fresh("ab_late");
-            self.emit(format!("{late} = arith.andi {over}, {bounded} : i1"));
-            let expired = self.fresh("ab_expired");
-            self.emit(format!("{expired} = arith.andi {late}, {waiting} : i1"));
+            let bounded = self.assign(
+                "ab_bounded",
+                format!("arith.cmpi ne, {timeout}, {zero} : i64"),
+            );
+            let over = self.assign(
+                "ab_over",
+                format!("arith.cmpi sgt, {elapsed}, {timeout} : i64"),
+            );
+            let late = self.assign("ab_late", format!("arith.andi {over}, {bounded} : i1"));
+            let expired = self.assign("ab_expired", format!("arith.andi {late}, {waiting} : i1"));
             self.emit(format!("scf.if {expired} {{"));
             let site_value = self.constant_i64(site as i64);
             let flag_address = self.use_as(self.operand(op, 0), "i64")?;
             let record = "{ .reg .pred %ab_leader, %ab_fits, %ab_write; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_slot, 0; atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; and.pred %ab_write, %ab_leader, %ab_fits; or.pred %ab_write, %ab_fits, %ab_fits; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_write st.global.u64 [%ab_rec+8], $2; @%ab_write st.global.u64 [%ab_rec+16], $3; @%ab_write st.global.u64 [%ab_rec+24], $4; @%ab_write st.global.u64 [%ab_rec+32], $5; @%ab_write st.global.u32 [%ab_rec+40], $6; @%ab_write st.global.u32 [%ab_rec+44], -1; @%ab_write st.global.u32 [%ab_rec+48], $7; @%ab_write st.global.u32 [%ab_rec+52], 0; @%ab_write st.global.u32 [%ab_rec+56], %ab_cta; @%ab_write st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_write st.release.sys.global.u64 [%ab_rec], %ab_seq; exit; mov.u32 $0, 0; }";
-            let rank32 = self.fresh("ab_rank");
-            self.emit(format!("{rank32} = arith.trunci {rank} : i64 to i32"));
-            let site32 = self.fresh("ab_site");
-            self.emit(format!("{site32} = arith.trunci {site_value} : i64 to i32"));
+            let rank32 = self.assign("ab_rank", format!("arith.trunci {rank} : i64 to i32"));
+            let site32 = self.assign("ab_site", format!("arith.trunci {site_value} : i64 to i32"));
             self.asm(
                 record,
                 &[
@@ -899,11 +890,7 @@ impl Generator<'_> {
 
     /// `%globaltimer` (nanoseconds), read after `after` (a data dependency keeps it in place).
     fn globaltimer(&mut self, after: &str) -> String {
-        let now = self.fresh("ab_now");
-        self.emit(format!(
-            "{now} = tt.elementwise_inline_asm \"mov.u64 $0, %globaltimer;\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {after} : i64 -> i64"
-        ));
-        now
+        self.assign("ab_now", format!("tt.elementwise_inline_asm \"mov.u64 $0, %globaltimer;\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {after} : i64 -> i64"))
     }
 
     // ----- proxy -------------------------------------------------------------------------
@@ -913,19 +900,17 @@ impl Generator<'_> {
     fn load_field(&mut self, address: &str, offset: u64, width: u32) -> String {
         let offset_value = self.constant_i64(offset as i64);
         let field_address = self.binary_i64("arith.addi", address, &offset_value);
-        let pointer = self.fresh("ab_field");
-        self.emit(format!(
-            "{pointer} = tt.int_to_ptr {field_address} : i64 -> !tt.ptr<i{width}>"
-        ));
-        let value = self.fresh("ab_field");
-        self.emit(format!("{value} = tt.load {pointer} : !tt.ptr<i{width}>"));
+        let pointer = self.assign(
+            "ab_field",
+            format!("tt.int_to_ptr {field_address} : i64 -> !tt.ptr<i{width}>"),
+        );
+        let value = self.assign("ab_field", format!("tt.load {pointer} : !tt.ptr<i{width}>"));
         if width == 64 {
             value
         } else {
             // Unsigned fields: zero-extend.
-            let wide = self.fresh("ab_field");
-            self.emit(format!("{wide} = arith.extui {value} : i{width} to i64"));
-            wide
+
+            self.assign("ab_field", format!("arith.extui {value} : i{width} to i64"))
         }
     }
 
@@ -953,11 +938,7 @@ impl Generator<'_> {
     /// A leader-only load of `[address]` with `load` (`ld.acquire.sys...`); the other threads
     /// get `otherwise`, chosen so that their wait condition is already met.
     fn leader_load(&mut self, load: &str, address: &str, otherwise: &str) -> String {
-        let result = self.fresh("ab_seen");
-        self.emit(format!(
-            "{result} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; @%ab_leader {load} $0, [$1]; @!%ab_leader mov.u64 $0, $2; }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {address}, {otherwise} : i64, i64 -> i64"
-        ));
-        result
+        self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; @%ab_leader {load} $0, [$1]; @!%ab_leader mov.u64 $0, $2; }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {address}, {otherwise} : i64, i64 -> i64"))
     }
 
     /// `scf.while` until `condition(seen)` is false, where `seen` is a leader-only load.
@@ -1008,9 +989,11 @@ impl Generator<'_> {
             &end,
             |this, seen| {
                 let used = this.binary_i64("arith.subi", &end, seen);
-                let full = this.fresh("ab_full");
-                this.emit(format!("{full} = arith.cmpi sgt, {used}, {capacity} : i64"));
-                full
+
+                this.assign(
+                    "ab_full",
+                    format!("arith.cmpi sgt, {used}, {capacity} : i64"),
+                )
             },
         );
         self.define(
@@ -1050,14 +1033,14 @@ impl Generator<'_> {
         let sixteen = self.constant_i64(16);
         let completion_operand = if signal { 4 } else { 7 };
         let completion = self.i64(self.operand(op, completion_operand))?;
-        let completion_flag = self.fresh("ab_flag");
-        self.emit(format!(
-            "{completion_flag} = arith.cmpi ne, {completion}, {zero} : i64"
-        ));
-        let completion_bit = self.fresh("ab_flag");
-        self.emit(format!(
-            "{completion_bit} = arith.extui {completion_flag} : i1 to i64"
-        ));
+        let completion_flag = self.assign(
+            "ab_flag",
+            format!("arith.cmpi ne, {completion}, {zero} : i64"),
+        );
+        let completion_bit = self.assign(
+            "ab_flag",
+            format!("arith.extui {completion_flag} : i1 to i64"),
+        );
         let (opcode, flags, word16, word24, word32, word40, word48, word56);
         if signal {
             let add = attrs::get_typed::<SignalOperation>(self.ctx, op, "op")
@@ -1079,10 +1062,10 @@ impl Generator<'_> {
             word56 = self.i64(self.operand(op, 3))?;
         } else {
             let predicate = self.i64(self.operand(op, 6))?;
-            let sends = self.fresh("ab_sends");
-            self.emit(format!(
-                "{sends} = arith.cmpi ne, {predicate}, {zero} : i64"
-            ));
+            let sends = self.assign(
+                "ab_sends",
+                format!("arith.cmpi ne, {predicate}, {zero} : i64"),
+            );
             // Put = 1, NOP = 0: the predicate itself.
             opcode = self.fresh("ab_opcode");
             self.emit(format!("{opcode} = arith.extui {sends} : i1 to i64"));
@@ -1140,9 +1123,7 @@ impl Generator<'_> {
         );
         // In ticket order: wait for the producers before us, then advance past our batch.
         self.leader_wait("ld.acquire.sys.global.u64", &ready, &base, |this, seen| {
-            let waiting = this.fresh("ab_waiting");
-            this.emit(format!("{waiting} = arith.cmpi ne, {seen}, {base} : i64"));
-            waiting
+            this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64"))
         });
         let end = self.binary_i64("arith.addi", &base, &count);
         self.asm(
@@ -1199,11 +1180,10 @@ impl Generator<'_> {
             &completion,
             &target,
             |this, seen| {
-                let waiting = this.fresh("ab_waiting");
-                this.emit(format!(
-                    "{waiting} = arith.cmpi slt, {seen}, {target} : i64"
-                ));
-                waiting
+                this.assign(
+                    "ab_waiting",
+                    format!("arith.cmpi slt, {seen}, {target} : i64"),
+                )
             },
         );
         // The other threads may reuse the source next: they wait for the leader here.
@@ -1260,9 +1240,8 @@ impl Generator<'_> {
         );
         self.leader_wait("ld.volatile.global.u64", &consumer, &end, |this, seen| {
             let used = this.binary_i64("arith.subi", &end, seen);
-            let full = this.fresh("ab_full");
-            this.emit(format!("{full} = arith.cmpi sgt, {used}, {ring} : i64"));
-            full
+
+            this.assign("ab_full", format!("arith.cmpi sgt, {used}, {ring} : i64"))
         });
         self.define(
             op,
@@ -1369,10 +1348,10 @@ impl Generator<'_> {
             .map(|index| self.basic_block_address(&handle, &slot, index))
             .collect();
         let zero = self.constant_i64(0);
-        let sends = self.fresh("ab_sends");
-        self.emit(format!(
-            "{sends} = arith.cmpi ne, {predicate}, {zero} : i64"
-        ));
+        let sends = self.assign(
+            "ab_sends",
+            format!("arith.cmpi ne, {predicate}, {zero} : i64"),
+        );
         let flags = self.completion_flags(&completion, false);
         // A false predicate posts a NOP over the same slots (the batch's size is static).
         self.emit(format!("scf.if {sends} {{"));
@@ -1412,20 +1391,20 @@ impl Generator<'_> {
     /// `fm_ce_se`: CQ_UPDATE when the completion operand is nonzero, and the fence bit.
     fn completion_flags(&mut self, completion: &str, fenced: bool) -> String {
         let zero = self.constant_i64(0);
-        let requested = self.fresh("ab_cq");
-        self.emit(format!(
-            "{requested} = arith.cmpi ne, {completion}, {zero} : i64"
-        ));
+        let requested = self.assign(
+            "ab_cq",
+            format!("arith.cmpi ne, {completion}, {zero} : i64"),
+        );
         let update = self.constant_i64(i64::from(aboleth_abi::mlx5::WQE_CTRL_CQ_UPDATE));
         let fence = self.constant_i64(if fenced {
             i64::from(aboleth_abi::mlx5::FENCE_MODE_INITIATOR_SMALL)
         } else {
             0
         });
-        let chosen = self.fresh("ab_flags");
-        self.emit(format!(
-            "{chosen} = arith.select {requested}, {update}, {zero} : i64"
-        ));
+        let chosen = self.assign(
+            "ab_flags",
+            format!("arith.select {requested}, {update}, {zero} : i64"),
+        );
         self.binary_i64("arith.ori", &chosen, &fence)
     }
 
@@ -1531,9 +1510,7 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, ready_head) as u64,
         );
         self.leader_wait("ld.acquire.gpu.global.u64", &ready, &base, |this, seen| {
-            let waiting = this.fresh("ab_waiting");
-            this.emit(format!("{waiting} = arith.cmpi ne, {seen}, {base} : i64"));
-            waiting
+            this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64"))
         });
         let end = self.binary_i64("arith.addi", &base, &count);
         self.asm(
@@ -1551,13 +1528,9 @@ impl Generator<'_> {
         );
         // Thread 0 swaps 0 -> 1 until it gets the lock; the others see "free" at once.
         self.emit("scf.while : () -> () {".into());
-        let old = self.fresh("ab_lock");
-        self.emit(format!(
-            "{old} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"
-        ));
+        let old = self.assign("ab_lock", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"));
         let zero = self.constant_i64(0);
-        let held = self.fresh("ab_held");
-        self.emit(format!("{held} = arith.cmpi ne, {old}, {zero} : i64"));
+        let held = self.assign("ab_held", format!("arith.cmpi ne, {old}, {zero} : i64"));
         self.emit(format!("scf.condition({held})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
@@ -1682,16 +1655,12 @@ impl Generator<'_> {
         // barrier below.
         let counter_word = self.offset_address(&cq, 60);
         self.emit("scf.while : () -> () {".into());
-        let pending = self.fresh("ab_pending");
-        self.emit(format!(
-            "{pending} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"
-        ));
-        let zero32 = self.fresh("ab_zero");
-        self.emit(format!("{zero32} = arith.constant 0 : i32"));
-        let waiting = self.fresh("ab_waiting");
-        self.emit(format!(
-            "{waiting} = arith.cmpi ne, {pending}, {zero32} : i32"
-        ));
+        let pending = self.assign("ab_pending", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"));
+        let zero32 = self.assign("ab_zero", "arith.constant 0 : i32".to_string());
+        let waiting = self.assign(
+            "ab_waiting",
+            format!("arith.cmpi ne, {pending}, {zero32} : i32"),
+        );
         self.emit(format!("scf.condition({waiting})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
