@@ -1,8 +1,8 @@
 """The seed's tier-2 all-to-all kernel, verbatim (shared/seed/aboleth-overview.txt, condensed
 from experiments/bench/tier2.py). The seed text lost its indentation; the statements, names and
 comments below are the seed's, one per line, indented as Python requires. `make demo` compiles
-it with stock Triton 3.6 on the CPU for each simulated rank and runs it (`aboleth sim`); the same
-text is python/tests/seed_kernels.py and tests/gpu/seed_kernels.py."""
+it with stock Triton 3.6 on the CPU for each simulated rank and runs it (`aboleth sim`); the tests
+(python/tests, tests/gpu) load this file."""
 
 import triton
 import triton.language as tl

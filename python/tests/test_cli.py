@@ -7,7 +7,7 @@ import pathlib
 import subprocess
 import sys
 
-SEED = str(pathlib.Path(__file__).resolve().parent / "seed_kernels.py")
+SEED = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton" / "alltoall.py")
 SIGNATURE = "endpoints=*i64,recv=*i64,flags=*i64,send=i64,send_key=i32,my_flags=*i64,epoch=i64"
 
 

@@ -7,7 +7,7 @@ Run one process per GPU on one host (tests/gpu/run_all.sh does this):
 
 Steps, each rank:
 1. ``seed``: the seed's host example (shared/seed/aboleth-overview.txt) with BYTES = 256 and
-   ``world.connect_all("p2p")``, launching the seed's tier-2 all-to-all (seed_kernels.py, verbatim)
+   ``world.connect_all("p2p")``, launching the seed's tier-2 all-to-all (examples/triton/alltoall.py, verbatim)
    once with epoch 1; then every peer's flag must read 1.
 2. ``api``: the API's error paths and tables on the GPU: register() of a CPU tensor and of a
    non-contiguous view (TypeError), a region past the end of its registration and an unknown

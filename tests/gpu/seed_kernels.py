@@ -1,23 +1,16 @@
-"""The seed's tier-2 all-to-all kernel, verbatim (shared/seed/aboleth-overview.txt, condensed
-from experiments/bench/tier2.py). The seed text lost its indentation; the statements, names and
-comments below are the seed's, one per line, indented as Python requires. Do not edit: the tests
-check that this exact kernel traces."""
+"""The seed's tier-2 all-to-all kernel for the tests: loaded from examples/triton/alltoall.py, the
+one copy of the seed's text in the repository (the tests check it is verbatim)."""
 
-import triton
-import triton.language as tl
-import aboleth.language as aboleth
+import importlib.util
+import pathlib
 
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton" / "alltoall.py"
+_SPEC = importlib.util.spec_from_file_location("aboleth_examples_triton_alltoall", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None, f"cannot load {_PATH}"
+_MODULE = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_MODULE)
 
-@triton.jit
-def alltoall(endpoints, recv, flags, send, send_key, my_flags, epoch,
-             BYTES: tl.constexpr, RANK: tl.constexpr):
-    pid = tl.program_id(0)
-    peer = pid + (pid >= RANK).to(tl.int32)  # one program per peer
-    ep = aboleth.endpoint(endpoints, peer)  # this program owns it
-    dst = aboleth.remote(recv, peer)
-    flag = aboleth.remote(flags, peer, tl.int64)
-    src = send.to(tl.pointer_type(tl.int8)) + peer * BYTES
-    t = aboleth.put(ep, dst.at(RANK * BYTES), src, BYTES, source_key=send_key)
-    s = aboleth.signal(ep, flag.at(RANK), epoch, after=t)
-    aboleth.wait_signal(my_flags + peer, epoch)  # the peer's slice arrived
-    aboleth.wait(s)  # our send buffer is free
+#: The seed's kernel, verbatim.
+alltoall = _MODULE.alltoall
+#: The file it is defined in (what `aboleth compile/sim KERNEL.py` take).
+PATH = str(_PATH)

@@ -959,43 +959,59 @@ impl Generator<'_> {
     }
 
     fn proxy_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        // As for mlx5: post after the other threads' source stores.
-        self.emit("gpu.barrier".into());
         let (ring, capacity) = self.ring_of(self.operand(op, 0))?;
-        let count = self.i64(self.operand(op, 1))?;
         let counter = self.offset_address(
             &ring,
             aboleth_abi::ProxyRingHeader::PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES,
         );
-        let base = self.fresh("ab_base");
-        let reserve = if attrs::get_bool(self.ctx, op, "atomic") {
-            "@%ab_leader atom.relaxed.sys.global.add.u64 $0, [$1], $2;"
-        } else {
-            // One owner: a plain read and write of its own counter.
-            "@%ab_leader ld.volatile.global.u64 $0, [$1]; @%ab_leader add.u64 %ab_next, $0, $2; @%ab_leader st.volatile.global.u64 [$1], %ab_next;"
-        };
-        self.emit(format!(
-            "{base} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; .reg .u64 %ab_next; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; {reserve} }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {counter}, {count} : i64, i64 -> i64"
-        ));
-        // Flow control: wait until the ring has room for the batch.
-        let end = self.binary_i64("arith.addi", &base, &count);
         let consumer = self.offset_address(
             &ring,
             aboleth_abi::ProxyRingHeader::CONSUMER_HEAD_OFFSET_BYTES,
         );
-        self.leader_wait(
-            "ld.acquire.sys.global.u64",
+        // Shared rings are host memory that several programs' leaders update: system scope.
+        self.reserve_slots(
+            op,
+            &counter,
             &consumer,
-            &end,
-            |this, seen| {
-                let used = this.binary_i64("arith.subi", &end, seen);
+            &capacity,
+            "sys",
+            "ld.acquire.sys.global.u64",
+        )
+    }
 
-                this.assign(
-                    "ab_full",
-                    format!("arith.cmpi sgt, {used}, {capacity} : i64"),
-                )
-            },
-        );
+    /// Thread 0 takes `slots` (operand 1) on a queue whose reservation counter is at `counter`
+    /// (`atom.add` at `scope` when shared, a plain read-modify-write for one owner), then waits
+    /// until `capacity` covers them past the consumer position at `consumer` (read with
+    /// `consumer_load`). Posting follows the program's other threads' source stores: a barrier
+    /// comes first, so thread 0's later release store covers them too.
+    fn reserve_slots(
+        &mut self,
+        op: Ptr<Operation>,
+        counter: &str,
+        consumer: &str,
+        capacity: &str,
+        scope: &str,
+        consumer_load: &str,
+    ) -> Result<(), BridgeError> {
+        self.emit("gpu.barrier".into());
+        let count = self.i64(self.operand(op, 1))?;
+        let base = self.fresh("ab_base");
+        let reserve = if attrs::get_bool(self.ctx, op, "atomic") {
+            format!("@%ab_leader atom.relaxed.{scope}.global.add.u64 $0, [$1], $2;")
+        } else {
+            "@%ab_leader ld.volatile.global.u64 $0, [$1]; @%ab_leader add.u64 %ab_next, $0, $2; @%ab_leader st.volatile.global.u64 [$1], %ab_next;".to_string()
+        };
+        self.emit(format!(
+            "{base} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; .reg .u64 %ab_next; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; {reserve} }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {counter}, {count} : i64, i64 -> i64"
+        ));
+        let end = self.binary_i64("arith.addi", &base, &count);
+        self.leader_wait(consumer_load, consumer, &end, |this, seen| {
+            let used = this.binary_i64("arith.subi", &end, seen);
+            this.assign(
+                "ab_full",
+                format!("arith.cmpi sgt, {used}, {capacity} : i64"),
+            )
+        });
         self.define(
             op,
             Repr::Scalar {
@@ -1209,11 +1225,7 @@ impl Generator<'_> {
     }
 
     fn mlx5_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        // The program's other threads may have just written the sources: thread 0 posts after
-        // them (its release store then covers their stores too).
-        self.emit("gpu.barrier".into());
         let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
-        let count = self.i64(self.operand(op, 1))?;
         let ring = self.handle_field(
             &handle,
             core::mem::offset_of!(aboleth_abi::EndpointHandle, sq_wqe_basic_block_count),
@@ -1223,34 +1235,13 @@ impl Generator<'_> {
             &management,
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, reserved_head) as u64,
         );
-        let base = self.fresh("ab_base");
-        let reserve = if attrs::get_bool(self.ctx, op, "atomic") {
-            "@%ab_leader atom.relaxed.gpu.global.add.u64 $0, [$1], $2;"
-        } else {
-            "@%ab_leader ld.volatile.global.u64 $0, [$1]; @%ab_leader add.u64 %ab_next, $0, $2; @%ab_leader st.volatile.global.u64 [$1], %ab_next;"
-        };
-        self.emit(format!(
-            "{base} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; .reg .u64 %ab_next; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; {reserve} }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {head}, {count} : i64, i64 -> i64"
-        ));
         // Ring space: the completion waits advance `consumer_index`.
-        let end = self.binary_i64("arith.addi", &base, &count);
         let consumer = self.offset_address(
             &management,
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, consumer_index) as u64,
         );
-        self.leader_wait("ld.volatile.global.u64", &consumer, &end, |this, seen| {
-            let used = this.binary_i64("arith.subi", &end, seen);
-
-            this.assign("ab_full", format!("arith.cmpi sgt, {used}, {ring} : i64"))
-        });
-        self.define(
-            op,
-            Repr::Scalar {
-                name: base,
-                type_text: "i64".into(),
-            },
-        );
-        Ok(())
+        // The management block is device memory used by this GPU's programs only: GPU scope.
+        self.reserve_slots(op, &head, &consumer, &ring, "gpu", "ld.volatile.global.u64")
     }
 
     /// The address of basic block `slot + index` of the send ring (the ring wraps).

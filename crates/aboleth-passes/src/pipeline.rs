@@ -101,89 +101,23 @@ pub fn run_pipeline(
     let mut report = PipelineReport::default();
     verify(ctx, module, "input")?;
 
+    // One planning pass per line, in pipeline order; each verifies the module after it.
+    let mut pass = |ctx: &mut Context, name: &str| {
+        run_one(ctx, module, options, &pass_context, &mut report, name)
+    };
     // Storage planning.
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "eliminate-dead-communication",
-    )?;
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "size-buffers",
-    )?;
+    pass(ctx, "eliminate-dead-communication")?;
+    pass(ctx, "size-buffers")?;
     // Transfer planning.
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "inline-small-payloads",
-    )?;
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "choose-signal-publication",
-    )?;
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "plan-completions",
-    )?;
+    pass(ctx, "inline-small-payloads")?;
+    pass(ctx, "choose-signal-publication")?;
+    pass(ctx, "plan-completions")?;
     // Submission planning.
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "elide-epochs",
-    )?;
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "assign-queue-owners",
-    )?;
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "order-publications",
-    )?;
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "batch-commands",
-    )?;
-    run_one(
-        ctx,
-        module,
-        options,
-        &pass_context,
-        &mut report,
-        "coalesce-doorbells",
-    )?;
+    pass(ctx, "elide-epochs")?;
+    pass(ctx, "assign-queue-owners")?;
+    pass(ctx, "order-publications")?;
+    pass(ctx, "batch-commands")?;
+    pass(ctx, "coalesce-doorbells")?;
     if options.stop_before_lowering {
         return Ok(report);
     }

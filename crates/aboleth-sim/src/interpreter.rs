@@ -1725,7 +1725,15 @@ impl<'k> World<'k> {
                                 },
                             )
                         };
-                        self.write_wqe(thread, peer, &handle, slot, wqe.basic_blocks(), posted)?;
+                        self.write_wqe(
+                            thread,
+                            peer,
+                            &handle,
+                            slot,
+                            wqe.basic_blocks(),
+                            completion,
+                            posted,
+                        )?;
                     }
                     Target::Proxy => {
                         let operation = if predicate {
@@ -1758,9 +1766,6 @@ impl<'k> World<'k> {
                         )?;
                     }
                     _ => unreachable!("p2p kernels have no queue commands"),
-                }
-                if completion {
-                    self.threads[thread].last_completion_slot.insert(peer, slot);
                 }
                 return Ok(Step::Effect);
             }
@@ -1824,6 +1829,7 @@ impl<'k> World<'k> {
                             &handle,
                             slot,
                             wqe.basic_blocks(),
+                            completion,
                             PostedCommand::Signal(record),
                         )?;
                     }
@@ -1848,9 +1854,6 @@ impl<'k> World<'k> {
                         )?;
                     }
                     _ => unreachable!("p2p kernels have no queue commands"),
-                }
-                if completion {
-                    self.threads[thread].last_completion_slot.insert(peer, slot);
                 }
                 return Ok(Step::Effect);
             }
@@ -2303,6 +2306,7 @@ impl<'k> World<'k> {
         }
     }
 
+    #[allow(clippy::too_many_arguments, reason = "one WQE's placement and its bookkeeping")]
     fn write_wqe(
         &mut self,
         thread: usize,
@@ -2310,6 +2314,7 @@ impl<'k> World<'k> {
         handle: &EndpointHandle,
         slot: u64,
         basic_blocks: &[[u8; 64]],
+        completion: bool,
         posted: PostedCommand,
     ) -> Result<(), SimulationError> {
         let rank = self.threads[thread].rank;
@@ -2336,6 +2341,7 @@ impl<'k> World<'k> {
                 slot,
             },
             peer,
+            completion,
             posted,
         )?;
         Ok(())
@@ -2348,8 +2354,19 @@ impl<'k> World<'k> {
         thread: usize,
         key: CommandKey,
         peer: u32,
+        completion: bool,
         posted: PostedCommand,
     ) -> Result<(), SimulationError> {
+        if completion {
+            // What a drain of this queue waits for.
+            self.threads[thread].last_completion_slot.insert(
+                peer,
+                match key {
+                    CommandKey::Mlx5 { slot, .. } => slot,
+                    CommandKey::Proxy { ticket, .. } => ticket,
+                },
+            );
+        }
         if self.posted.contains_key(&key) {
             let (rank, slot) = match key {
                 CommandKey::Mlx5 { rank, slot, .. }
@@ -2401,6 +2418,7 @@ impl<'k> World<'k> {
             thread,
             CommandKey::Proxy { rank, peer, ticket },
             peer,
+            completion,
             posted,
         )?;
         Ok(())
