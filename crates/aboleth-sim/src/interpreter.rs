@@ -2306,7 +2306,10 @@ impl<'k> World<'k> {
         }
     }
 
-    #[allow(clippy::too_many_arguments, reason = "one WQE's placement and its bookkeeping")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one WQE's placement and its bookkeeping"
+    )]
     fn write_wqe(
         &mut self,
         thread: usize,
