@@ -181,6 +181,24 @@ fn describe_result(result: sys::CUresult) -> (String, String) {
     (format!("{result:?}"), description)
 }
 
+/// Reads a string the driver writes into a caller-provided buffer of `LENGTH` bytes.
+fn read_driver_string<const LENGTH: usize>(
+    fill: impl FnOnce(*mut std::ffi::c_char, i32) -> sys::CUresult,
+    call: &'static str,
+    doing: &str,
+) -> RuntimeResult<String> {
+    let mut buffer = [0 as std::ffi::c_char; LENGTH];
+    check(fill(buffer.as_mut_ptr(), LENGTH as i32), call, || {
+        doing.to_owned()
+    })?;
+    // The driver may fill the whole buffer; the last byte stays NUL so the read below ends.
+    buffer[LENGTH - 1] = 0;
+    // SAFETY: NUL-terminated (ensured above).
+    Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
 /// Turns a driver result into the runtime's error.
 fn check(
     result: sys::CUresult,
@@ -281,32 +299,22 @@ impl Device {
 
     /// The device's name, e.g. "NVIDIA H200".
     pub fn name(&self) -> RuntimeResult<String> {
-        let mut buffer = [0 as std::ffi::c_char; 256];
-        // SAFETY: the driver writes at most 256 bytes, NUL-terminated.
-        check(
-            unsafe { sys::cuDeviceGetName(buffer.as_mut_ptr(), 256, self.device) },
+        read_driver_string::<256>(
+            // SAFETY: the driver writes at most `length` bytes, NUL-terminated.
+            |buffer, length| unsafe { sys::cuDeviceGetName(buffer, length, self.device) },
             "cuDeviceGetName",
-            || "reading the device name".to_owned(),
-        )?;
-        // SAFETY: NUL-terminated by the driver.
-        Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
-            .to_string_lossy()
-            .into_owned())
+            "reading the device name",
+        )
     }
 
     /// The PCI bus id, e.g. "0000:1B:00.0" (the same in every process of the host).
     pub fn pci_bus_id(&self) -> RuntimeResult<String> {
-        let mut buffer = [0 as std::ffi::c_char; 64];
-        // SAFETY: the driver writes at most 64 bytes, NUL-terminated.
-        check(
-            unsafe { sys::cuDeviceGetPCIBusId(buffer.as_mut_ptr(), 64, self.device) },
+        read_driver_string::<64>(
+            // SAFETY: the driver writes at most `length` bytes, NUL-terminated.
+            |buffer, length| unsafe { sys::cuDeviceGetPCIBusId(buffer, length, self.device) },
             "cuDeviceGetPCIBusId",
-            || "reading the device's PCI bus id".to_owned(),
-        )?;
-        // SAFETY: NUL-terminated by the driver.
-        Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
-            .to_string_lossy()
-            .into_owned())
+            "reading the device's PCI bus id",
+        )
     }
 
     /// The device UUID.
