@@ -316,8 +316,9 @@ class World:
 
     def compilation_target(self) -> str:
         """The aboleth target kernels of this World compile for: "p2p" when every peer is
-        reached over p2p. ``RuntimeError`` before ``connect_all``; ``NotImplementedError`` for
-        transports without Triton code generation (proxy, rdma/mlx5) or a mix of transports."""
+        reached over p2p, "proxy" over the proxy. ``RuntimeError`` before ``connect_all``;
+        ``NotImplementedError`` for a transport the runtime cannot run yet (rdma/mlx5: no NIC here)
+        or a mix of transports."""
         if self._transports is None:
             raise RuntimeError("aboleth: World.compilation() needs a connected World: call connect_all(...) first")
         peers = [transport for rank, transport in enumerate(self._transports) if rank != self.rank]

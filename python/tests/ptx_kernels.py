@@ -46,3 +46,26 @@ GEMM_SIGNATURE = {"my_flags": "*i64", "a_pointer": "*fp16", "b_pointer": "*fp16"
                   "epoch": "i64", "K": "constexpr", "GUARDED": "constexpr"}
 # 16-byte-aligned pointers, as Triton's JIT specializes them for torch tensors.
 GEMM_ATTRIBUTES = {(index,): [["tt.divisibility", 16]] for index in range(4)}
+
+
+@triton.jit
+def stream_loop(endpoints, recv, flags, send, send_key, epoch, CHUNK: tl.constexpr, N: tl.constexpr,
+                RANK: tl.constexpr):
+    """N put+signal chains to this program's peer in a loop (one program per peer, so each
+    queue has one owner): the batch the doorbell-scope pass spreads over a warp (N <= 32) or
+    the whole program (N > 32)."""
+    pid = tl.program_id(0)
+    peer = pid + (pid >= RANK).to(tl.int32)
+    ep = aboleth.endpoint(endpoints, peer)
+    dst = aboleth.remote(recv, peer)
+    flag = aboleth.remote(flags, peer, tl.int64)
+    src = send.to(tl.pointer_type(tl.int8))
+    for i in range(N):
+        t = aboleth.put(ep, dst.at((RANK * N + i) * CHUNK), src + (peer * N + i) * CHUNK, CHUNK,
+                        source_key=send_key)
+        aboleth.signal(ep, flag.at(RANK * N + i), epoch, after=t)
+    aboleth.drain(ep)
+
+
+STREAM_LOOP_SIGNATURE = {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "i64", "send_key": "i32",
+                         "epoch": "i64", "CHUNK": "constexpr", "N": "constexpr", "RANK": "constexpr"}

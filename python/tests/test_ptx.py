@@ -84,3 +84,36 @@ def test_sixteen_chains_on_an_mlx5_queue_one_doorbell_with_the_passes_sixteen_wi
     library = ptx_of("mlx5", passes_off=True)
     assert library.count("st.mmio.relaxed.sys.global.b64") == 16
     assert library.count("st.release.sys.global.b32") == 16
+
+
+def stream_loop_ptx(target: str, trips: int, **config) -> str:
+    aboleth.install(target=target, **config)
+    try:
+        kernel = compile_kernel(ptx_kernels.stream_loop, ptx_kernels.STREAM_LOOP_SIGNATURE,
+                                {"CHUNK": 64, "N": trips, "RANK": 0})
+    finally:
+        aboleth.uninstall()
+    assert kernel.asm["cubin"]
+    return kernel.asm["ptx"]
+
+
+def test_a_loop_of_sixteen_chains_is_posted_by_a_warp_then_one_doorbell():
+    for target in ("proxy", "mlx5"):
+        ptx = stream_loop_ptx(target, 16)
+        # Each thread of the leader's warp runs its own iterations: the loop starts at %tid.x,
+        # strides by 32, writes its commands unpredicated, and a warp barrier precedes the doorbell.
+        assert ptx.count("bar.warp.sync") == 1, target
+        # The put's and the signal's command writes run in every thread that runs the iteration.
+        assert ptx.count("setp.eq.u32 %ab_leader, %ab_tid, %ab_tid") >= 2, target
+        thread_scope = stream_loop_ptx(target, 16, disabled_passes=["choose-doorbell-scope"])
+        assert thread_scope.count("bar.warp.sync") == 0, target
+        assert "setp.eq.u32 %ab_leader, %ab_tid, %ab_tid" not in thread_scope, target
+        doorbell = "st.mmio.relaxed.sys.global.b64" if target == "mlx5" else "st.release.sys.global.u64"
+        assert ptx.count(doorbell) == thread_scope.count(doorbell) == 1, target
+
+
+def test_a_loop_of_sixty_four_chains_is_posted_by_the_whole_program():
+    ptx = stream_loop_ptx("proxy", 64)
+    assert "%ntid.x" in ptx  # the stride is the program's size
+    assert ptx.count("bar.warp.sync") == 0
+    assert "%ntid.x" not in stream_loop_ptx("proxy", 64, disabled_passes=["choose-doorbell-scope"])

@@ -71,6 +71,7 @@ pub fn generate(
         depth: 0,
         wait_log: None,
         wait_sites: Vec::new(),
+        spread_depth: 0,
     };
     let entry_block = region_block(ctx, kernel, 0);
     for (index, parameter) in lifted.parameters.iter().enumerate() {
@@ -107,6 +108,7 @@ pub fn generate(
             Edit::Before(id, lines) => module.insert_lines_before(id, lines),
             Edit::After(id, lines) => module.insert_lines_after(id, lines),
             Edit::Replace(id, lines) => module.replace_operation(id, lines),
+            Edit::Header(id, line) => module.replace_header(id, line),
         }
     }
     Ok(wait_sites)
@@ -126,6 +128,8 @@ enum Edit {
     Before(OperationId, Vec<String>),
     After(OperationId, Vec<String>),
     Replace(OperationId, Vec<String>),
+    /// A new first line for a kept loop (its bounds spread over threads).
+    Header(OperationId, String),
 }
 
 struct Generator<'a> {
@@ -144,6 +148,9 @@ struct Generator<'a> {
     wait_log: Option<(String, String)>,
     /// The lifted-text line of each bounded wait, by site id.
     wait_sites: Vec<u32>,
+    /// How many `doorbell_scope` loops enclose the code being generated: inside one, every
+    /// thread runs its own iterations and writes their commands itself.
+    spread_depth: usize,
 }
 
 fn ab_type_text(ctx: &Context, value: Value) -> String {
@@ -292,10 +299,97 @@ impl Generator<'_> {
                 );
             }
         }
+        let spread = op_name(self.ctx, op) == "ab.for"
+            && attrs::get_string(self.ctx, op, "doorbell_scope").is_some();
+        if spread {
+            self.spread_loop(module, op, id)?;
+        }
         self.depth += 1;
+        self.spread_depth += usize::from(spread);
         let result = self.block(module, body, first);
+        self.spread_depth -= usize::from(spread);
         self.depth -= 1;
         result
+    }
+
+    /// Rewrites the header of a `doorbell_scope` loop so that thread `t` of the scope runs
+    /// iterations `t, t + T, ...` (`T` = 32 for `warp`, the CTA's size for `cta`; threads
+    /// outside the warp get an empty range). The body then writes each iteration's commands
+    /// from the thread that runs it, and the barrier the lowering put after the loop orders
+    /// them before the leader's doorbell.
+    fn spread_loop(
+        &mut self,
+        module: &TtirModule,
+        op: Ptr<Operation>,
+        id: OperationId,
+    ) -> Result<(), BridgeError> {
+        let header = module
+            .operation(id)
+            .scf_for()
+            .ok_or_else(|| BridgeError::plain("internal: a kept ab.for without its scf.for"))?;
+        let scope = attrs::get_string(self.ctx, op, "doorbell_scope").unwrap_or_default();
+        let induction_type = header
+            .induction_type
+            .clone()
+            .unwrap_or_else(|| "i64".into());
+        if !header.iter_args.is_empty() || !matches!(induction_type.as_str(), "i32" | "i64") {
+            return Err(BridgeError::plain(format!(
+                "internal: a doorbell_scope loop must have an i32 or i64 counter and no loop-carried values (it has {} and {})",
+                induction_type,
+                header.iter_args.len()
+            )));
+        }
+        let dummy = self.constant_i64(0);
+        let thread = self.asm("mov.u32 $0, %tid.x;", &[(&dummy, "i64", 'l')]);
+        let thread = self.convert(&thread, "i32", &induction_type)?;
+        let count = if scope == "cta" {
+            let count = self.asm("mov.u32 $0, %ntid.x;", &[(&dummy, "i64", 'l')]);
+            self.convert(&count, "i32", &induction_type)?
+        } else {
+            self.assign(
+                "ab_lanes",
+                format!(
+                    "arith.constant {} : {induction_type}",
+                    aboleth_passes::doorbell_scope::WARP_LANES
+                ),
+            )
+        };
+        let ty = &induction_type;
+        let offset = self.assign(
+            "ab_v",
+            format!("arith.muli {thread}, {} : {ty}", header.step),
+        );
+        let mut lower = self.assign(
+            "ab_v",
+            format!("arith.addi {}, {offset} : {ty}", header.lower_bound),
+        );
+        if scope != "cta" {
+            // Only the leader's warp posts; the other warps skip the loop.
+            let in_warp = self.assign(
+                "ab_in_warp",
+                format!("arith.cmpi slt, {thread}, {count} : {ty}"),
+            );
+            lower = self.assign(
+                "ab_v",
+                format!(
+                    "arith.select {in_warp}, {lower}, {} : {ty}",
+                    header.upper_bound
+                ),
+            );
+        }
+        let step = self.assign(
+            "ab_v",
+            format!("arith.muli {}, {count} : {ty}", header.step),
+        );
+        self.flush_before(id);
+        self.edits.push(Edit::Header(
+            id,
+            format!(
+                "scf.for {} = {lower} to {} step {step}  : {ty} {{",
+                header.induction_variable, header.upper_bound
+            ),
+        ));
+        Ok(())
     }
 
     /// Lines that keep the results of a replaced call defined (dead; Triton removes them).
@@ -402,6 +496,15 @@ impl Generator<'_> {
 
     /// One inline-PTX statement run by every thread of the program (`$0` is a dummy result).
     fn asm(&mut self, ptx: &str, operands: &[(&str, &str, char)]) -> String {
+        // Inside a `doorbell_scope` loop the only leader statements are the command writes of
+        // the thread's own iteration: every thread is its own "leader" there.
+        let spread_ptx;
+        let ptx = if self.spread_depth > 0 {
+            spread_ptx = ptx.replace(LEADER_PREDICATE, EVERY_THREAD_PREDICATE);
+            spread_ptx.as_str()
+        } else {
+            ptx
+        };
         let result = self.fresh("ab_asm");
         let mut constraints = vec!["=r".to_string()];
         constraints.extend(operands.iter().map(|(_, _, c)| c.to_string()));
@@ -643,7 +746,15 @@ impl Generator<'_> {
             }
             "p2p.copy" => self.p2p_copy(op)?,
             "p2p.signal" => self.p2p_signal(op)?,
-            "gpu.barrier" => self.emit("gpu.barrier".into()),
+            "gpu.barrier" => {
+                if attrs::get_string(self.ctx, op, "scope").as_deref() == Some("warp") {
+                    // Every warp syncs itself; only the leader's warp has written commands.
+                    let dummy = self.constant_i64(0);
+                    self.asm("bar.warp.sync -1; mov.u32 $0, 0;", &[(&dummy, "i64", 'l')]);
+                } else {
+                    self.emit("gpu.barrier".into());
+                }
+            }
             "gpu.fence" => {
                 let ptx = match attrs::get_string(self.ctx, op, "scope").as_deref() {
                     Some("sys") => "fence.sc.sys; mov.u32 $0, 0;",
@@ -1012,6 +1123,16 @@ impl Generator<'_> {
                 format!("arith.cmpi sgt, {used}, {capacity} : i64"),
             )
         });
+        let base = if attrs::get_bool(self.ctx, op, "broadcast") {
+            // Every thread writes commands of this batch: all need the base. The queue has
+            // one owner (this program's leader), so after a barrier the counter reads back as
+            // base + count in every thread.
+            self.emit("gpu.barrier".into());
+            let head = self.assign("ab_head", format!("tt.elementwise_inline_asm \"ld.volatile.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {counter} : i64 -> i64"));
+            self.binary_i64("arith.subi", &head, &count)
+        } else {
+            base
+        };
         self.define(
             op,
             Repr::Scalar {
@@ -1137,6 +1258,9 @@ impl Generator<'_> {
             &ring,
             aboleth_abi::ProxyRingHeader::PRODUCER_READY_COUNTER_OFFSET_BYTES,
         );
+        if attrs::get_bool(self.ctx, op, "owner_only") {
+            return Ok(self.owner_only_publication(&ready, &base, &count));
+        }
         // In ticket order: wait for the producers before us, then advance past our batch.
         self.leader_wait("ld.acquire.sys.global.u64", &ready, &base, |this, seen| {
             this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64"))
@@ -1147,6 +1271,17 @@ impl Generator<'_> {
             &[(&ready, "i64", 'l'), (&end, "i64", 'l')],
         );
         Ok(())
+    }
+
+    /// A one-owner queue's publication: nobody else posts, so there is nothing to wait for;
+    /// the counter is only kept in step (a plain store) for a later kernel that posts to the
+    /// queue with the shared protocol, which waits until it equals its base.
+    fn owner_only_publication(&mut self, ready: &str, base: &str, count: &str) {
+        let end = self.binary_i64("arith.addi", base, count);
+        self.asm(
+            &Self::leader("st.volatile.global.u64 [$1], $2;"),
+            &[(ready, "i64", 'l'), (&end, "i64", 'l')],
+        );
     }
 
     fn proxy_doorbell(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
@@ -1500,6 +1635,9 @@ impl Generator<'_> {
             &management,
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, ready_head) as u64,
         );
+        if attrs::get_bool(self.ctx, op, "owner_only") {
+            return Ok(self.owner_only_publication(&ready, &base, &count));
+        }
         self.leader_wait("ld.acquire.gpu.global.u64", &ready, &base, |this, seen| {
             this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64"))
         });
@@ -1672,6 +1810,11 @@ impl Generator<'_> {
         Ok(())
     }
 }
+
+/// How leader-only PTX elects thread 0 of the program.
+const LEADER_PREDICATE: &str = "setp.eq.u32 %ab_leader, %ab_tid, 0;";
+/// The same predicate, true in every thread.
+const EVERY_THREAD_PREDICATE: &str = "setp.eq.u32 %ab_leader, %ab_tid, %ab_tid;";
 
 /// The management block's spare words where code records the queue's last completion-requesting
 /// WQE: its first basic block, then its end (24 spare bytes; two are used).

@@ -654,8 +654,18 @@ impl Lifter<'_> {
             }
         }
         let induction = self.fresh();
+        // A loop whose TTIR holds more than the lifted ops (tensor work, stores, carried
+        // values) must keep its iteration space: no lowering may spread it over threads.
+        let attributes = if header.iter_args.is_empty() && self.body_fully_lifted(operation) {
+            ""
+        } else {
+            "ttir_unlifted_work: builtin.bool true"
+        };
         self.line(
-            &format!("ab.for {}, {}, {} [] {{", bounds[0], bounds[1], bounds[2]),
+            &format!(
+                "ab.for {}, {}, {} [{attributes}] {{",
+                bounds[0], bounds[1], bounds[2]
+            ),
             Entry::Kept(operation),
         );
         let _ = writeln!(
@@ -692,6 +702,23 @@ impl Lifter<'_> {
         self.indent -= 4;
         let _ = writeln!(self.text, "{}}};", " ".repeat(self.indent));
         Ok(())
+    }
+
+    /// Whether every op in the regions of `operation` (nested ones included) is lifted, apart
+    /// from the terminators.
+    fn body_fully_lifted(&self, operation: OperationId) -> bool {
+        self.module
+            .operation(operation)
+            .regions()
+            .iter()
+            .flat_map(|region| region.blocks())
+            .flat_map(|block| block.operations())
+            .all(|inner| {
+                let name = self.module.operation(inner).name();
+                name == "scf.yield"
+                    || (self.needed.contains(&inner)
+                        && (!matches!(name, "scf.for" | "scf.if") || self.body_fully_lifted(inner)))
+            })
     }
 
     fn lift_if(&mut self, operation: OperationId) -> Result<(), BridgeError> {

@@ -42,7 +42,8 @@ transport_op_without_result!(
     /// `gpu.fence [scope: "cta"|"gpu"|"sys"]`: a memory fence (`fence.acq_rel.<scope>`).
     GpuFenceOp, "gpu.fence");
 transport_op_without_result!(
-    /// `gpu.barrier`: a CTA barrier (`bar.sync 0`), so a leader acts after every thread's stores.
+    /// `gpu.barrier [scope: "warp"|"cta"]`: a barrier of the program's threads (`bar.sync 0`; with
+    /// `warp`, `bar.warp.sync` of the leader's warp), so a leader acts after their stores.
     GpuBarrierOp, "gpu.barrier");
 transport_op_without_result!(
     /// `gpu.wait_flag %ptr, %value [order: "acquire"|"volatile"]`: spin until `*ptr >= value`.

@@ -3,7 +3,7 @@
 //! Storage planning ([`dead_communication`], [`buffer_sizing`]), transfer planning
 //! ([`inline_payloads`], [`signal_publication`], [`completion_planning`]), submission planning
 //! ([`elide_epochs`], [`queue_owners`], [`publication_ordering`], [`batching`],
-//! [`doorbell_coalescing`]) and
+//! [`doorbell_coalescing`], [`doorbell_scope`]) and
 //! transport specialization ([`lower_mlx5`], [`lower_proxy`], [`lower_p2p`]). Planning passes
 //! only attach attributes (their decisions print in the IR); the lowering passes read them and
 //! fall back to library-style code where an attribute is absent, which is exactly what
@@ -16,6 +16,7 @@ pub mod comm;
 pub mod completion_planning;
 pub mod dead_communication;
 pub mod doorbell_coalescing;
+pub mod doorbell_scope;
 pub mod elide_epochs;
 pub mod inline_payloads;
 pub mod lower_common;

@@ -30,7 +30,7 @@ use aboleth_ir::{
     },
     scalar::constant_trip_count,
     text::op_name,
-    transport::{GpuFenceOp, GpuWaitFlagOp, Target},
+    transport::{GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Target},
     walk::{block_ops, kernels, region_block},
 };
 
@@ -80,7 +80,8 @@ pub trait QueueTransport {
     );
     /// Emits one signal command.
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command);
-    /// Emits the submission of slots `[base, end)`.
+    /// Emits the submission of slots `[base, end)`; `scope` is the doorbell scope: the threads
+    /// (`thread`, `warp`, `cta`) whose command writes the doorbell covers.
     fn emit_submit(
         &self,
         ctx: &mut Context,
@@ -90,6 +91,7 @@ pub trait QueueTransport {
         count: Value,
         end: Value,
         shared: bool,
+        scope: &str,
     );
     /// Emits a wait for the command at `slot`, or for everything reserved when `None`.
     fn emit_wait_completion(
@@ -251,6 +253,17 @@ impl Lowering<'_> {
         let base = self
             .transport
             .emit_reserve(ctx, &mut builder, endpoint, count, shared);
+        // `choose-doorbell-scope`: loops whose iterations run on a warp or the whole CTA. Those
+        // threads need the base slot too, and the leader rings only after their writes.
+        let widest_scope = members
+            .iter()
+            .filter_map(|member| attrs::get_string(ctx, *member, "doorbell_scope"))
+            .max_by_key(|scope| scope == "cta");
+        if widest_scope.is_some()
+            && let Some(reserve) = base.defining_op()
+        {
+            attrs::set_bool(ctx, reserve, "broadcast", true);
+        }
         let mut offset = 0i64;
         for member in members {
             if op_name(ctx, *member) == "ab.for" {
@@ -267,8 +280,21 @@ impl Lowering<'_> {
             let last = *members.last().expect("a batch has members");
             let mut builder = Builder::after(ctx, last);
             let end = builder.binary(ctx, BinaryOperator::Add, base, count);
-            self.transport
-                .emit_submit(ctx, &mut builder, endpoint, base, count, end, shared);
+            if let Some(scope) = &widest_scope {
+                let barrier = builder.create::<GpuBarrierOp>(ctx, vec![], vec![]);
+                attrs::set_string(ctx, barrier, "scope", scope);
+            }
+            let scope = widest_scope.as_deref().unwrap_or("thread");
+            self.transport.emit_submit(
+                ctx,
+                &mut builder,
+                endpoint,
+                base,
+                count,
+                end,
+                shared,
+                scope,
+            );
         }
         Ok(())
     }
@@ -389,8 +415,16 @@ impl Lowering<'_> {
         if !coalesce {
             let slots_value = builder.constant(ctx, slots);
             let end = builder.binary(ctx, BinaryOperator::Add, slot, slots_value);
-            self.transport
-                .emit_submit(ctx, &mut builder, endpoint, slot, slots_value, end, shared);
+            self.transport.emit_submit(
+                ctx,
+                &mut builder,
+                endpoint,
+                slot,
+                slots_value,
+                end,
+                shared,
+                "thread",
+            );
         }
         // A command is one WQE (or ring entry); its completion reports the index of its first
         // slot, so that is what a wait on its token polls for.

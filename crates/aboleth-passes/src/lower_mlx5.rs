@@ -73,16 +73,22 @@ impl QueueTransport for Mlx5Transport {
         count: Value,
         end: Value,
         shared: bool,
+        scope: &str,
     ) {
         if shared {
             emit_fence(ctx, builder, "gpu");
             builder.create::<Mlx5PublishOp>(ctx, vec![], vec![endpoint, base, count]);
             builder.create::<Mlx5LockOp>(ctx, vec![], vec![endpoint]);
+        } else {
+            // Keep the shared protocol's publication counter in step (a plain store, no wait):
+            // a later kernel may post to this queue with that protocol.
+            let publish = builder.create::<Mlx5PublishOp>(ctx, vec![], vec![endpoint, base, count]);
+            attrs::set_bool(ctx, publish, "owner_only", true);
         }
         let record = builder.create::<Mlx5DoorbellRecordOp>(ctx, vec![], vec![endpoint, end]);
         attrs::set_bool(ctx, record, "atomic_max", shared);
         let doorbell = builder.create::<Mlx5DoorbellOp>(ctx, vec![], vec![endpoint, end]);
-        attrs::set_string(ctx, doorbell, "scope", "thread");
+        attrs::set_string(ctx, doorbell, "scope", scope);
         if shared {
             builder.create::<Mlx5UnlockOp>(ctx, vec![], vec![endpoint]);
         }

@@ -69,14 +69,20 @@ impl QueueTransport for ProxyTransport {
         count: Value,
         end: Value,
         shared: bool,
+        scope: &str,
     ) {
         if shared {
             emit_fence(ctx, builder, "sys");
             builder.create::<ProxyPublishOp>(ctx, vec![], vec![endpoint, base, count]);
+        } else {
+            // Keep the shared protocol's publication counter in step (a plain store, no wait):
+            // a later kernel may post to this ring with that protocol.
+            let publish = builder.create::<ProxyPublishOp>(ctx, vec![], vec![endpoint, base, count]);
+            attrs::set_bool(ctx, publish, "owner_only", true);
         }
         let doorbell = builder.create::<ProxyDoorbellOp>(ctx, vec![], vec![endpoint, end]);
         attrs::set_bool(ctx, doorbell, "atomic_max", shared);
-        attrs::set_string(ctx, doorbell, "scope", "thread");
+        attrs::set_string(ctx, doorbell, "scope", scope);
     }
 
     fn emit_wait_completion(

@@ -118,6 +118,7 @@ pub fn run_pipeline(
     pass(ctx, "order-publications")?;
     pass(ctx, "batch-commands")?;
     pass(ctx, "coalesce-doorbells")?;
+    pass(ctx, "choose-doorbell-scope")?;
     if options.stop_before_lowering {
         return Ok(report);
     }

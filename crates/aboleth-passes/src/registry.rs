@@ -120,6 +120,12 @@ pub const PASSES: &[PassInfo] = &[
         description: "ring one doorbell and write the doorbell record once per batch",
         run: crate::doorbell_coalescing::run,
     },
+    PassInfo {
+        name: "choose-doorbell-scope",
+        level: Level::Submission,
+        description: "let a warp or the CTA write a batched loop's commands, then one thread rings after a barrier",
+        run: crate::doorbell_scope::run,
+    },
 ];
 
 /// The lowering pass of each target.

@@ -159,6 +159,8 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 counts.wqes += multiplicity;
                 counts.completions_requested += completion(4);
             }
+            // A one-owner queue's publication is a plain store.
+            "mlx5.publish" | "proxy.publish" if attrs::get_bool(ctx, op, "owner_only") => {}
             "mlx5.publish" | "proxy.publish" | "mlx5.lock" => counts.atomics += multiplicity,
             "mlx5.doorbell_record" => {
                 counts.doorbell_record_updates += multiplicity;

@@ -114,6 +114,18 @@ impl GpuStoreBuffer {
         Ok(())
     }
 
+    /// Takes over `other`'s invisible stores (another thread of the same program, at a
+    /// barrier): they stay invisible, keep their order among themselves, and now come before
+    /// this buffer's later stores, so this program's next release or fence covers them (a
+    /// release is cumulative over what the barrier ordered before it).
+    pub fn absorb(&mut self, other: GpuStoreBuffer) {
+        for mut store in other.pending {
+            store.program_order = self.next_program_order;
+            self.next_program_order += 1;
+            self.pending.push(store);
+        }
+    }
+
     /// Makes every earlier store visible (random order), then writes this one: `st.release`.
     pub fn store_release(
         &mut self,

@@ -24,8 +24,11 @@
 //! previous signal there) must already be visible at the destination. Final memory is returned
 //! for the caller ([`crate::validation`]) to compare across configurations.
 //!
-//! What it does not model: threads inside a program (one program is one thread: the leader
-//! that the lowering elects), fence scopes (every fence and release is system-wide), caches,
+//! Threads inside a program: one program is one thread (the leader that the lowering elects),
+//! except in a `doorbell_scope` loop, whose iterations run on lane threads with their own
+//! store buffers; they join the program at the next `gpu.barrier`, which hands their invisible
+//! stores to the program's buffer (so its next release covers them), or at the launch's end.
+//! What it does not model: fence scopes (every fence and release is system-wide), caches,
 //! and time beyond the estimate of [`CostModel`]: each agent has a clock advanced by its own
 //! costs, and a program released from a wait jumps to the time the awaited write happened.
 
@@ -396,6 +399,10 @@ enum Block {
         address: u64,
         site: usize,
     },
+    /// At a barrier until the program's lanes have finished their iterations.
+    Lanes {
+        site: usize,
+    },
 }
 
 struct Thread {
@@ -416,6 +423,9 @@ struct Thread {
     reservation_loaded: Option<u64>,
     /// Waits passed so far in this launch.
     waits_passed: u64,
+    /// The lane threads running a `doorbell_scope` loop for this program, until they join it
+    /// at its next barrier.
+    lanes: Vec<usize>,
 }
 
 enum Step {
@@ -790,6 +800,7 @@ impl<'k> World<'k> {
                     last_completion_slot: BTreeMap::new(),
                     reservation_loaded: None,
                     waits_passed: 0,
+                    lanes: Vec::new(),
                 });
                 self.store_buffers.push(GpuStoreBuffer::new(rank, program));
             }
@@ -799,6 +810,7 @@ impl<'k> World<'k> {
         for index in 0..self.store_buffers.len() {
             self.flush(index)?;
         }
+        self.check_queue_counters(round)?;
         let end = self
             .threads
             .iter()
@@ -809,6 +821,44 @@ impl<'k> World<'k> {
             simulated_time_nanoseconds: end - start,
             counts: self.counts,
         })
+    }
+
+    /// At a launch's end every queue's publication counter must have caught up with its
+    /// reservation counter, whichever protocol posted to it: the next kernel on the queue may
+    /// post with the shared protocol, which waits until the counter equals its base.
+    fn check_queue_counters(&self, round: u32) -> Result<(), SimulationError> {
+        if !matches!(self.kernel.target, Target::Mlx5 | Target::Proxy) {
+            return Ok(());
+        }
+        let mut handles: Vec<(&(u32, u64), &usize)> = self.endpoint_handle_index.iter().collect();
+        handles.sort();
+        for ((rank, _), index) in handles {
+            let handle = &self.endpoint_handles[*index];
+            let reserved_address = match self.kernel.target {
+                Target::Mlx5 => {
+                    handle.management_address + management_offset(MANAGEMENT_RESERVED_HEAD)
+                }
+                _ => {
+                    handle.proxy_ring_address
+                        + ProxyRingHeader::PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES
+                }
+            };
+            let read = |address| {
+                self.memory
+                    .read_u64(*rank, address)
+                    .map_err(|e| SimulationError::Program(e.to_string()))
+            };
+            let reserved = read(reserved_address)?;
+            let published = read(self.ready_counter_address(handle))?;
+            if reserved != published {
+                return Err(SimulationError::Program(format!(
+                    "after launch {}: rank {rank}'s queue to rank {} has {reserved} slots reserved but its publication counter is at {published}: a later kernel posting to it with the shared protocol would wait forever",
+                    round + 1,
+                    handle.peer_rank
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn latest_clock(&self) -> u64 {
@@ -1015,6 +1065,10 @@ impl<'k> World<'k> {
                         self.site_of(thread.rank, *site)
                     )
                 }
+                Some(Block::Lanes { site }) => format!(
+                    "{who} waits at the barrier at {} for its lanes to finish the loop",
+                    self.site_of(thread.rank, *site)
+                ),
             };
             lines.push(line);
         }
@@ -1167,6 +1221,7 @@ impl<'k> World<'k> {
                     .map_err(|e| SimulationError::Program(e.to_string()))?
                     == 0
             }
+            Block::Lanes { .. } => self.lanes_finished(thread),
         })
     }
 
@@ -1456,6 +1511,7 @@ impl<'k> World<'k> {
                 step,
                 induction,
                 body,
+                lanes,
             } => {
                 let (lower, upper, step) = (
                     self.integer(thread, *lower)?,
@@ -1472,11 +1528,23 @@ impl<'k> World<'k> {
                     ));
                 }
                 if lower < upper {
+                    let trip = (upper - lower + step - 1) / step;
+                    let lane_count = i64::from(*lanes).min(trip).max(1);
+                    for lane in 1..lane_count {
+                        self.spawn_lane(
+                            thread,
+                            *induction,
+                            lower + lane * step,
+                            upper,
+                            step * lane_count,
+                            body,
+                        );
+                    }
                     self.set(thread, *induction, Value::Integer(lower));
                     self.threads[thread].frames.push(Frame {
                         body: body.clone(),
                         pc: 0,
-                        induction: Some((*induction, lower, upper, step)),
+                        induction: Some((*induction, lower, upper, step * lane_count)),
                     });
                 }
             }
@@ -1861,11 +1929,23 @@ impl<'k> World<'k> {
                 endpoint,
                 base,
                 count,
+                owner_only,
             } => {
                 let (_, handle) = self.endpoint(thread, *endpoint)?;
                 let base = self.integer(thread, *base)? as u64;
                 let count = self.integer(thread, *count)? as u64;
                 let address = self.ready_counter_address(&handle);
+                if *owner_only {
+                    self.store(
+                        thread,
+                        rank,
+                        address,
+                        &(base + count).to_le_bytes(),
+                        StoreOrder::Relaxed,
+                    )?;
+                    self.advance_clock(thread, cost.gpu_global_store_nanoseconds);
+                    return Ok(Step::Effect);
+                }
                 if self.memory.read_u64(rank, address).unwrap_or(u64::MAX) != base {
                     return Ok(Step::Blocked(Block::Publication {
                         address,
@@ -2145,7 +2225,14 @@ impl<'k> World<'k> {
                 self.advance_clock(thread, nanoseconds);
                 return Ok(Step::Effect);
             }
-            InstructionKind::Barrier => {}
+            InstructionKind::Barrier => {
+                if !self.threads[thread].lanes.is_empty() {
+                    if !self.lanes_finished(thread) {
+                        return Ok(Step::Blocked(Block::Lanes { site }));
+                    }
+                    self.join_lanes(thread);
+                }
+            }
             InstructionKind::WaitFlag {
                 flag,
                 value,
@@ -2169,6 +2256,82 @@ impl<'k> World<'k> {
             }
         }
         Ok(Step::Continue)
+    }
+
+    /// Starts a lane of `thread`'s `doorbell_scope` loop: a thread of the same program with a
+    /// copy of its registers and its own store buffer, running the iterations from `first`.
+    fn spawn_lane(
+        &mut self,
+        thread: usize,
+        induction: Register,
+        first: i64,
+        upper: i64,
+        stride: i64,
+        body: &Rc<[Instruction]>,
+    ) {
+        let parent = &self.threads[thread];
+        let mut registers = parent.registers.clone();
+        registers[induction] = Value::Integer(first);
+        let lane = Thread {
+            rank: parent.rank,
+            program: parent.program,
+            registers,
+            frames: vec![Frame {
+                body: body.clone(),
+                pc: 0,
+                induction: Some((induction, first, upper, stride)),
+            }],
+            finished: false,
+            blocked: None,
+            clock_nanoseconds: parent.clock_nanoseconds,
+            unsignaled_puts: BTreeMap::new(),
+            last_completion_slot: BTreeMap::new(),
+            reservation_loaded: None,
+            waits_passed: 0,
+            lanes: Vec::new(),
+        };
+        let (rank, program) = (lane.rank, lane.program);
+        self.threads.push(lane);
+        self.store_buffers.push(GpuStoreBuffer::new(rank, program));
+        let index = self.threads.len() - 1;
+        self.threads[thread].lanes.push(index);
+    }
+
+    fn lanes_finished(&self, thread: usize) -> bool {
+        self.threads[thread]
+            .lanes
+            .iter()
+            .all(|lane| self.threads[*lane].finished)
+    }
+
+    /// The barrier after a `doorbell_scope` loop: the lanes' invisible stores now precede the
+    /// program's later ones, their unsignaled puts are the program's, and its clock waits for
+    /// the slowest lane.
+    fn join_lanes(&mut self, thread: usize) {
+        for lane in std::mem::take(&mut self.threads[thread].lanes) {
+            let (rank, program) = (self.threads[lane].rank, self.threads[lane].program);
+            let buffer = std::mem::replace(
+                &mut self.store_buffers[lane],
+                GpuStoreBuffer::new(rank, program),
+            );
+            self.store_buffers[thread].absorb(buffer);
+            let puts = std::mem::take(&mut self.threads[lane].unsignaled_puts);
+            let slots = std::mem::take(&mut self.threads[lane].last_completion_slot);
+            let clock = self.threads[lane].clock_nanoseconds;
+            let state = &mut self.threads[thread];
+            for (peer, records) in puts {
+                state
+                    .unsignaled_puts
+                    .entry(peer)
+                    .or_default()
+                    .extend(records);
+            }
+            for (peer, slot) in slots {
+                let entry = state.last_completion_slot.entry(peer).or_insert(slot);
+                *entry = (*entry).max(slot);
+            }
+            state.clock_nanoseconds = state.clock_nanoseconds.max(clock);
+        }
     }
 
     fn take_signal_record(

@@ -47,11 +47,19 @@ pub enum Mutation {
     /// `elide-epochs` stores a counter one short after its loop. Caught as a divergence of
     /// final memory, or as a deadlock when a later launch waits for epochs never sent.
     EpochOffByOne,
+    /// The barrier between a `doorbell_scope` loop and its doorbell is dropped: the leader
+    /// rings while the other threads' commands may still be unwritten or invisible. Caught as
+    /// the NIC or proxy reading a stale or half-written command, lost data, or a deadlock.
+    PostingWithoutBarrier,
+    /// A one-owner queue's publication counter is not kept in step with its reservations (the
+    /// bug the GPU run found: a later library-style kernel on the same queue waited forever
+    /// for its turn). Caught by the end-of-launch check of every queue's counters.
+    StalePublicationCounter,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -59,6 +67,8 @@ impl Mutation {
         Mutation::ReusedSourceWithoutWait,
         Mutation::FalseSingleOwner,
         Mutation::EpochOffByOne,
+        Mutation::PostingWithoutBarrier,
+        Mutation::StalePublicationCounter,
     ];
 
     /// The command-line name.
@@ -71,6 +81,8 @@ impl Mutation {
             Mutation::ReusedSourceWithoutWait => "reused-source-without-wait",
             Mutation::FalseSingleOwner => "false-single-owner",
             Mutation::EpochOffByOne => "epoch-off-by-one",
+            Mutation::PostingWithoutBarrier => "posting-without-barrier",
+            Mutation::StalePublicationCounter => "stale-publication-counter",
         }
     }
 
@@ -196,6 +208,26 @@ impl Mutation {
                     let short = builder.binary(ctx, BinaryOperator::Sub, stored, one);
                     Operation::replace_operand(store, ctx, 1, short);
                     changed = true;
+                }
+            }
+            Mutation::StalePublicationCounter => {
+                for op in all_ops(ctx, module) {
+                    if matches!(op_name(ctx, op).as_str(), "mlx5.publish" | "proxy.publish")
+                        && attrs::get_bool(ctx, op, "owner_only")
+                    {
+                        Operation::erase(op, ctx);
+                        changed = true;
+                    }
+                }
+            }
+            Mutation::PostingWithoutBarrier => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) == "gpu.barrier"
+                        && attrs::get_string(ctx, op, "scope").is_some()
+                    {
+                        Operation::erase(op, ctx);
+                        changed = true;
+                    }
                 }
             }
         }

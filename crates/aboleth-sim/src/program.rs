@@ -33,6 +33,11 @@ use aboleth_ir::{
 
 use crate::launch::LaunchSpec;
 
+/// Threads a `doorbell_scope = "warp"` loop runs on.
+pub const WARP_LANES: u32 = 32;
+/// Threads a `doorbell_scope = "cta"` loop runs on: Triton's default program of 4 warps.
+pub const CTA_LANES: u32 = 128;
+
 /// A register number.
 pub type Register = usize;
 
@@ -110,13 +115,16 @@ pub enum InstructionKind {
         value: Register,
         width_bytes: u64,
     },
-    /// `ab.for`.
+    /// `ab.for`. With `lanes > 1` (a `doorbell_scope` loop) its iterations are spread over
+    /// that many threads of the program, iteration `i` on lane `i mod lanes`, the program's
+    /// own thread being lane 0; the others join it at the next `gpu.barrier`.
     For {
         lower: Register,
         upper: Register,
         step: Register,
         induction: Register,
         body: Rc<[Instruction]>,
+        lanes: u32,
     },
     /// `ab.if`.
     If {
@@ -178,6 +186,8 @@ pub enum InstructionKind {
         endpoint: Register,
         base: Register,
         count: Register,
+        /// A one-owner queue's publication: a plain store keeping the counter in step.
+        owner_only: bool,
     },
     /// `mlx5.lock`.
     Lock { endpoint: Register },
@@ -220,7 +230,7 @@ pub enum InstructionKind {
     },
     /// `gpu.fence` with its scope (`cta`, `gpu`, `sys`).
     Fence { scope: FenceScope },
-    /// `gpu.barrier`.
+    /// `gpu.barrier`: the program's lanes (see `For`) join its thread here.
     Barrier,
     /// `gpu.wait_flag`: spin until the local flag is `>= value`.
     WaitFlag {
@@ -450,6 +460,11 @@ impl KernelBuilder<'_> {
                     step: operand(self, 2)?,
                     induction,
                     body: self.build_block(block_ops(ctx, block))?,
+                    lanes: match attrs::get_string(ctx, op, "doorbell_scope").as_deref() {
+                        Some("warp") => WARP_LANES,
+                        Some("cta") => CTA_LANES,
+                        _ => 1,
+                    },
                 }
             }
             "ab.if" => InstructionKind::If {
@@ -511,6 +526,7 @@ impl KernelBuilder<'_> {
                 endpoint: operand(self, 0)?,
                 base: operand(self, 1)?,
                 count: operand(self, 2)?,
+                owner_only: attrs::get_bool(ctx, op, "owner_only"),
             },
             "mlx5.lock" => InstructionKind::Lock {
                 endpoint: operand(self, 0)?,

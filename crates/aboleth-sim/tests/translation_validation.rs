@@ -234,6 +234,28 @@ fn mutation_epoch_off_by_one_is_caught() {
 }
 
 #[test]
+fn mutation_posting_without_barrier_is_caught() {
+    for (target, expected) in [(Target::Mlx5, "nic"), (Target::Proxy, "proxy")] {
+        for example_name in ["stream_put_signal_16", "moe_dispatch"] {
+            let kinds = mutation_failures(Mutation::PostingWithoutBarrier, example_name, target);
+            assert!(
+                kinds.contains(&expected),
+                "{example_name} on {}: {kinds:?}",
+                target.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn mutation_stale_publication_counter_is_caught() {
+    for target in [Target::Mlx5, Target::Proxy] {
+        let kinds = mutation_failures(Mutation::StalePublicationCounter, "alltoall", target);
+        assert!(kinds.contains(&"program"), "{}: {kinds:?}", target.name());
+    }
+}
+
+#[test]
 fn a_mutation_with_nothing_to_break_is_an_error_not_a_pass() {
     let (text, file) = example("alltoall");
     let mut options = ValidationOptions::new(Target::P2p);

@@ -48,10 +48,22 @@ impl TtirModule {
         self.edits[id.0].lines_after.extend(lines);
     }
 
+    /// Replaces the first line of operation `id`, which must open a region (its text up to
+    /// and including the `{` ending that line, e.g. an `scf.for` header), by `line`, printed
+    /// with the operation's indentation. The regions and the rest print as before.
+    pub fn replace_header(&mut self, id: OperationId, line: String) {
+        debug_assert!(
+            !self.operations[id.0].regions.is_empty(),
+            "replace_header needs an operation with a region"
+        );
+        self.edits[id.0].header = Some(line);
+    }
+
     /// Whether any edit is pending.
     pub fn is_edited(&self) -> bool {
         self.edits.iter().any(|edit| {
             edit.replacement.is_some()
+                || edit.header.is_some()
                 || !edit.lines_before.is_empty()
                 || !edit.lines_after.is_empty()
         })
@@ -78,7 +90,14 @@ impl TtirModule {
             Some(lines) => push_lines(output, lines),
             None => {
                 for (index, segment) in operation.segments.iter().enumerate() {
-                    output.push_str(&self.source[segment.clone()]);
+                    match &edit.header {
+                        Some(line) if index == 0 && !operation.regions.is_empty() => {
+                            output.push_str(&operation.indentation);
+                            output.push_str(line);
+                            output.push('\n');
+                        }
+                        _ => output.push_str(&self.source[segment.clone()]),
+                    }
                     if let Some(region) = operation.regions.get(index) {
                         self.print_region(region, output);
                     }

@@ -71,6 +71,8 @@ pub(crate) struct OperationEdit {
     pub lines_before: Vec<String>,
     pub replacement: Option<Vec<String>>,
     pub lines_after: Vec<String>,
+    /// A new first line for an operation with regions (its text up to the first region).
+    pub header: Option<String>,
 }
 
 /// `%name` or `%name:count` in an operation's result list.

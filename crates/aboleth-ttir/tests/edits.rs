@@ -156,6 +156,33 @@ fn edits_to_an_operation_inside_a_region_and_at_the_end_of_the_file() {
 }
 
 #[test]
+fn replacing_a_loop_header_changes_only_its_first_line() {
+    let (text, mut module) = parse_corpus_file("aboleth_extern_calls.after-passes.ttir");
+    let for_loop = module.operations_named("scf.for").next().unwrap();
+    let header = module.operation(for_loop).scf_for().unwrap();
+    let line = line_index_of(&module, for_loop);
+    let new_header = format!(
+        "scf.for {} = %new_lower to {} step %new_step  : {} {{",
+        header.induction_variable,
+        header.upper_bound,
+        header.induction_type.clone().unwrap()
+    );
+    module.replace_header(for_loop, new_header.clone());
+    let mut expected = lines_of(&text);
+    let indentation: String = expected[line].chars().take_while(|c| *c == ' ').collect();
+    expected[line] = format!("{indentation}{new_header}\n");
+    let printed = module.print();
+    assert_eq!(printed, expected.concat());
+    // The result parses, and the loop now reads its bounds from the new names.
+    let reparsed = TtirModule::parse(&printed, "edited.ttir").unwrap();
+    let edited = reparsed.operations_named("scf.for").next().unwrap();
+    let edited_header = reparsed.operation(edited).scf_for().unwrap();
+    assert_eq!(edited_header.lower_bound, "%new_lower");
+    assert_eq!(edited_header.step, "%new_step");
+    assert_eq!(edited_header.upper_bound, header.upper_bound);
+}
+
+#[test]
 fn generic_operation_text_sorts_dictionaries_and_quotes_names() {
     let operation = GenericOperation {
         result_names: vec!["%a".to_string(), "%b".to_string()],
