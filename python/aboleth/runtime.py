@@ -347,8 +347,16 @@ class World:
         self._world.barrier(name)
 
     def check_waits(self) -> None:
-        """``RuntimeError`` describing the first GPU wait that gave up, if any did."""
+        """``RuntimeError`` describing the first GPU wait that gave up, if any did. A wait that
+        gives up also asks every other bounded wait of this rank to give up at once (the log's
+        ``abort_requested``), so a failed launch ends soon; failures stay recorded until
+        :meth:`clear_waits`."""
         self._world.check_waits()
+
+    def clear_waits(self) -> None:
+        """Forgets the GPU waits that gave up and clears the abort they requested. Call it after
+        handling a failure, when no kernel of this World is running."""
+        self._world.clear_waits()
 
     def check_proxy(self) -> None:
         """``RuntimeError`` if the proxy thread stopped a ring."""

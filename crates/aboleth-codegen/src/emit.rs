@@ -971,11 +971,38 @@ impl Generator<'_> {
                 format!("arith.cmpi sgt, {elapsed}, {timeout} : i64"),
             );
             let late = self.assign("ab_late", format!("arith.andi {over}, {bounded} : i1"));
-            let expired = self.assign("ab_expired", format!("arith.andi {late}, {waiting} : i1"));
+            // The log's `abort_requested` (host memory: read only once the wait is long): set
+            // by the first wait of this rank that gave up, or by the host, it makes every other
+            // wait give up at once instead of after its own bound.
+            let patience = self.constant_i64(ABORT_POLL_AFTER_NANOSECONDS);
+            let long = self.assign(
+                "ab_long",
+                format!("arith.cmpi sgt, {elapsed}, {patience} : i64"),
+            );
+            let abort_word = self.offset_address(
+                &log,
+                aboleth_abi::WaitFailureLogHeader::ABORT_REQUESTED_OFFSET_BYTES,
+            );
+            let abort = self.fresh("ab_abort");
+            self.emit(format!("{abort} = scf.if {long} -> (i64) {{"));
+            let read = self.assign("ab_abort_read", format!("tt.elementwise_inline_asm \"ld.relaxed.sys.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {abort_word} : i64 -> i64"));
+            self.emit(format!("scf.yield {read} : i64"));
+            self.emit("} else {".into());
+            self.emit(format!("scf.yield {zero} : i64"));
+            self.emit("}".into());
+            let aborted = self.assign(
+                "ab_aborted",
+                format!("arith.cmpi ne, {abort}, {zero} : i64"),
+            );
+            let gives_up = self.assign("ab_gives_up", format!("arith.ori {late}, {aborted} : i1"));
+            let expired = self.assign(
+                "ab_expired",
+                format!("arith.andi {gives_up}, {waiting} : i1"),
+            );
             self.emit(format!("scf.if {expired} {{"));
             let site_value = self.constant_i64(site as i64);
             let flag_address = self.use_as(self.operand(op, 0), "i64")?;
-            let record = "{ .reg .pred %ab_leader, %ab_fits, %ab_write; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_slot, 0; atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; and.pred %ab_write, %ab_leader, %ab_fits; or.pred %ab_write, %ab_fits, %ab_fits; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_write st.global.u64 [%ab_rec+8], $2; @%ab_write st.global.u64 [%ab_rec+16], $3; @%ab_write st.global.u64 [%ab_rec+24], $4; @%ab_write st.global.u64 [%ab_rec+32], $5; @%ab_write st.global.u32 [%ab_rec+40], $6; @%ab_write st.global.u32 [%ab_rec+44], -1; @%ab_write st.global.u32 [%ab_rec+48], $7; @%ab_write st.global.u32 [%ab_rec+52], 0; @%ab_write st.global.u32 [%ab_rec+56], %ab_cta; @%ab_write st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_write st.release.sys.global.u64 [%ab_rec], %ab_seq; exit; mov.u32 $0, 0; }";
+            let record = "{ .reg .pred %ab_leader, %ab_fits, %ab_write; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_slot, 0; atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; and.pred %ab_write, %ab_leader, %ab_fits; or.pred %ab_write, %ab_fits, %ab_fits; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_write st.global.u64 [%ab_rec+8], $2; @%ab_write st.global.u64 [%ab_rec+16], $3; @%ab_write st.global.u64 [%ab_rec+24], $4; @%ab_write st.global.u64 [%ab_rec+32], $5; @%ab_write st.global.u32 [%ab_rec+40], $6; @%ab_write st.global.u32 [%ab_rec+44], -1; @%ab_write st.global.u32 [%ab_rec+48], $7; @%ab_write st.global.u32 [%ab_rec+52], 0; @%ab_write st.global.u32 [%ab_rec+56], %ab_cta; @%ab_write st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_write st.release.sys.global.u64 [%ab_rec], %ab_seq; st.relaxed.sys.global.u64 [$1+16], 1; exit; mov.u32 $0, 0; }";
             let rank32 = self.assign("ab_rank", format!("arith.trunci {rank} : i64 to i32"));
             let site32 = self.assign("ab_site", format!("arith.trunci {site_value} : i64 to i32"));
             self.asm(
@@ -1060,7 +1087,20 @@ impl Generator<'_> {
         otherwise: &str,
         keep_waiting: impl Fn(&mut Self, &str) -> String,
     ) {
+        self.leader_wait_after(|_| {}, load, address, otherwise, keep_waiting);
+    }
+
+    /// [`Self::leader_wait`], running `prelude` at the top of every iteration, before the load.
+    fn leader_wait_after(
+        &mut self,
+        prelude: impl Fn(&mut Self),
+        load: &str,
+        address: &str,
+        otherwise: &str,
+        keep_waiting: impl Fn(&mut Self, &str) -> String,
+    ) {
         self.emit("scf.while : () -> () {".into());
+        prelude(self);
         let seen = self.leader_load(load, address, otherwise);
         let waiting = keep_waiting(self, &seen);
         self.emit(format!("scf.condition({waiting})"));
@@ -1087,6 +1127,7 @@ impl Generator<'_> {
             &capacity,
             "sys",
             "ld.acquire.sys.global.u64",
+            None,
         )
     }
 
@@ -1095,6 +1136,10 @@ impl Generator<'_> {
     /// until `capacity` covers them past the consumer position at `consumer` (read with
     /// `consumer_load`). Posting follows the program's other threads' source stores: a barrier
     /// comes first, so thread 0's later release store covers them too.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a queue's counter, consumer, capacity and how each is read"
+    )]
     fn reserve_slots(
         &mut self,
         op: Ptr<Operation>,
@@ -1103,6 +1148,7 @@ impl Generator<'_> {
         capacity: &str,
         scope: &str,
         consumer_load: &str,
+        reclaim_from_cq: Option<&str>,
     ) -> Result<(), BridgeError> {
         self.emit("gpu.barrier".into());
         let count = self.i64(self.operand(op, 1))?;
@@ -1116,13 +1162,25 @@ impl Generator<'_> {
             "{base} = tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; .reg .u64 %ab_next; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; {reserve} }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {counter}, {count} : i64, i64 -> i64"
         ));
         let end = self.binary_i64("arith.addi", &base, &count);
-        self.leader_wait(consumer_load, consumer, &end, |this, seen| {
-            let used = this.binary_i64("arith.subi", &end, seen);
-            this.assign(
-                "ab_full",
-                format!("arith.cmpi sgt, {used}, {capacity} : i64"),
-            )
-        });
+        let consumer_owned = consumer.to_string();
+        let reclaim = reclaim_from_cq.map(str::to_string);
+        self.leader_wait_after(
+            |this| {
+                if let Some(counter_word) = &reclaim {
+                    this.reclaim_from_cq(counter_word, &consumer_owned);
+                }
+            },
+            consumer_load,
+            consumer,
+            &end,
+            |this, seen| {
+                let used = this.binary_i64("arith.subi", &end, seen);
+                this.assign(
+                    "ab_full",
+                    format!("arith.cmpi sgt, {used}, {capacity} : i64"),
+                )
+            },
+        );
         let base = if attrs::get_bool(self.ctx, op, "broadcast") {
             // Every thread writes commands of this batch: all need the base. The queue has
             // one owner (this program's leader), so after a barrier the counter reads back as
@@ -1141,6 +1199,18 @@ impl Generator<'_> {
             },
         );
         Ok(())
+    }
+
+    /// While a reservation waits for send-ring space: the leader reads the collapsed CQ's CQE
+    /// (`wqe_counter` big-endian at byte 60, `op_own` at 63) and, when it reports a WQE at or
+    /// past the consumer index, frees through that WQE's first block (completions are
+    /// cumulative; the WQE's size is not in the CQE). An error CQE traps. The simulator's
+    /// `reclaim_mlx5_ring` does the same.
+    fn reclaim_from_cq(&mut self, counter_word: &str, consumer: &str) {
+        self.asm(
+            "{ .reg .pred %ab_leader, %ab_valid, %ab_ahead, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_ci32, %ab_d; .reg .u64 %ab_ci, %ab_d64, %ab_new, %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_w, 0xf0000000; @%ab_leader ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; setp.ne.u32 %ab_valid, %ab_op, 15; mov.u64 %ab_ci, 0; @%ab_leader ld.volatile.global.u64 %ab_ci, [$2]; cvt.u32.u64 %ab_ci32, %ab_ci; sub.u32 %ab_d, %ab_c, %ab_ci32; and.b32 %ab_d, %ab_d, 65535; setp.lt.u32 %ab_ahead, %ab_d, 32768; and.pred %ab_valid, %ab_valid, %ab_ahead; and.pred %ab_valid, %ab_valid, %ab_leader; cvt.u64.u32 %ab_d64, %ab_d; add.u64 %ab_new, %ab_ci, %ab_d64; add.u64 %ab_new, %ab_new, 1; @%ab_valid atom.relaxed.gpu.global.max.u64 %ab_old, [$2], %ab_new; mov.u32 $0, 0; }",
+            &[(counter_word, "i64", 'l'), (consumer, "i64", 'l')],
+        );
     }
 
     /// A ring entry: put (or NOP when its predicate is false) or signal.
@@ -1259,7 +1329,8 @@ impl Generator<'_> {
             aboleth_abi::ProxyRingHeader::PRODUCER_READY_COUNTER_OFFSET_BYTES,
         );
         if attrs::get_bool(self.ctx, op, "owner_only") {
-            return Ok(self.owner_only_publication(&ready, &base, &count));
+            self.owner_only_publication(&ready, &base, &count);
+            return Ok(());
         }
         // In ticket order: wait for the producers before us, then advance past our batch.
         self.leader_wait("ld.acquire.sys.global.u64", &ready, &base, |this, seen| {
@@ -1375,8 +1446,23 @@ impl Generator<'_> {
             &management,
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, consumer_index) as u64,
         );
+        // The CQE word a full ring is reclaimed from.
+        let cq = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, cq_buffer_address),
+            64,
+        );
+        let counter_word = self.offset_address(&cq, 60);
         // The management block is device memory used by this GPU's programs only: GPU scope.
-        self.reserve_slots(op, &head, &consumer, &ring, "gpu", "ld.volatile.global.u64")
+        self.reserve_slots(
+            op,
+            &head,
+            &consumer,
+            &ring,
+            "gpu",
+            "ld.volatile.global.u64",
+            Some(&counter_word),
+        )
     }
 
     /// The address of basic block `slot + index` of the send ring (the ring wraps).
@@ -1478,6 +1564,7 @@ impl Generator<'_> {
             "ab_sends",
             format!("arith.cmpi ne, {predicate}, {zero} : i64"),
         );
+        let completion = self.effective_completion(&handle, &slot, blocks, &completion);
         let flags = self.completion_flags(&completion, false);
         // A false predicate posts a NOP over the same slots (the batch's size is static).
         self.emit(format!("scf.if {sends} {{"));
@@ -1512,6 +1599,51 @@ impl Generator<'_> {
         self.emit("}".into());
         self.note_posted(&management, &slot, blocks, &completion);
         Ok(())
+    }
+
+    /// The completion operand, or 1 where the WQE at `slot` spanning `blocks` basic blocks
+    /// starts at or covers a quarter of the ring: the formula of
+    /// [`aboleth_abi::mlx5::periodic_completion`], so that a full ring can be reclaimed by polling
+    /// the CQ (see `reserve_slots`).
+    fn effective_completion(
+        &mut self,
+        handle: &str,
+        slot: &str,
+        blocks: i64,
+        completion: &str,
+    ) -> String {
+        let ring = self.handle_field(
+            handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, sq_wqe_basic_block_count),
+            32,
+        );
+        let fraction =
+            self.constant_i64(aboleth_abi::mlx5::PERIODIC_COMPLETION_RING_FRACTION as i64);
+        let one = self.constant_i64(1);
+        let zero = self.constant_i64(0);
+        let quarter = self.binary_i64("arith.divsi", &ring, &fraction);
+        let quarter = self.binary_i64("arith.maxsi", &quarter, &one);
+        let within = self.binary_i64("arith.remsi", slot, &quarter);
+        let size = self.constant_i64(blocks);
+        let reach = self.binary_i64("arith.addi", &within, &size);
+        let at_start = self.assign("ab_at", format!("arith.cmpi eq, {within}, {zero} : i64"));
+        let crosses = self.assign(
+            "ab_cross",
+            format!("arith.cmpi sgt, {reach}, {quarter} : i64"),
+        );
+        let requested = self.assign(
+            "ab_req",
+            format!("arith.cmpi ne, {completion}, {zero} : i64"),
+        );
+        let periodic = self.assign(
+            "ab_periodic",
+            format!("arith.ori {at_start}, {crosses} : i1"),
+        );
+        let wanted = self.assign(
+            "ab_wanted",
+            format!("arith.ori {periodic}, {requested} : i1"),
+        );
+        self.assign("ab_completion", format!("arith.extui {wanted} : i1 to i64"))
     }
 
     /// `fm_ce_se`: CQ_UPDATE when the completion operand is nonzero, and the fence bit.
@@ -1569,6 +1701,10 @@ impl Generator<'_> {
         );
         let value = self.i64(self.operand(op, 3))?;
         let completion = self.i64(self.operand(op, 4))?;
+        let add =
+            attrs::get_typed::<SignalOperation>(self.ctx, op, "op") == Some(SignalOperation::Add);
+        let completion =
+            self.effective_completion(&handle, &slot, if add { 1 } else { 2 }, &completion);
         let fenced = attrs::get_bool(self.ctx, op, "fence");
         let flags = self.completion_flags(&completion, fenced);
         let result_address = self.handle_field(
@@ -1584,8 +1720,6 @@ impl Generator<'_> {
         let eight = self.constant_i64(8);
         let zero = self.constant_i64(0);
         let all_ones = self.constant_i64(-1);
-        let add =
-            attrs::get_typed::<SignalOperation>(self.ctx, op, "op") == Some(SignalOperation::Add);
         if add {
             // ATOMIC_FA: ctrl, raddr, atomic (add, 0), data (the fetched value's buffer); ds 4.
             let address = self.basic_block_address(&handle, &slot, 0);
@@ -1636,7 +1770,8 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, ready_head) as u64,
         );
         if attrs::get_bool(self.ctx, op, "owner_only") {
-            return Ok(self.owner_only_publication(&ready, &base, &count));
+            self.owner_only_publication(&ready, &base, &count);
+            return Ok(());
         }
         self.leader_wait("ld.acquire.gpu.global.u64", &ready, &base, |this, seen| {
             this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64"))
@@ -1758,12 +1893,11 @@ impl Generator<'_> {
     fn mlx5_wait_completion(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
         let one = self.constant_i64(1);
-        let (target, freed) = if op.deref(self.ctx).get_num_operands() > 1 {
-            // A token: its WQE's first basic block. Its size is not known here, so only that
-            // block is freed (safe; a later drain frees the rest).
+        let (target, freed) = if op.deref(self.ctx).get_num_operands() > 2 {
+            // A token: its WQE's first basic block; once it completed, its blocks are free.
             let slot = self.i64(self.operand(op, 1))?;
-            let freed = self.binary_i64("arith.addi", &slot, &one);
-            (slot, freed)
+            let end = self.i64(self.operand(op, 2))?;
+            (slot, end)
         } else {
             // The last WQE that asked for a completion (completions are cumulative), and its end.
             let last = self.offset_address(&management, MANAGEMENT_LAST_POSTED_OFFSET_BYTES);
@@ -1810,6 +1944,10 @@ impl Generator<'_> {
         Ok(())
     }
 }
+
+/// How long a bounded wait polls its flag before it also reads the wait-failure log's
+/// `abort_requested` word (host memory, so not on every poll).
+const ABORT_POLL_AFTER_NANOSECONDS: i64 = 100_000;
 
 /// How leader-only PTX elects thread 0 of the program.
 const LEADER_PREDICATE: &str = "setp.eq.u32 %ab_leader, %ab_tid, 0;";

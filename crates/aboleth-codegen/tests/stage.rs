@@ -80,11 +80,12 @@ fn waits_are_bounded_and_name_their_source_line() {
     let output = run_stage(&text, &options(Target::P2p)).unwrap_or_else(|e| panic!("{e}"));
     // The bound is read from the wait-failure log that the endpoint handle points to.
     assert!(output.ttir.contains("mov.u64 $0, %globaltimer;"));
-    assert!(
-        output
-            .ttir
-            .contains("st.release.sys.global.u64 [%ab_rec], %ab_seq; exit;")
-    );
+    // A wait that gives up records itself, asks every other wait of the rank to give up
+    // (abort_requested, log + 16) and exits; a long wait also reads that word.
+    assert!(output.ttir.contains(
+        "st.release.sys.global.u64 [%ab_rec], %ab_seq; st.relaxed.sys.global.u64 [$1+16], 1; exit;"
+    ));
+    assert!(output.ttir.contains("ld.relaxed.sys.global.u64 $0, [$1];"));
     assert_eq!(output.summary.waits.len(), 1);
     assert!(
         output.summary.waits[0].starts_with("python/tools/dump_ttir_corpus.py:"),

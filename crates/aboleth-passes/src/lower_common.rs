@@ -93,13 +93,13 @@ pub trait QueueTransport {
         shared: bool,
         scope: &str,
     );
-    /// Emits a wait for the command at `slot`, or for everything reserved when `None`.
+    /// Emits a wait for the command at `(slot, end)`, or for everything reserved when `None`.
     fn emit_wait_completion(
         &self,
         ctx: &mut Context,
         builder: &mut Builder,
         endpoint: Value,
-        slot: Option<Value>,
+        slot: Option<(Value, Value)>,
     );
 }
 
@@ -134,8 +134,8 @@ pub fn lower_module(
 
 struct Lowering<'a> {
     transport: &'a dyn QueueTransport,
-    /// Token -> (endpoint, first slot of its command).
-    tokens: HashMap<Value, (Value, Value)>,
+    /// Token -> (endpoint, first slot of its command, slots it takes).
+    tokens: HashMap<Value, (Value, Value, i64)>,
     erase: Vec<Ptr<Operation>>,
 }
 
@@ -199,12 +199,18 @@ impl Lowering<'_> {
                 }
                 "ab.wait" => {
                     let token = op.deref(ctx).get_operand(0);
-                    let (endpoint, slot) = *self.tokens.get(&token).ok_or_else(|| {
+                    let (endpoint, slot, slots) = *self.tokens.get(&token).ok_or_else(|| {
                         Diagnostic::at_op(ctx, op, "ab.wait on a token whose transfer was not lowered in an enclosing scope (a compiler bug)")
                     })?;
                     let mut builder = Builder::before(ctx, op);
-                    self.transport
-                        .emit_wait_completion(ctx, &mut builder, endpoint, Some(slot));
+                    let size = builder.constant(ctx, slots);
+                    let end = builder.binary(ctx, BinaryOperator::Add, slot, size);
+                    self.transport.emit_wait_completion(
+                        ctx,
+                        &mut builder,
+                        endpoint,
+                        Some((slot, end)),
+                    );
                     self.erase.push(op);
                 }
                 "ab.fence" => {
@@ -427,9 +433,10 @@ impl Lowering<'_> {
             );
         }
         // A command is one WQE (or ring entry); its completion reports the index of its first
-        // slot, so that is what a wait on its token polls for.
+        // slot, so that is what a wait on its token polls for; once it is done, the slots up to
+        // its end are free again.
         self.tokens
-            .insert(op.deref(ctx).get_result(0), (endpoint, slot));
+            .insert(op.deref(ctx).get_result(0), (endpoint, slot, slots));
         self.erase.push(op);
         Ok(slots)
     }
@@ -562,15 +569,18 @@ pub fn emit_reserve_op<T: aboleth_ir::pliron::op::Op>(
     op.deref(ctx).get_result(0)
 }
 
-/// Emits a completion wait op `T` for the command at `slot`, or for everything when `None`.
+/// Emits a completion wait op `T` for the command at `(slot, end)` (its first slot and the slot
+/// after it), or for everything when `None`.
 pub fn emit_wait_completion_op<T: aboleth_ir::pliron::op::Op>(
     ctx: &mut Context,
     builder: &mut Builder,
     endpoint: Value,
-    slot: Option<Value>,
+    slot: Option<(Value, Value)>,
 ) {
     let mut operands = vec![endpoint];
-    operands.extend(slot);
+    if let Some((slot, end)) = slot {
+        operands.extend([slot, end]);
+    }
     builder.create::<T>(ctx, vec![], operands);
 }
 

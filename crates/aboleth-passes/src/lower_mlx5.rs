@@ -99,7 +99,7 @@ impl QueueTransport for Mlx5Transport {
         ctx: &mut Context,
         builder: &mut Builder,
         endpoint: Value,
-        slot: Option<Value>,
+        slot: Option<(Value, Value)>,
     ) {
         emit_wait_completion_op::<Mlx5WaitCompletionOp>(ctx, builder, endpoint, slot);
     }

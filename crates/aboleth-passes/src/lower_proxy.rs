@@ -77,7 +77,8 @@ impl QueueTransport for ProxyTransport {
         } else {
             // Keep the shared protocol's publication counter in step (a plain store, no wait):
             // a later kernel may post to this ring with that protocol.
-            let publish = builder.create::<ProxyPublishOp>(ctx, vec![], vec![endpoint, base, count]);
+            let publish =
+                builder.create::<ProxyPublishOp>(ctx, vec![], vec![endpoint, base, count]);
             attrs::set_bool(ctx, publish, "owner_only", true);
         }
         let doorbell = builder.create::<ProxyDoorbellOp>(ctx, vec![], vec![endpoint, end]);
@@ -90,7 +91,7 @@ impl QueueTransport for ProxyTransport {
         ctx: &mut Context,
         builder: &mut Builder,
         endpoint: Value,
-        slot: Option<Value>,
+        slot: Option<(Value, Value)>,
     ) {
         emit_wait_completion_op::<ProxyWaitCompletionOp>(ctx, builder, endpoint, slot);
     }

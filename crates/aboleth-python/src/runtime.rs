@@ -476,6 +476,11 @@ impl PyWorld {
         lock(&self.inner).check_waits().map_err(runtime_error)
     }
 
+    /// Forgets the waits that gave up and the abort they requested (no kernel may be running).
+    fn clear_waits(&self) {
+        lock(&self.inner).clear_waits();
+    }
+
     /// RuntimeError if the proxy thread stopped a ring, with each ring's reason.
     fn check_proxy(&self) -> PyResult<()> {
         lock(&self.inner).check_proxy().map_err(runtime_error)

@@ -10,8 +10,8 @@
 //! Layout: a 64-byte header, then `capacity_records` 64-byte records.
 //! - header: `failure_counter` u64 @0 (GPU waits `atomicAdd` 1 to claim a slot; counts every
 //!   failure, also those past the capacity), `capacity_records` u32 @8, reserved u32 @12,
-//!   `abort_requested` u64 @16 (the host sets it nonzero to make every bounded wait give up at
-//!   once, after a first failure), 40 reserved bytes @24;
+//!   `abort_requested` u64 @16 (nonzero makes every bounded wait give up at once: the first
+//!   generated wait that gives up sets it, and the host may), 40 reserved bytes @24;
 //! - record: `sequence` u64 @0 (slot + 1, stored last with release; 0 = not yet written),
 //!   `flag_address` @8, `expected_value` @16, `observed_value` @24 (the last value loaded),
 //!   `waited_nanoseconds` @32 (`%globaltimer` difference), `rank` u32 @40 (the waiting rank),
@@ -240,10 +240,11 @@ impl WaitFailureLog {
         self.word(ABORT_REQUESTED_WORD).load(Ordering::Acquire) != 0
     }
 
-    /// Empties the log (between runs; no GPU may be waiting on it).
+    /// Empties the log and clears `abort_requested` (between runs; no GPU may be waiting on
+    /// it). The capacity and the timeout stay.
     pub fn clear(&self) {
         for index in 0..wait_failure_log_bytes(self.capacity_records) / 8 {
-            if index != CAPACITY_WORD {
+            if index != CAPACITY_WORD && index != TIMEOUT_NANOSECONDS_WORD {
                 self.word(index).store(0, Ordering::Relaxed);
             }
         }
@@ -345,8 +346,14 @@ mod tests {
             records[0].describe(),
             "rank 1 (block 0, thread 0, wait site 4) waited 2000.000 ms for the flag at 0x7f0000001008, written by rank 0, to become >= 3 but last saw 2"
         );
-        // A claimed slot whose sequence is not yet written is not read.
+        // A claimed slot whose sequence is not yet written is not read. Clearing keeps the
+        // timeout (a cleared bound would make every later wait unbounded).
+        log.set_timeout_nanoseconds(200_000_000);
         log.clear();
+        assert_eq!(
+            log.word(TIMEOUT_NANOSECONDS_WORD).load(Ordering::Relaxed),
+            200_000_000
+        );
         log.word(FAILURE_COUNTER_WORD).store(1, Ordering::Relaxed);
         assert!(log.records().is_empty());
         assert_eq!(log.capacity_records(), 2);

@@ -785,6 +785,13 @@ impl World {
         self.wait_failure_log.records()
     }
 
+    /// Forgets the GPU waits that gave up and clears `abort_requested` (which the first of
+    /// them set, making every later bounded wait of this rank give up at once). Call it after
+    /// handling a failure, when no kernel of this World is running.
+    pub fn clear_waits(&self) {
+        self.wait_failure_log.clear();
+    }
+
     /// Fails if a GPU wait gave up, describing the first one.
     pub fn check_waits(&self) -> RuntimeResult<()> {
         let count = self.wait_failure_log.failure_count();

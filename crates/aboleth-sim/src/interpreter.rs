@@ -415,10 +415,11 @@ struct Thread {
     clock_nanoseconds: u64,
     /// Puts posted on each endpoint (by peer) since this program's last signal there.
     unsignaled_puts: BTreeMap<u32, Vec<Rc<PutRecord>>>,
-    /// The last slot this program posted with a completion requested, per queue (by peer):
-    /// what a drain waits for. Commands posted after it without a completion are not covered,
-    /// so a drain relies on the compiler having requested one on its endpoint's last transfer.
-    last_completion_slot: BTreeMap<u32, u64>,
+    /// The last command this program posted with a completion requested, per queue (by peer):
+    /// its first slot (what a drain waits for) and the slot after it (what the drain frees).
+    /// Commands posted after it without a completion are not covered, so a drain relies on the
+    /// compiler having requested one on its endpoint's last transfer.
+    last_completion_slot: BTreeMap<u32, (u64, u64)>,
     /// A non-atomic reservation between its load and its store.
     reservation_loaded: Option<u64>,
     /// Waits passed so far in this launch.
@@ -499,6 +500,7 @@ const MANAGEMENT_RESERVED_HEAD: usize = core::mem::offset_of!(Mlx5QueueManagemen
 const MANAGEMENT_READY_HEAD: usize = core::mem::offset_of!(Mlx5QueueManagement, ready_head);
 const MANAGEMENT_PRODUCER_INDEX: usize = core::mem::offset_of!(Mlx5QueueManagement, producer_index);
 const MANAGEMENT_POST_SEND_LOCK: usize = core::mem::offset_of!(Mlx5QueueManagement, post_send_lock);
+const MANAGEMENT_CONSUMER_INDEX: usize = core::mem::offset_of!(Mlx5QueueManagement, consumer_index);
 
 impl<'k> World<'k> {
     fn new(
@@ -2059,10 +2061,13 @@ impl<'k> World<'k> {
             }
             InstructionKind::WaitCompletion { endpoint, slot } => {
                 let (peer, handle) = self.endpoint(thread, *endpoint)?;
-                let slot = match slot {
-                    Some(register) => self.integer(thread, *register)? as u64,
+                let (slot, end) = match slot {
+                    Some((first, end)) => (
+                        self.integer(thread, *first)? as u64,
+                        self.integer(thread, *end)? as u64,
+                    ),
                     None => match self.threads[thread].last_completion_slot.get(&peer) {
-                        Some(slot) => *slot,
+                        Some(command) => *command,
                         None => return Ok(Step::Continue),
                     },
                 };
@@ -2103,6 +2108,15 @@ impl<'k> World<'k> {
                     _ => (rank, handle.proxy_ring_address),
                 };
                 let completed_at = self.write_times.get(&key).copied().unwrap_or(0);
+                if self.kernel.target == Target::Mlx5 {
+                    // As the generated code does: the completed command's slots are free again.
+                    self.atomic_update(
+                        thread,
+                        rank,
+                        Self::mlx5_consumer_address(&handle),
+                        |old| old.max(end),
+                    )?;
+                }
                 let state = &mut self.threads[thread];
                 state.clock_nanoseconds = state.clock_nanoseconds.max(completed_at);
                 return Ok(Step::Effect);
@@ -2316,7 +2330,7 @@ impl<'k> World<'k> {
             );
             self.store_buffers[thread].absorb(buffer);
             let puts = std::mem::take(&mut self.threads[lane].unsignaled_puts);
-            let slots = std::mem::take(&mut self.threads[lane].last_completion_slot);
+            let completions = std::mem::take(&mut self.threads[lane].last_completion_slot);
             let clock = self.threads[lane].clock_nanoseconds;
             let state = &mut self.threads[thread];
             for (peer, records) in puts {
@@ -2326,9 +2340,9 @@ impl<'k> World<'k> {
                     .or_default()
                     .extend(records);
             }
-            for (peer, slot) in slots {
-                let entry = state.last_completion_slot.entry(peer).or_insert(slot);
-                *entry = (*entry).max(slot);
+            for (peer, command) in completions {
+                let entry = state.last_completion_slot.entry(peer).or_insert(command);
+                *entry = (*entry).max(command);
             }
             state.clock_nanoseconds = state.clock_nanoseconds.max(clock);
         }
@@ -2370,6 +2384,55 @@ impl<'k> World<'k> {
         ))
     }
 
+    /// The management word where the generated code keeps the first send-ring block not yet
+    /// known to be free.
+    fn mlx5_consumer_address(handle: &EndpointHandle) -> u64 {
+        handle.management_address + management_offset(MANAGEMENT_CONSUMER_INDEX)
+    }
+
+    /// What the generated reservation does when the ring looks full: it polls the queue's
+    /// collapsed CQ and, if the CQE there reports a WQE at or past the consumer index, frees
+    /// through that WQE's first block (RC completions are cumulative; its size is not in the
+    /// CQE). Returns the consumer index. Periodic completions
+    /// ([`aboleth_abi::mlx5::periodic_completion`]) guarantee such a CQE comes.
+    fn reclaim_mlx5_ring(
+        &mut self,
+        thread: usize,
+        rank: u32,
+        peer: u32,
+        handle: &EndpointHandle,
+    ) -> Result<u64, SimulationError> {
+        let consumer_address = Self::mlx5_consumer_address(handle);
+        let consumer = self
+            .memory
+            .read_u64(rank, consumer_address)
+            .map_err(|e| SimulationError::Nic(e.to_string()))?;
+        let cqe = self
+            .memory
+            .read(rank, handle.cq_buffer_address + 60, 4)
+            .map_err(|e| SimulationError::Nic(e.to_string()))?;
+        let opcode = cqe[3] >> 4;
+        if opcode == aboleth_abi::mlx5::cqe::CQE_OPCODE_REQ_ERR
+            || opcode == aboleth_abi::mlx5::cqe::CQE_OPCODE_RESP_ERR
+        {
+            return Err(SimulationError::Nic(format!(
+                "rank {rank} program {}: its QP to rank {peer} holds an error completion (the reservation's ring reclamation found it)",
+                self.threads[thread].program
+            )));
+        }
+        if opcode == aboleth_abi::mlx5::cqe::CQE_OPCODE_INVALID {
+            return Ok(consumer);
+        }
+        let counter = u16::from_be_bytes([cqe[0], cqe[1]]);
+        let ahead = counter.wrapping_sub(consumer as u16);
+        if ahead >= 0x8000 {
+            return Ok(consumer);
+        }
+        let freed = consumer + u64::from(ahead) + 1;
+        self.atomic_update(thread, rank, consumer_address, |old| old.max(freed))?;
+        Ok(freed.max(consumer))
+    }
+
     fn ready_counter_address(&self, handle: &EndpointHandle) -> u64 {
         match self.kernel.target {
             Target::Mlx5 => handle.management_address + management_offset(MANAGEMENT_READY_HEAD),
@@ -2390,17 +2453,15 @@ impl<'k> World<'k> {
         let (peer, handle) = self.endpoint(thread, endpoint)?;
         let slots = self.integer(thread, slots)? as u64;
         let (counter, capacity, consumed) = match self.kernel.target {
-            Target::Mlx5 => {
-                let status = self
-                    .nic
-                    .queue_pair_status(rank, handle.qpn)
-                    .map_err(|e| SimulationError::Nic(e.to_string()))?;
-                (
-                    handle.management_address + management_offset(MANAGEMENT_RESERVED_HEAD),
-                    u64::from(handle.sq_wqe_basic_block_count),
-                    status.next_basic_block,
-                )
-            }
+            // What the generated code knows: the consumer index its completion waits advanced
+            // (see `reclaim_mlx5_ring` for when that is not enough).
+            Target::Mlx5 => (
+                handle.management_address + management_offset(MANAGEMENT_RESERVED_HEAD),
+                u64::from(handle.sq_wqe_basic_block_count),
+                self.memory
+                    .read_u64(rank, Self::mlx5_consumer_address(&handle))
+                    .map_err(|e| SimulationError::Nic(e.to_string()))?,
+            ),
             _ => (
                 handle.proxy_ring_address
                     + ProxyRingHeader::PRODUCER_RESERVATION_COUNTER_OFFSET_BYTES,
@@ -2423,8 +2484,22 @@ impl<'k> World<'k> {
             ));
         }
         let cost = self.options.cost_model.clone();
+        let head_now = if atomic {
+            self.memory.read_u64(rank, counter).unwrap_or(0)
+        } else {
+            self.threads[thread].reservation_loaded.map_or_else(
+                || self.load_i64(thread, rank, counter).map(|v| v as u64),
+                Ok,
+            )?
+        };
+        let consumed =
+            if self.kernel.target == Target::Mlx5 && head_now + slots > consumed + capacity {
+                self.reclaim_mlx5_ring(thread, rank, peer, &handle)?
+            } else {
+                consumed
+            };
         if atomic {
-            let head = self.memory.read_u64(rank, counter).unwrap_or(0);
+            let head = head_now;
             if head + slots > consumed + capacity {
                 return Ok(Step::Blocked(Block::Space { peer, site }));
             }
@@ -2485,6 +2560,18 @@ impl<'k> World<'k> {
     ) -> Result<(), SimulationError> {
         let rank = self.threads[thread].rank;
         let ring = u64::from(handle.sq_wqe_basic_block_count);
+        let blocks = basic_blocks.len() as u64;
+        // The generated code asks for a CQE on WQEs at ring-quarter boundaries too, so that a
+        // full ring can always be reclaimed.
+        let mut basic_blocks = basic_blocks.to_vec();
+        let completion =
+            if !completion && aboleth_abi::mlx5::periodic_completion(slot, blocks, ring) {
+                basic_blocks[0][11] |= WQE_CTRL_CQ_UPDATE;
+                self.counts.completions_requested += 1;
+                true
+            } else {
+                completion
+            };
         for (offset, block) in basic_blocks.iter().enumerate() {
             let index = (slot + offset as u64) % ring;
             self.store(
@@ -2507,31 +2594,31 @@ impl<'k> World<'k> {
                 slot,
             },
             peer,
-            completion,
+            completion.then_some(slot + blocks),
             posted,
         )?;
         Ok(())
     }
 
-    /// Records a posted command; a slot still holding an unexecuted command means two programs
+    /// Records a posted command (with the slot after it when it requests a completion); a slot still holding an unexecuted command means two programs
     /// took the same slots (a queue posted as if it had one owner when it has several).
     fn post(
         &mut self,
         thread: usize,
         key: CommandKey,
         peer: u32,
-        completion: bool,
+        completion_end: Option<u64>,
         posted: PostedCommand,
     ) -> Result<(), SimulationError> {
-        if completion {
-            // What a drain of this queue waits for.
-            self.threads[thread].last_completion_slot.insert(
-                peer,
-                match key {
-                    CommandKey::Mlx5 { slot, .. } => slot,
-                    CommandKey::Proxy { ticket, .. } => ticket,
-                },
-            );
+        if let Some(end) = completion_end {
+            // What a drain of this queue waits for, and frees.
+            let first = match key {
+                CommandKey::Mlx5 { slot, .. } => slot,
+                CommandKey::Proxy { ticket, .. } => ticket,
+            };
+            self.threads[thread]
+                .last_completion_slot
+                .insert(peer, (first, end));
         }
         if self.posted.contains_key(&key) {
             let (rank, slot) = match key {
@@ -2584,7 +2671,7 @@ impl<'k> World<'k> {
             thread,
             CommandKey::Proxy { rank, peer, ticket },
             peer,
-            completion,
+            completion.then_some(ticket + 1),
             posted,
         )?;
         Ok(())

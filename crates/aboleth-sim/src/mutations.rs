@@ -167,7 +167,7 @@ impl Mutation {
                     let is_token_wait = matches!(
                         name.as_str(),
                         "mlx5.wait_completion" | "proxy.wait_completion"
-                    ) && op.deref(ctx).get_num_operands() == 2;
+                    ) && op.deref(ctx).get_num_operands() > 1;
                     if is_token_wait {
                         Operation::erase(op, ctx);
                         changed = true;

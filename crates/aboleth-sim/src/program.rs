@@ -210,7 +210,8 @@ pub enum InstructionKind {
     /// `mlx5.wait_completion` / `proxy.wait_completion` (everything reserved when no slot).
     WaitCompletion {
         endpoint: Register,
-        slot: Option<Register>,
+        /// The command's first slot and the slot after it (a token wait), or none (a drain).
+        slot: Option<(Register, Register)>,
     },
     /// `p2p.copy`.
     P2pCopy {
@@ -548,8 +549,8 @@ impl KernelBuilder<'_> {
             },
             "mlx5.wait_completion" | "proxy.wait_completion" => InstructionKind::WaitCompletion {
                 endpoint: operand(self, 0)?,
-                slot: if operands.len() > 1 {
-                    Some(operand(self, 1)?)
+                slot: if operands.len() > 2 {
+                    Some((operand(self, 1)?, operand(self, 2)?))
                 } else {
                     None
                 },

@@ -47,6 +47,9 @@ pub struct ValidationOptions {
     pub grid: Option<String>,
     /// Only the kernel of this name (default: all).
     pub kernel: Option<String>,
+    /// mlx5 send-ring size per QP in 64-byte basic blocks (a power of two); small rings make
+    /// the generated ring reclamation run.
+    pub sq_basic_block_count: u32,
 }
 
 impl ValidationOptions {
@@ -63,6 +66,7 @@ impl ValidationOptions {
             step_limit: 2_000_000,
             grid: None,
             kernel: None,
+            sq_basic_block_count: SimulationOptions::new(2).sq_basic_block_count,
         }
     }
 }
@@ -282,6 +286,7 @@ fn validate_kernel(
             schedule_seed,
             data_seed: options.seed,
             step_limit: options.step_limit,
+            sq_basic_block_count: options.sq_basic_block_count,
             expected_observations: expected_observations.clone(),
             ..SimulationOptions::new(options.ranks)
         };

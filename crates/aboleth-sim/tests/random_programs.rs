@@ -12,6 +12,9 @@ use aboleth_sim::{
     validation::{ValidationOptions, validate},
 };
 
+/// The send ring of every other program (basic blocks): small enough that a launch wraps it.
+const SMALL_SEND_RING_BLOCKS: u32 = 64;
+
 fn environment_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -36,6 +39,11 @@ fn random_programs_validate_on_every_transport() {
             options.ranks = program.ranks;
             options.schedules = 20;
             options.seed = seed;
+            // Every other program on a small send ring: it wraps, and its space is reclaimed
+            // through CQEs, as the generated code does it.
+            if seed % 2 == 1 {
+                options.sq_basic_block_count = SMALL_SEND_RING_BLOCKS;
+            }
             let file = format!("generated-{seed}.abo");
             let validations = validate(&program.text, &file, &options).unwrap_or_else(|error| {
                 panic!(

@@ -59,6 +59,49 @@ fn every_example_validates_on_every_target() {
     }
 }
 
+/// On a 64-block send ring, four launches of every example wrap the ring several times; the
+/// generated code frees space only through completions it waits for, or that the reservation
+/// finds by polling the CQ (periodic completions guarantee one comes), so this fails if either
+/// is missing (the run deadlocks on ring space).
+#[test]
+fn small_send_rings_wrap_and_are_reclaimed_through_completions() {
+    for name in [
+        "alltoall",
+        "moe_dispatch",
+        "reuse_source",
+        "shared_queue",
+        "stream_put_signal_4",
+        "stream_put_signal_16",
+    ] {
+        let mut options = ValidationOptions::new(Target::Mlx5);
+        options.ranks = 3;
+        options.rounds = 4;
+        options.schedules = 5;
+        options.sq_basic_block_count = 64;
+        let validation = run(name, &options);
+        assert!(validation.passed(), "{name}: {:#?}", validation.failures);
+    }
+}
+
+/// A launch that fills a 16-block send ring three times over with no wait before its drain: it
+/// finishes only if the reservations reclaim space through the periodic completions.
+#[test]
+fn a_ring_filled_within_a_launch_is_reclaimed_through_periodic_completions() {
+    let path = format!(
+        "{}/tests/programs/ring_fills_within_a_launch.abo",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut options = ValidationOptions::new(Target::Mlx5);
+    options.ranks = 3;
+    options.rounds = 2;
+    options.schedules = 10;
+    options.sq_basic_block_count = 16;
+    for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
+        assert!(validation.passed(), "{:#?}", validation.failures);
+    }
+}
+
 /// Programs the random-program validation found miscompiled (now fixed): each must validate.
 #[test]
 fn regressions_found_by_random_programs_validate() {
@@ -120,7 +163,9 @@ fn executed_counts_of_the_sixteen_chain_stream_match_the_plan() {
         (on.reservations, on.doorbells, on.doorbell_record_updates),
         (2, 2, 2)
     );
-    assert_eq!((on.atomics, on.wqes, on.completions_requested), (0, 64, 2));
+    // One planned completion per rank, and one periodic one: each ring's first WQE starts at
+    // block 0, a ring-quarter boundary (aboleth_abi::mlx5::periodic_completion).
+    assert_eq!((on.atomics, on.wqes, on.completions_requested), (0, 64, 4));
     assert_eq!(on.inline_bytes, 2 * 16 * 64);
     let off = validation.passes_off.rounds[0].counts;
     assert_eq!(

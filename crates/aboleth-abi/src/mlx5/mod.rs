@@ -5,7 +5,8 @@
 //! Encoders serve the code generator (which emits the same bytes from GPU code) and the runtime;
 //! decoders serve the simulator, which reads back what a kernel wrote. This module only encodes
 //! bytes: it does not allocate queues, talk to a NIC or model NIC behaviour. RC requester
-//! operations only: no UD/DC address vectors, no receive queue, no UMR.
+//! operations only: no UD/DC address vectors, no receive queue, no UMR. One rule is shared
+//! beyond bytes: [`periodic_completion`], which WQEs request a CQE for ring reclamation.
 //!
 //! Constant names follow rdma-core's `MLX5_*` names without the prefix, so they can be grepped.
 
@@ -44,6 +45,25 @@ pub const OPCODE_ATOMIC_MASKED_FA: u8 = 0x15;
 /// `mlx5dv.h`.
 pub const OPCODE_DUMP: u8 = 0x23;
 
+/// Send-ring space is reclaimed only through CQEs, so a WQE asks for one (`CQ_UPDATE`) whenever
+/// it starts at or covers a multiple of a quarter of the ring, whatever the completion plan
+/// says: once a ring is full, at least three such WQEs are outstanding, and the reservation can
+/// free space by polling the CQ. This is the divisor (the ring size is a power of two).
+pub const PERIODIC_COMPLETION_RING_FRACTION: u64 = 4;
+
+/// Whether the WQE at basic block `first_basic_block` spanning `basic_blocks` blocks of a ring of
+/// `ring_basic_blocks` blocks must request a completion for ring reclamation (see
+/// [`PERIODIC_COMPLETION_RING_FRACTION`]). The generated code computes the same formula.
+pub fn periodic_completion(
+    first_basic_block: u64,
+    basic_blocks: u64,
+    ring_basic_blocks: u64,
+) -> bool {
+    let quarter = (ring_basic_blocks / PERIODIC_COMPLETION_RING_FRACTION).max(1);
+    let within = first_basic_block % quarter;
+    within == 0 || within + basic_blocks > quarter
+}
+
 /// `fm_ce_se` bit: always generate a CQE for this WQE (`MLX5_WQE_CTRL_CQ_UPDATE`, ce = 2).
 pub const WQE_CTRL_CQ_UPDATE: u8 = 0x08;
 /// `fm_ce_se` bit: solicited event (`MLX5_WQE_CTRL_SOLICITED`).
@@ -76,3 +96,26 @@ pub const SND_DBR: usize = 1;
 pub use cqe::*;
 pub use doorbell::*;
 pub use wqe::*;
+
+#[cfg(test)]
+mod tests {
+    use super::periodic_completion;
+
+    #[test]
+    fn a_wqe_starting_at_or_covering_a_quarter_boundary_requests_a_completion() {
+        // A 64-block ring: quarters of 16 blocks.
+        assert!(periodic_completion(0, 1, 64));
+        assert!(periodic_completion(16, 1, 64));
+        assert!(!periodic_completion(1, 1, 64));
+        assert!(!periodic_completion(15 - 1, 2, 64));
+        assert!(periodic_completion(15, 2, 64)); // covers block 16
+        assert!(!periodic_completion(17, 4, 64));
+        // Every run of 16 consecutive one-block WQEs holds exactly one.
+        assert_eq!(
+            (100..116)
+                .filter(|s| periodic_completion(*s, 1, 64))
+                .count(),
+            1
+        );
+    }
+}
