@@ -127,8 +127,9 @@ pub struct EndpointHandle {
     pub reserved_1: u32,
     /// This rank's wait-failure log ([`crate::wait_failure`]): where bounded waits report.
     pub wait_failure_log_address: u64,
-    /// Zero; room for EFA/Ionic fields.
-    pub reserved_2: [u8; 8],
+    /// mlx5: this rank's [`crate::mlx5::receive::Mlx5ReceiveContext`] (the same in every handle
+    /// of the rank), where write-with-immediate signals arrive; 0 when there is none.
+    pub receive_context_address: u64,
 }
 wire_layout!(EndpointHandle, 128, {
     transport: u32 = 0, peer_rank: u32 = 4, local_rank: u32 = 8, flags: u32 = 12,
@@ -137,7 +138,7 @@ wire_layout!(EndpointHandle, 128, {
     cqe_count: u32 = 56, cq_collapsed: u32 = 60, management_address: u64 = 64,
     proxy_ring_address: u64 = 72, proxy_ring_capacity_entries: u32 = 80, reserved_0: u32 = 84,
     peer_base_delta: i64 = 88, atomic_result_address: u64 = 96, atomic_result_lkey: u32 = 104,
-    reserved_1: u32 = 108, wait_failure_log_address: u64 = 112, reserved_2: [u8; 8] = 120,
+    reserved_1: u32 = 108, wait_failure_log_address: u64 = 112, receive_context_address: u64 = 120,
 });
 
 /// Why an endpoint handle is unusable.

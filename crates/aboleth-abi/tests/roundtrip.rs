@@ -278,7 +278,7 @@ proptest! {
             proxy_ring_capacity_entries: small[8], reserved_0: small[9],
             peer_base_delta: words[9] as i64, atomic_result_address: words[1] ^ words[2],
             atomic_result_lkey: small[10], reserved_1: small[11], wait_failure_log_address: words[0] ^ words[3],
-            reserved_2: [small[10] as u8; 8],
+            receive_context_address: words[4] ^ words[6],
         };
         prop_assert_eq!(EndpointHandle::from_bytes(&handle.to_bytes()), handle);
     }

@@ -927,9 +927,9 @@ impl Nic {
         };
         let owner_of = |cqe: &DecodedCqe| match *cqe {
             DecodedCqe::Invalid { .. } => None,
-            DecodedCqe::Requester { owner, .. } | DecodedCqe::RequesterError { owner, .. } => {
-                Some(owner)
-            }
+            DecodedCqe::Requester { owner, .. }
+            | DecodedCqe::RequesterError { owner, .. }
+            | DecodedCqe::ResponderWriteImmediate { owner, .. } => Some(owner),
         };
         let mut newest = read_cqe(0)?;
         if !queue_pair.config.cq_collapsed
@@ -945,6 +945,17 @@ impl Nic {
         }
         Ok(match newest {
             DecodedCqe::Invalid { .. } => CqPollResult::Pending,
+            // Responder CQEs go to the receive CQ, never to a send CQ.
+            DecodedCqe::ResponderWriteImmediate { .. } => {
+                return Err(NicError::CorruptCqe {
+                    rank,
+                    qpn,
+                    slot: 0,
+                    source: aboleth_abi::mlx5::cqe::CqeDecodeError::UnsupportedOpcode {
+                        opcode: aboleth_abi::mlx5::cqe::CQE_OPCODE_RESP_WR_IMM,
+                    },
+                });
+            }
             DecodedCqe::Requester { completion, .. } => {
                 if counter_at_or_after(completion.wqe_counter, wqe_index) {
                     CqPollResult::Completed

@@ -2,8 +2,9 @@
 //! for requester (send-side) CQEs as the simulated NIC writes them, the software ownership rule,
 //! and a decoder.
 //!
-//! Only requester CQEs are built and decoded (Aboleth posts no receives). 128-byte CQEs, CQE
-//! compression (mini CQEs) and responder fields are out of scope; the decoder rejects compressed
+//! Requester CQEs, and the responder CQE of an RDMA write with immediate (write-with-immediate
+//! signals, see [`super::receive`]), are built and decoded. 128-byte CQEs, CQE compression
+//! (mini CQEs) and other responder CQEs are out of scope; the decoder rejects compressed
 //! formats. The owner bit is the parity of the ring lap; a collapsed CQ (NVSHMEM's, one slot)
 //! is polled by `wqe_counter` instead and ignores it.
 
@@ -11,6 +12,8 @@ use crate::wire::{Be16, Be32, Be64, wire_layout};
 
 /// CQE opcode (op_own `[7:4]`): requester completion.
 pub const CQE_OPCODE_REQ: u8 = 0;
+/// CQE opcode: responder completion of an RDMA write with immediate (a receive was consumed).
+pub const CQE_OPCODE_RESP_WR_IMM: u8 = 1;
 /// CQE opcode: requester error; the error view applies.
 pub const CQE_OPCODE_REQ_ERR: u8 = 13;
 /// CQE opcode: responder error.
@@ -175,6 +178,26 @@ impl Cqe64 {
     }
 }
 
+impl Cqe64 {
+    /// The responder CQE of an RDMA write with immediate: the receiving QP, the index of the
+    /// receive WQE it consumed, the bytes written and the immediate (host value).
+    pub fn responder_write_immediate(
+        qpn: u32,
+        receive_wqe_counter: u16,
+        byte_count: u32,
+        immediate: u32,
+        owner: bool,
+    ) -> Self {
+        let mut cqe = Self::from_bytes(&[0u8; 64]);
+        cqe.imm_inval_pkey = Be32::new(immediate);
+        cqe.byte_cnt = Be32::new(byte_count);
+        cqe.sop_drop_qpn = Be32::new(qpn & 0x00ff_ffff);
+        cqe.wqe_counter = Be16::new(receive_wqe_counter);
+        cqe.op_own = op_own(CQE_OPCODE_RESP_WR_IMM, owner);
+        cqe
+    }
+}
+
 impl ErrorCqe64 {
     /// A requester error CQE (opcode REQ_ERR) with the given owner bit.
     pub fn requester_error(
@@ -220,6 +243,19 @@ pub enum DecodedCqe {
         completion: RequesterCompletion,
         /// `byte_cnt`.
         byte_count: u32,
+        /// Owner bit.
+        owner: bool,
+    },
+    /// Responder completion of an RDMA write with immediate.
+    ResponderWriteImmediate {
+        /// The receiving QP.
+        qpn: u32,
+        /// Index of the receive WQE consumed.
+        receive_wqe_counter: u16,
+        /// Bytes written.
+        byte_count: u32,
+        /// The immediate (host value).
+        immediate: u32,
         /// Owner bit.
         owner: bool,
     },
@@ -272,6 +308,13 @@ pub fn decode_cqe(bytes: &[u8; 64]) -> Result<DecodedCqe, CqeDecodeError> {
         CQE_OPCODE_REQ => Ok(DecodedCqe::Requester {
             completion: completion_of(cqe.sop_drop_qpn, cqe.wqe_counter),
             byte_count: cqe.byte_cnt.get(),
+            owner,
+        }),
+        CQE_OPCODE_RESP_WR_IMM => Ok(DecodedCqe::ResponderWriteImmediate {
+            qpn: cqe.sop_drop_qpn.get() & 0x00ff_ffff,
+            receive_wqe_counter: cqe.wqe_counter.get(),
+            byte_count: cqe.byte_cnt.get(),
+            immediate: cqe.imm_inval_pkey.get(),
             owner,
         }),
         CQE_OPCODE_REQ_ERR => {

@@ -12,6 +12,7 @@
 
 pub mod cqe;
 pub mod doorbell;
+pub mod receive;
 pub mod wqe;
 
 /// Size of one WQE basic block (WQEBB), the unit of the send ring (`MLX5_SEND_WQE_BB`).
