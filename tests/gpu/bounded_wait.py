@@ -57,7 +57,7 @@ def wait_four_times_for_nobody(endpoints, my_flags, epoch, RANK: tl.constexpr, R
 def main() -> int:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "/tmp")
     local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())  # ranks may share a GPU
     boot = aboleth.TcpStoreBootstrap.from_env()
     n = boot.world_size
     report = {"rank": boot.rank, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

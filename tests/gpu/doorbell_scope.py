@@ -135,7 +135,7 @@ def run_trip(world: Any, boot: Any, n: int, trips: int, variant: str) -> Dict[st
 def main() -> int:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "/tmp")
     local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())  # ranks may share a GPU
     boot = aboleth.TcpStoreBootstrap.from_env()
     n = boot.world_size
     transport = os.environ.get("ABOLETH_TRANSPORT", "proxy")

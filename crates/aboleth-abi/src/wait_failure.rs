@@ -48,6 +48,20 @@ impl WaitFailureLogHeader {
         core::mem::offset_of!(Self, timeout_nanoseconds) as u64;
 }
 
+/// `WaitFailureRecord::comparison`: a flag (`flag_address`) had to become >= `expected_value`.
+pub const WAIT_KIND_FLAG_AT_LEAST: u32 = 0;
+/// Free slots in the queue to `peer_rank`: its consumer position (at `flag_address`) had to
+/// reach `expected_value`; only completions advance it.
+pub const WAIT_KIND_QUEUE_SPACE: u32 = 1;
+/// A completion on the queue to `peer_rank`: the completion word or counter at `flag_address`
+/// had to reach `expected_value`.
+pub const WAIT_KIND_COMPLETION: u32 = 2;
+/// The turn to publish on a shared queue to `peer_rank`: its publication counter (at
+/// `flag_address`) had to equal `expected_value`, the first slot of this program's batch.
+pub const WAIT_KIND_PUBLICATION_TURN: u32 = 3;
+/// The post lock at `flag_address` of a shared queue to `peer_rank` had to be free.
+pub const WAIT_KIND_POST_LOCK: u32 = 4;
+
 /// One failed wait (64 B).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,7 +82,7 @@ pub struct WaitFailureRecord {
     pub peer_rank: u32,
     /// The compiler's index of the wait in the kernel (its source line is in the plan summary).
     pub site_id: u32,
-    /// 0: flag >= expected.
+    /// What was waited for: a `WAIT_KIND_*` code.
     pub comparison: u32,
     /// The program (block index x).
     pub program_id: u32,

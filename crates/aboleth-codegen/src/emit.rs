@@ -928,25 +928,9 @@ impl Generator<'_> {
         } else {
             "ld.volatile.global.u64 $0, [$1];"
         };
-        let bound = self.wait_log.clone().map(|(log, rank)| {
-            let site = self.wait_sites.len();
-            let diagnostic = aboleth_ir::Diagnostic::at_op(self.ctx, op, "");
-            self.wait_sites.push(diagnostic.line);
-            (log, rank, site)
-        });
-        let timing = match &bound {
-            Some((log, _, _)) => {
-                let timeout = self.load_field(
-                    log,
-                    aboleth_abi::WaitFailureLogHeader::TIMEOUT_NANOSECONDS_OFFSET_BYTES,
-                    64,
-                );
-                let dummy = self.constant_i64(0);
-                let start = self.globaltimer(&dummy);
-                Some((timeout, start))
-            }
-            None => None,
-        };
+        let bound = self.wait_bound(op);
+        let flag_address = self.use_as(self.operand(op, 0), "i64")?;
+        let unknown_peer = self.assign("ab_peer", "arith.constant -1 : i32".to_string());
         // Every thread polls the same word: no election, no broadcast needed.
         self.emit("scf.while : () -> () {".into());
         let seen = self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"));
@@ -954,76 +938,119 @@ impl Generator<'_> {
             "ab_waiting",
             format!("arith.cmpi slt, {seen}, {expected} : i64"),
         );
-        if let (Some((log, rank, site)), Some((timeout, start))) = (bound, timing) {
-            // Bounded (ABOLETH_WAIT_TIMEOUT_MS, 0: forever): past the bound, each thread that
-            // gives up counts itself and records the flag, the value waited for and the value
-            // seen in the wait-failure log (while records fit), and exits; the host raises it
-            // (World.check_waits()). Every thread records, so none can vanish unreported.
-            let now = self.globaltimer(&seen);
-            let elapsed = self.binary_i64("arith.subi", &now, &start);
-            let zero = self.constant_i64(0);
-            let bounded = self.assign(
-                "ab_bounded",
-                format!("arith.cmpi ne, {timeout}, {zero} : i64"),
+        if let Some(bound) = &bound {
+            self.give_up_if_overdue(
+                bound,
+                &WaitReport {
+                    waiting: waiting.clone(),
+                    address: flag_address,
+                    expected: expected.clone(),
+                    seen,
+                    peer: unknown_peer,
+                    kind: aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_LEAST,
+                },
             );
-            let over = self.assign(
-                "ab_over",
-                format!("arith.cmpi sgt, {elapsed}, {timeout} : i64"),
-            );
-            let late = self.assign("ab_late", format!("arith.andi {over}, {bounded} : i1"));
-            // The log's `abort_requested` (host memory: read only once the wait is long): set
-            // by the first wait of this rank that gave up, or by the host, it makes every other
-            // wait give up at once instead of after its own bound.
-            let patience = self.constant_i64(ABORT_POLL_AFTER_NANOSECONDS);
-            let long = self.assign(
-                "ab_long",
-                format!("arith.cmpi sgt, {elapsed}, {patience} : i64"),
-            );
-            let abort_word = self.offset_address(
-                &log,
-                aboleth_abi::WaitFailureLogHeader::ABORT_REQUESTED_OFFSET_BYTES,
-            );
-            let abort = self.fresh("ab_abort");
-            self.emit(format!("{abort} = scf.if {long} -> (i64) {{"));
-            let read = self.assign("ab_abort_read", format!("tt.elementwise_inline_asm \"ld.relaxed.sys.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {abort_word} : i64 -> i64"));
-            self.emit(format!("scf.yield {read} : i64"));
-            self.emit("} else {".into());
-            self.emit(format!("scf.yield {zero} : i64"));
-            self.emit("}".into());
-            let aborted = self.assign(
-                "ab_aborted",
-                format!("arith.cmpi ne, {abort}, {zero} : i64"),
-            );
-            let gives_up = self.assign("ab_gives_up", format!("arith.ori {late}, {aborted} : i1"));
-            let expired = self.assign(
-                "ab_expired",
-                format!("arith.andi {gives_up}, {waiting} : i1"),
-            );
-            self.emit(format!("scf.if {expired} {{"));
-            let site_value = self.constant_i64(site as i64);
-            let flag_address = self.use_as(self.operand(op, 0), "i64")?;
-            let record = "{ .reg .pred %ab_leader, %ab_fits, %ab_write; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_slot, 0; atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; and.pred %ab_write, %ab_leader, %ab_fits; or.pred %ab_write, %ab_fits, %ab_fits; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_write st.global.u64 [%ab_rec+8], $2; @%ab_write st.global.u64 [%ab_rec+16], $3; @%ab_write st.global.u64 [%ab_rec+24], $4; @%ab_write st.global.u64 [%ab_rec+32], $5; @%ab_write st.global.u32 [%ab_rec+40], $6; @%ab_write st.global.u32 [%ab_rec+44], -1; @%ab_write st.global.u32 [%ab_rec+48], $7; @%ab_write st.global.u32 [%ab_rec+52], 0; @%ab_write st.global.u32 [%ab_rec+56], %ab_cta; @%ab_write st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_write st.release.sys.global.u64 [%ab_rec], %ab_seq; st.relaxed.sys.global.u64 [$1+16], 1; exit; mov.u32 $0, 0; }";
-            let rank32 = self.assign("ab_rank", format!("arith.trunci {rank} : i64 to i32"));
-            let site32 = self.assign("ab_site", format!("arith.trunci {site_value} : i64 to i32"));
-            self.asm(
-                record,
-                &[
-                    (&log, "i64", 'l'),
-                    (&flag_address, "i64", 'l'),
-                    (&expected, "i64", 'l'),
-                    (&seen, "i64", 'l'),
-                    (&elapsed, "i64", 'l'),
-                    (&rank32, "i32", 'r'),
-                    (&site32, "i32", 'r'),
-                ],
-            );
-            self.emit("}".into());
         }
         self.emit(format!("scf.condition({waiting})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
         self.emit("}".into());
         Ok(())
+    }
+
+    /// Before a wait's loop: its site (for the plan summary's source line), the bound read from
+    /// the wait-failure log and the start time. `None` when no endpoint handle gave the log yet
+    /// (the wait is then unbounded).
+    fn wait_bound(&mut self, op: Ptr<Operation>) -> Option<WaitBound> {
+        let (log, rank) = self.wait_log.clone()?;
+        let site = self.wait_sites.len();
+        let diagnostic = aboleth_ir::Diagnostic::at_op(self.ctx, op, "");
+        self.wait_sites.push(diagnostic.line);
+        let timeout = self.load_field(
+            &log,
+            aboleth_abi::WaitFailureLogHeader::TIMEOUT_NANOSECONDS_OFFSET_BYTES,
+            64,
+        );
+        let dummy = self.constant_i64(0);
+        let start = self.globaltimer(&dummy);
+        Some(WaitBound {
+            log,
+            rank,
+            site,
+            timeout,
+            start,
+        })
+    }
+
+    /// Inside a wait's loop: past the bound (ABOLETH_WAIT_TIMEOUT_MS, 0: forever), or once the
+    /// log's `abort_requested` is set, a thread still waiting counts itself, records what it
+    /// waited for in the wait-failure log (while records fit), sets `abort_requested` so every
+    /// other wait of the rank gives up at once, and exits; the host raises it
+    /// (`World.check_waits()`). Every waiting thread records, so none can vanish unreported; a
+    /// thread that exits counts as arrived at later barriers (PTX `exit`).
+    fn give_up_if_overdue(&mut self, bound: &WaitBound, report: &WaitReport) {
+        let now = self.globaltimer(&report.seen);
+        let elapsed = self.binary_i64("arith.subi", &now, &bound.start);
+        let zero = self.constant_i64(0);
+        let bounded = self.assign(
+            "ab_bounded",
+            format!("arith.cmpi ne, {}, {zero} : i64", bound.timeout),
+        );
+        let over = self.assign(
+            "ab_over",
+            format!("arith.cmpi sgt, {elapsed}, {} : i64", bound.timeout),
+        );
+        let late = self.assign("ab_late", format!("arith.andi {over}, {bounded} : i1"));
+        // `abort_requested` is host memory: read only once the wait is long.
+        let patience = self.constant_i64(ABORT_POLL_AFTER_NANOSECONDS);
+        let long = self.assign(
+            "ab_long",
+            format!("arith.cmpi sgt, {elapsed}, {patience} : i64"),
+        );
+        let abort_word = self.offset_address(
+            &bound.log,
+            aboleth_abi::WaitFailureLogHeader::ABORT_REQUESTED_OFFSET_BYTES,
+        );
+        let abort = self.fresh("ab_abort");
+        self.emit(format!("{abort} = scf.if {long} -> (i64) {{"));
+        let read = self.assign("ab_abort_read", format!("tt.elementwise_inline_asm \"ld.relaxed.sys.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {abort_word} : i64 -> i64"));
+        self.emit(format!("scf.yield {read} : i64"));
+        self.emit("} else {".into());
+        self.emit(format!("scf.yield {zero} : i64"));
+        self.emit("}".into());
+        let aborted = self.assign(
+            "ab_aborted",
+            format!("arith.cmpi ne, {abort}, {zero} : i64"),
+        );
+        let gives_up = self.assign("ab_gives_up", format!("arith.ori {late}, {aborted} : i1"));
+        let expired = self.assign(
+            "ab_expired",
+            format!("arith.andi {gives_up}, {} : i1", report.waiting),
+        );
+        self.emit(format!("scf.if {expired} {{"));
+        let site_value = self.constant_i64(bound.site as i64);
+        let record = "{ .reg .pred %ab_fits; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_fits st.global.u64 [%ab_rec+8], $2; @%ab_fits st.global.u64 [%ab_rec+16], $3; @%ab_fits st.global.u64 [%ab_rec+24], $4; @%ab_fits st.global.u64 [%ab_rec+32], $5; @%ab_fits st.global.u32 [%ab_rec+40], $6; @%ab_fits st.global.u32 [%ab_rec+44], $8; @%ab_fits st.global.u32 [%ab_rec+48], $7; @%ab_fits st.global.u32 [%ab_rec+52], $9; @%ab_fits st.global.u32 [%ab_rec+56], %ab_cta; @%ab_fits st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_fits st.release.sys.global.u64 [%ab_rec], %ab_seq; st.relaxed.sys.global.u64 [$1+16], 1; exit; mov.u32 $0, 0; }";
+        let rank32 = self.assign(
+            "ab_rank",
+            format!("arith.trunci {} : i64 to i32", bound.rank),
+        );
+        let site32 = self.assign("ab_site", format!("arith.trunci {site_value} : i64 to i32"));
+        let kind32 = self.assign("ab_kind", format!("arith.constant {} : i32", report.kind));
+        self.asm(
+            record,
+            &[
+                (&bound.log, "i64", 'l'),
+                (&report.address, "i64", 'l'),
+                (&report.expected, "i64", 'l'),
+                (&report.seen, "i64", 'l'),
+                (&elapsed, "i64", 'l'),
+                (&rank32, "i32", 'r'),
+                (&site32, "i32", 'r'),
+                (&report.peer, "i32", 'r'),
+                (&kind32, "i32", 'r'),
+            ],
+        );
+        self.emit("}".into());
     }
 
     /// `%globaltimer` (nanoseconds), read after `after` (a data dependency keeps it in place).
@@ -1086,8 +1113,39 @@ impl Generator<'_> {
         address: &str,
         otherwise: &str,
         keep_waiting: impl Fn(&mut Self, &str) -> String,
+        overdue: Option<Overdue>,
     ) {
-        self.leader_wait_after(|_| {}, load, address, otherwise, keep_waiting);
+        self.leader_wait_after(|_| {}, load, address, otherwise, keep_waiting, overdue);
+    }
+
+    /// What a queue wait of `op` on `endpoint` reports if it gives up: the word at `address`
+    /// had to reach `expected` (see the `WAIT_KIND_*` codes). `None` when the wait is unbounded
+    /// (no wait-failure log known yet).
+    fn queue_overdue(
+        &mut self,
+        op: Ptr<Operation>,
+        endpoint: Value,
+        address: &str,
+        expected: &str,
+        kind: u32,
+    ) -> Result<Option<Overdue>, BridgeError> {
+        let Some(bound) = self.wait_bound(op) else {
+            return Ok(None);
+        };
+        let handle = self.i64(endpoint)?;
+        let peer = self.load_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, peer_rank) as u64,
+            32,
+        );
+        let peer = self.assign("ab_peer", format!("arith.trunci {peer} : i64 to i32"));
+        Ok(Some(Overdue {
+            bound,
+            address: address.to_string(),
+            expected: expected.to_string(),
+            peer,
+            kind,
+        }))
     }
 
     /// [`Self::leader_wait`], running `prelude` at the top of every iteration, before the load.
@@ -1098,11 +1156,26 @@ impl Generator<'_> {
         address: &str,
         otherwise: &str,
         keep_waiting: impl Fn(&mut Self, &str) -> String,
+        overdue: Option<Overdue>,
     ) {
         self.emit("scf.while : () -> () {".into());
         prelude(self);
         let seen = self.leader_load(load, address, otherwise);
         let waiting = keep_waiting(self, &seen);
+        if let Some(overdue) = overdue {
+            // Only the leader waits here (the others' `otherwise` already satisfies them).
+            self.give_up_if_overdue(
+                &overdue.bound,
+                &WaitReport {
+                    waiting: waiting.clone(),
+                    address: overdue.address,
+                    expected: overdue.expected,
+                    seen,
+                    peer: overdue.peer,
+                    kind: overdue.kind,
+                },
+            );
+        }
         self.emit(format!("scf.condition({waiting})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
@@ -1164,6 +1237,15 @@ impl Generator<'_> {
         let end = self.binary_i64("arith.addi", &base, &count);
         let consumer_owned = consumer.to_string();
         let reclaim = reclaim_from_cq.map(str::to_string);
+        // Past the bound: the consumer position had to reach end - capacity.
+        let needed = self.binary_i64("arith.subi", &end, capacity);
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            consumer,
+            &needed,
+            aboleth_abi::wait_failure::WAIT_KIND_QUEUE_SPACE,
+        )?;
         self.leader_wait_after(
             |this| {
                 if let Some(counter_word) = &reclaim {
@@ -1180,6 +1262,7 @@ impl Generator<'_> {
                     format!("arith.cmpi sgt, {used}, {capacity} : i64"),
                 )
             },
+            overdue,
         );
         let base = if attrs::get_bool(self.ctx, op, "broadcast") {
             // Every thread writes commands of this batch: all need the base. The queue has
@@ -1333,9 +1416,20 @@ impl Generator<'_> {
             return Ok(());
         }
         // In ticket order: wait for the producers before us, then advance past our batch.
-        self.leader_wait("ld.acquire.sys.global.u64", &ready, &base, |this, seen| {
-            this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64"))
-        });
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            &ready,
+            &base,
+            aboleth_abi::wait_failure::WAIT_KIND_PUBLICATION_TURN,
+        )?;
+        self.leader_wait(
+            "ld.acquire.sys.global.u64",
+            &ready,
+            &base,
+            |this, seen| this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64")),
+            overdue,
+        );
         let end = self.binary_i64("arith.addi", &base, &count);
         self.asm(
             &Self::leader("st.release.sys.global.u64 [$1], $2;"),
@@ -1397,6 +1491,13 @@ impl Generator<'_> {
             &ring,
             aboleth_abi::ProxyRingHeader::COMPLETION_COUNTER_OFFSET_BYTES,
         );
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            &completion,
+            &target,
+            aboleth_abi::wait_failure::WAIT_KIND_COMPLETION,
+        )?;
         self.leader_wait(
             "ld.acquire.sys.global.u64",
             &completion,
@@ -1407,6 +1508,7 @@ impl Generator<'_> {
                     format!("arith.cmpi slt, {seen}, {target} : i64"),
                 )
             },
+            overdue,
         );
         // The other threads may reuse the source next: they wait for the leader here.
         self.emit("gpu.barrier".into());
@@ -1773,9 +1875,20 @@ impl Generator<'_> {
             self.owner_only_publication(&ready, &base, &count);
             return Ok(());
         }
-        self.leader_wait("ld.acquire.gpu.global.u64", &ready, &base, |this, seen| {
-            this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64"))
-        });
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            &ready,
+            &base,
+            aboleth_abi::wait_failure::WAIT_KIND_PUBLICATION_TURN,
+        )?;
+        self.leader_wait(
+            "ld.acquire.gpu.global.u64",
+            &ready,
+            &base,
+            |this, seen| this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64")),
+            overdue,
+        );
         let end = self.binary_i64("arith.addi", &base, &count);
         self.asm(
             &Self::leader("st.release.gpu.global.u64 [$1], $2;"),
@@ -1791,10 +1904,31 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, post_send_lock) as u64,
         );
         // Thread 0 swaps 0 -> 1 until it gets the lock; the others see "free" at once.
+        let zero_expected = self.constant_i64(0);
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            &lock,
+            &zero_expected,
+            aboleth_abi::wait_failure::WAIT_KIND_POST_LOCK,
+        )?;
         self.emit("scf.while : () -> () {".into());
         let old = self.assign("ab_lock", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"));
         let zero = self.constant_i64(0);
         let held = self.assign("ab_held", format!("arith.cmpi ne, {old}, {zero} : i64"));
+        if let Some(overdue) = overdue {
+            self.give_up_if_overdue(
+                &overdue.bound,
+                &WaitReport {
+                    waiting: held.clone(),
+                    address: overdue.address,
+                    expected: overdue.expected,
+                    seen: old,
+                    peer: overdue.peer,
+                    kind: overdue.kind,
+                },
+            );
+        }
         self.emit(format!("scf.condition({held})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
@@ -1917,6 +2051,13 @@ impl Generator<'_> {
         // Thread 0 decides (the target may be its own reservation); the others wait at the
         // barrier below.
         let counter_word = self.offset_address(&cq, 60);
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            &counter_word,
+            &target,
+            aboleth_abi::wait_failure::WAIT_KIND_COMPLETION,
+        )?;
         self.emit("scf.while : () -> () {".into());
         let pending = self.assign("ab_pending", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"));
         let zero32 = self.assign("ab_zero", "arith.constant 0 : i32".to_string());
@@ -1924,6 +2065,21 @@ impl Generator<'_> {
             "ab_waiting",
             format!("arith.cmpi ne, {pending}, {zero32} : i32"),
         );
+        if let Some(overdue) = overdue {
+            // Report the CQE's counter (host order) the leader last saw.
+            let seen = self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{{ .reg .u32 %ab_w, %ab_c; ld.volatile.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; cvt.u64.u32 $0, %ab_c; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {counter_word} : i64 -> i64"));
+            self.give_up_if_overdue(
+                &overdue.bound,
+                &WaitReport {
+                    waiting: waiting.clone(),
+                    address: overdue.address,
+                    expected: overdue.expected,
+                    seen,
+                    peer: overdue.peer,
+                    kind: overdue.kind,
+                },
+            );
+        }
         self.emit(format!("scf.condition({waiting})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
@@ -1943,6 +2099,45 @@ impl Generator<'_> {
         self.emit("gpu.barrier".into());
         Ok(())
     }
+}
+
+/// A bounded wait's bookkeeping, computed before its loop ([`Generator::wait_bound`]).
+struct WaitBound {
+    /// The wait-failure log's address (i64).
+    log: String,
+    /// This rank (i64).
+    rank: String,
+    /// The wait's site id.
+    site: usize,
+    /// The bound in nanoseconds (i64; 0: unbounded).
+    timeout: String,
+    /// `%globaltimer` when the wait began (i64).
+    start: String,
+}
+
+/// A queue wait's bound and what it reports ([`Generator::queue_overdue`]).
+struct Overdue {
+    bound: WaitBound,
+    address: String,
+    expected: String,
+    peer: String,
+    kind: u32,
+}
+
+/// What one iteration of a wait reports if it gives up ([`Generator::give_up_if_overdue`]).
+struct WaitReport {
+    /// Whether this thread still waits (i1).
+    waiting: String,
+    /// The word polled (i64).
+    address: String,
+    /// What it had to reach (i64).
+    expected: String,
+    /// What it held (i64).
+    seen: String,
+    /// The rank expected to write it (i32; -1: unknown).
+    peer: String,
+    /// `aboleth_abi::wait_failure::WAIT_KIND_*`.
+    kind: u32,
 }
 
 /// How long a bounded wait polls its flag before it also reads the wait-failure log's

@@ -151,3 +151,30 @@ fn a_library_style_predicated_put_compiles_for_every_transport() {
         }
     }
 }
+
+#[test]
+fn queue_waits_are_bounded_too() {
+    let text = corpus("alltoall.after-passes.ttir");
+    for target in [Target::Proxy, Target::Mlx5] {
+        let output = run_stage(&text, &options(target)).unwrap_or_else(|e| panic!("{e}"));
+        // The flag wait, the reservation's wait for ring space and the completion wait each
+        // give up past the bound and record what they waited for.
+        let give_ups = output
+            .ttir
+            .matches("st.relaxed.sys.global.u64 [$1+16], 1; exit;")
+            .count();
+        assert!(give_ups >= 3, "{}: {give_ups}", target.name());
+        for kind in [
+            aboleth_abi::wait_failure::WAIT_KIND_QUEUE_SPACE,
+            aboleth_abi::wait_failure::WAIT_KIND_COMPLETION,
+        ] {
+            assert!(
+                output.ttir.contains(&format!("arith.constant {kind} : i32")),
+                "{}: kind {kind}",
+                target.name()
+            );
+        }
+        assert_eq!(output.summary.waits.len(), give_ups, "{}", target.name());
+    }
+}
+

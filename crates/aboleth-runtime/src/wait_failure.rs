@@ -52,7 +52,8 @@ const _: () = {
 };
 
 /// The `comparison` of a wait: the flag must become at least the expected value.
-pub const WAIT_COMPARISON_GREATER_OR_EQUAL: u32 = 0;
+pub const WAIT_COMPARISON_GREATER_OR_EQUAL: u32 =
+    aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_LEAST;
 
 /// One failed wait, as the GPU recorded it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,20 +124,39 @@ impl WaitFailureRecord {
         } else {
             format!("rank {}", self.peer_rank)
         };
-        let comparison = match self.comparison {
-            WAIT_COMPARISON_GREATER_OR_EQUAL => ">=",
-            _ => "(unknown comparison)",
+        use aboleth_abi::wait_failure::{
+            WAIT_KIND_COMPLETION, WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN,
+            WAIT_KIND_QUEUE_SPACE,
+        };
+        let (address, expected, seen) =
+            (self.flag_address, self.expected_value, self.observed_value);
+        let what = match self.comparison {
+            WAIT_COMPARISON_GREATER_OR_EQUAL => format!(
+                "for the flag at {address:#x}, written by {peer}, to become >= {expected} but last saw {seen}"
+            ),
+            WAIT_KIND_QUEUE_SPACE => format!(
+                "for free slots in its queue to {peer}: the consumer position at {address:#x} had to reach {expected} but last saw {seen} (no completion freed them)"
+            ),
+            WAIT_KIND_COMPLETION => format!(
+                "for a completion on its queue to {peer}: the completion word at {address:#x} had to reach {expected} but last saw {seen}"
+            ),
+            WAIT_KIND_PUBLICATION_TURN => format!(
+                "for its turn to publish on its queue to {peer}: the publication counter at {address:#x} had to equal {expected} but last saw {seen} (an earlier producer never published)"
+            ),
+            WAIT_KIND_POST_LOCK => {
+                format!("for the post lock at {address:#x} of its queue to {peer} (still held)")
+            }
+            other => format!(
+                "on the word at {address:#x} (unknown wait kind {other}) for {expected} but last saw {seen}"
+            ),
         };
         format!(
-            "rank {} (block {}, thread {}, wait site {}) waited {:.3} ms for the flag at {:#x}, written by {peer}, to become {comparison} {} but last saw {}",
+            "rank {} (block {}, thread {}, wait site {}) waited {:.3} ms {what}",
             self.rank,
             self.program_id,
             self.thread_id,
             self.site_id,
             self.waited_nanoseconds as f64 / 1e6,
-            self.flag_address,
-            self.expected_value,
-            self.observed_value
         )
     }
 }
@@ -313,6 +333,51 @@ mod tests {
         assert_eq!(bytes[60], 10);
         assert_eq!(WaitFailureRecord::from_words(words), record);
         assert_eq!(wait_failure_log_bytes(64), 64 + 64 * 64);
+    }
+
+    #[test]
+    fn each_wait_kind_says_what_was_waited_for() {
+        use aboleth_abi::wait_failure::{
+            WAIT_KIND_COMPLETION, WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN,
+            WAIT_KIND_QUEUE_SPACE,
+        };
+        let record = |comparison| WaitFailureRecord {
+            sequence: 1,
+            flag_address: 0x1000,
+            expected_value: 96,
+            observed_value: 32,
+            waited_nanoseconds: 200_000_000,
+            rank: 1,
+            peer_rank: 0,
+            site_id: 2,
+            comparison,
+            program_id: 0,
+            thread_id: 0,
+        };
+        let prefix = "rank 1 (block 0, thread 0, wait site 2) waited 200.000 ms ";
+        assert_eq!(
+            record(WAIT_KIND_QUEUE_SPACE).describe(),
+            format!(
+                "{prefix}for free slots in its queue to rank 0: the consumer position at 0x1000 had to reach 96 but last saw 32 (no completion freed them)"
+            )
+        );
+        assert_eq!(
+            record(WAIT_KIND_COMPLETION).describe(),
+            format!(
+                "{prefix}for a completion on its queue to rank 0: the completion word at 0x1000 had to reach 96 but last saw 32"
+            )
+        );
+        assert_eq!(
+            record(WAIT_KIND_PUBLICATION_TURN).describe(),
+            format!(
+                "{prefix}for its turn to publish on its queue to rank 0: the publication counter at 0x1000 had to equal 96 but last saw 32 (an earlier producer never published)"
+            )
+        );
+        assert_eq!(
+            record(WAIT_KIND_POST_LOCK).describe(),
+            format!("{prefix}for the post lock at 0x1000 of its queue to rank 0 (still held)")
+        );
+        assert!(record(99).describe().contains("unknown wait kind 99"));
     }
 
     #[test]
