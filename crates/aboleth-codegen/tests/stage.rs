@@ -169,7 +169,9 @@ fn queue_waits_are_bounded_too() {
             aboleth_abi::wait_failure::WAIT_KIND_COMPLETION,
         ] {
             assert!(
-                output.ttir.contains(&format!("arith.constant {kind} : i32")),
+                output
+                    .ttir
+                    .contains(&format!("arith.constant {kind} : i32")),
                 "{}: kind {kind}",
                 target.name()
             );
@@ -177,4 +179,3 @@ fn queue_waits_are_bounded_too() {
         assert_eq!(output.summary.waits.len(), give_ups, "{}", target.name());
     }
 }
-

@@ -389,6 +389,11 @@ enum Block {
     Space {
         peer: u32,
         site: usize,
+        /// The consumer position the reservation reads, and what it must reach.
+        consumer_address: u64,
+        needed: u64,
+        /// mlx5: the collapsed CQ's `wqe_counter` word, from which a full ring is reclaimed.
+        cq_counter_address: Option<u64>,
     },
     Publication {
         address: u64,
@@ -1053,9 +1058,18 @@ impl<'k> World<'k> {
                     self.site_of(thread.rank, *site),
                     self.proxies[thread.rank as usize].describe_rings(&self.memory)
                 ),
-                Some(Block::Space { peer, site }) => format!(
-                    "{who} waits at {} for free slots in its queue to rank {peer}",
-                    self.site_of(thread.rank, *site)
+                Some(Block::Space {
+                    peer,
+                    site,
+                    consumer_address,
+                    needed,
+                    ..
+                }) => format!(
+                    "{who} waits at {} for free slots in its queue to rank {peer}: the consumer position is {} and must reach {needed}, and no completion it can see frees more",
+                    self.site_of(thread.rank, *site),
+                    self.memory
+                        .read_u64(thread.rank, *consumer_address)
+                        .unwrap_or(u64::MAX)
                 ),
                 Some(Block::Publication { base, site, .. }) => format!(
                     "{who} waits at {} for the commands before slot {base} to be published by another program",
@@ -1210,7 +1224,27 @@ impl<'k> World<'k> {
                     > *ticket
             }
             // Re-evaluated by running the instruction again.
-            Block::Space { .. } => true,
+            Block::Space {
+                consumer_address,
+                needed,
+                cq_counter_address,
+                ..
+            } => {
+                let consumer = self
+                    .memory
+                    .read_u64(rank, *consumer_address)
+                    .map_err(|e| SimulationError::Program(e.to_string()))?;
+                consumer >= *needed
+                    || cq_counter_address.is_some_and(|address| {
+                        // A CQE past the consumer position: reclaiming it makes progress.
+                        self.memory.read(rank, address, 4).is_ok_and(|word| {
+                            let opcode = word[3] >> 4;
+                            let counter = u16::from_be_bytes([word[0], word[1]]);
+                            opcode != aboleth_abi::mlx5::cqe::CQE_OPCODE_INVALID
+                                && counter.wrapping_sub(consumer as u16) < 0x8000
+                        })
+                    })
+            }
             Block::Publication { address, base, .. } => {
                 self.memory
                     .read_u64(rank, *address)
@@ -2483,6 +2517,23 @@ impl<'k> World<'k> {
                 ),
             ));
         }
+        let (consumer_address, cq_counter_address) = match self.kernel.target {
+            Target::Mlx5 => (
+                Self::mlx5_consumer_address(&handle),
+                Some(handle.cq_buffer_address + 60),
+            ),
+            _ => (
+                handle.proxy_ring_address + ProxyRingHeader::CONSUMER_HEAD_OFFSET_BYTES,
+                None,
+            ),
+        };
+        let space_block = |end: u64| Block::Space {
+            peer,
+            site,
+            consumer_address,
+            needed: end.saturating_sub(capacity),
+            cq_counter_address,
+        };
         let cost = self.options.cost_model.clone();
         let head_now = if atomic {
             self.memory.read_u64(rank, counter).unwrap_or(0)
@@ -2501,7 +2552,7 @@ impl<'k> World<'k> {
         if atomic {
             let head = head_now;
             if head + slots > consumed + capacity {
-                return Ok(Step::Blocked(Block::Space { peer, site }));
+                return Ok(Step::Blocked(space_block(head + slots)));
             }
             let base = self.atomic_update(thread, rank, counter, |old| old + slots)?;
             self.set(thread, result, Value::Integer(base as i64));
@@ -2516,7 +2567,7 @@ impl<'k> World<'k> {
             None => {
                 let head = self.load_i64(thread, rank, counter)? as u64;
                 if head + slots > consumed + capacity {
-                    return Ok(Step::Blocked(Block::Space { peer, site }));
+                    return Ok(Step::Blocked(space_block(head + slots)));
                 }
                 self.threads[thread].reservation_loaded = Some(head);
                 // Run this instruction again for the store.
