@@ -71,12 +71,18 @@ struct PipelineArguments {
     /// Skip one planning pass (repeatable); see `aboleth passes`.
     #[arg(long = "disable-pass", value_name = "NAME")]
     disable_pass: Vec<String>,
+    /// Declare that the program's flags are observed only through `wait_signal`, so mlx5
+    /// signals may ride on their puts as write-with-immediate (the flag is written when a wait
+    /// of the receiving rank applies it).
+    #[arg(long)]
+    immediate_signals: bool,
 }
 
 impl PipelineArguments {
     fn options(&self) -> PipelineOptions {
         let mut options = PipelineOptions::new(self.target.target());
         options.passes_off = self.passes_off;
+        options.immediate_signals = self.immediate_signals;
         options.disabled = self.disable_pass.iter().cloned().collect::<BTreeSet<_>>();
         options
     }
@@ -189,6 +195,10 @@ enum Command {
         /// Skip one planning pass in the Aboleth configuration (repeatable).
         #[arg(long = "disable-pass", value_name = "NAME")]
         disable_pass: Vec<String>,
+        /// Flags are observed only through `wait_signal`: mlx5 signals may ride on their puts
+        /// (write-with-immediate), applied by the receiver's waits.
+        #[arg(long)]
+        immediate_signals: bool,
         /// Random schedules per configuration.
         #[arg(long, default_value_t = 20)]
         schedules: u32,
@@ -207,7 +217,7 @@ enum Command {
         /// Break the Aboleth lowering on purpose, to see the checker catch it: signal-before-data,
         /// missing-fence, dropped-completion, doorbell-before-record, reused-source-without-wait,
         /// false-single-owner, epoch-off-by-one, posting-without-barrier,
-        /// stale-publication-counter.
+        /// stale-publication-counter, wait-without-draining-receives.
         #[arg(long, value_name = "MUTATION")]
         mutate: Option<String>,
         /// Scheduler steps per run before it is reported as not terminating.
@@ -287,6 +297,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             grid,
             target,
             disable_pass,
+            immediate_signals,
             schedules,
             seed,
             rounds,
@@ -304,6 +315,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             options.rounds = rounds;
             options.step_limit = step_limit;
             options.disabled_passes = disable_pass.into_iter().collect();
+            options.immediate_signals = immediate_signals;
             options.kernel = kernel;
             if let Some(name) = mutate {
                 let names: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();

@@ -1624,6 +1624,11 @@ impl Generator<'_> {
     }
 
     fn mlx5_write(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        if attrs::get_bool(self.ctx, op, "with_immediate") {
+            return Err(BridgeError::not_built(
+                "TTIR code generation for write-with-immediate signals is not built yet: --immediate-signals compiles to the Aboleth IR and runs in the simulator (aboleth sim --immediate-signals)",
+            ));
+        }
         let endpoint = self.operand(op, 0);
         let (handle, management) = self.mlx5_queue(endpoint)?;
         let slot = self.i64(self.operand(op, 1))?;

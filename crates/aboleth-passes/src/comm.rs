@@ -4,7 +4,10 @@
 //! pass files hold only their own decision. Nothing here rewrites IR.
 
 use aboleth_ir::{
-    ab::{attributes::SignalOperation, ops::operand},
+    ab::{
+        attributes::{Publication, SignalOperation},
+        ops::operand,
+    },
     attrs,
     pliron::{
         context::{Context, Ptr},
@@ -67,6 +70,13 @@ pub const MLX5_INLINE_BYTES_LIMIT: i64 = 64;
 pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Target) -> Option<i64> {
     match target {
         Target::Mlx5 => {
+            if op_name(ctx, op) == "ab.signal"
+                && attrs::get_typed::<Publication>(ctx, op, "publication")
+                    == Some(Publication::WriteWithImmediate)
+            {
+                // It rides on its put's WQE.
+                return Some(0);
+            }
             if op_name(ctx, op) == "ab.signal" {
                 return Some(match signal_operation(ctx, op) {
                     // ATOMIC_FA: ctrl + raddr + atomic + data = ds 4, one basic block.

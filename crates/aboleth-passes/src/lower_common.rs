@@ -25,17 +25,20 @@ use aboleth_ir::{
     pliron::{
         basic_block::BasicBlock,
         context::{Context, Ptr},
+        linked_list::LinkedList,
         operation::Operation,
         value::Value,
     },
     scalar::constant_trip_count,
     text::op_name,
     transport::{GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Target},
-    walk::{block_ops, kernels, region_block},
+    walk::{all_ops, block_ops, kernels, region_block},
 };
 
 use crate::batching::is_pure_scalar;
-use crate::comm::{endpoint_of, is_transfer, put_predicate, slots_of};
+use crate::comm::{
+    endpoint_of, is_transfer, put_predicate, signal_after, signal_operation, slots_of,
+};
 
 /// One command to emit: its op, the endpoint, the slot, and the completion decision.
 pub struct Command {
@@ -51,6 +54,9 @@ pub struct Command {
     pub completion_once: bool,
     /// True for library-style signals: the transport fences before executing them.
     pub fenced: bool,
+    /// A put carrying a write-with-immediate signal: the immediate (`i64`) and the signal's
+    /// flag (the simulator checks the signal against it; the code generator does not need it).
+    pub immediate: Option<(Value, Value)>,
 }
 
 /// What differs between queue transports.
@@ -118,10 +124,18 @@ pub fn lower_module(
     transport: &dyn QueueTransport,
 ) -> Result<bool, Diagnostic> {
     for kernel in kernels(ctx, module) {
+        let receive_tables = all_ops(ctx, kernel).into_iter().find_map(|op| {
+            (op_name(ctx, op) == "ab.signal"
+                && attrs::get_typed::<Publication>(ctx, op, "publication")
+                    == Some(Publication::WriteWithImmediate))
+            .then(|| crate::signal_publication::immediate_signal_candidate(ctx, op))
+            .flatten()
+        });
         let mut lowering = Lowering {
             transport,
             tokens: HashMap::new(),
             erase: Vec::new(),
+            receive_tables,
         };
         let block = region_block(ctx, kernel, 0);
         lowering.lower_block(ctx, block)?;
@@ -137,6 +151,9 @@ struct Lowering<'a> {
     /// Token -> (endpoint, first slot of its command, slots it takes).
     tokens: HashMap<Value, (Value, Value, i64)>,
     erase: Vec<Ptr<Operation>>,
+    /// (flag table, endpoint table) of the kernel's write-with-immediate signals, if any: every
+    /// wait of the kernel then drains the receive CQ.
+    receive_tables: Option<(Value, Value)>,
 }
 
 impl Lowering<'_> {
@@ -226,7 +243,7 @@ impl Lowering<'_> {
                     self.erase.push(op);
                 }
                 "ab.wait_signal" => {
-                    lower_wait_signal(ctx, op);
+                    lower_wait_signal_receiving(ctx, op, self.receive_tables);
                     self.erase.push(op);
                 }
                 _ => {}
@@ -383,19 +400,37 @@ impl Lowering<'_> {
             )
         })?;
         let endpoint = endpoint_of(ctx, op);
-        let mut builder = Builder::before(ctx, op);
-        let decision = attrs::get_string(ctx, op, "completion");
-        let (completion, completion_once) = match (decision.as_deref(), last_iteration) {
-            (Some("never"), _) => (builder.constant(ctx, 0), false),
-            (Some("last_iteration"), Some(is_last)) => (is_last, true),
-            (Some("last_iteration"), None) => match innermost_last_iteration(ctx, &mut builder, op)
-            {
-                Some(is_last) => (is_last, true),
-                None => (builder.constant(ctx, 1), false),
-            },
-            _ => (builder.constant(ctx, 1), false),
-        };
         let publication = attrs::get_typed::<Publication>(ctx, op, "publication");
+        if publication == Some(Publication::WriteWithImmediate) {
+            // Its put carried it (see below): a wait on it is a wait on the put's WQE.
+            let put_token = signal_after(ctx, op).expect("immediate signals name their put");
+            let carried = *self.tokens.get(&put_token).ok_or_else(|| {
+                Diagnostic::at_op(
+                    ctx,
+                    op,
+                    "a write-with-immediate signal whose put was not lowered before it (a compiler bug)",
+                )
+            })?;
+            self.tokens.insert(op.deref(ctx).get_result(0), carried);
+            self.erase.push(op);
+            return Ok(0);
+        }
+        let mut builder = Builder::before(ctx, op);
+        let (mut completion, mut completion_once) =
+            completion_of(ctx, &mut builder, op, last_iteration);
+        let mut immediate = None;
+        if let Some(signal) = immediate_signal_of_put(ctx, op) {
+            // One WQE for both: it asks for a completion if either needed one.
+            let (signal_completion, signal_once) =
+                completion_of(ctx, &mut builder, signal, last_iteration);
+            if attrs::get_string(ctx, op, "completion").as_deref() == Some("never") {
+                (completion, completion_once) = (signal_completion, signal_once);
+            } else if attrs::get_string(ctx, signal, "completion").as_deref() != Some("never") {
+                completion = builder.binary(ctx, BinaryOperator::Or, completion, signal_completion);
+                completion_once = completion_once && signal_once;
+            }
+            immediate = Some(immediate_of(ctx, &mut builder, signal));
+        }
         let command = Command {
             op,
             endpoint,
@@ -403,6 +438,7 @@ impl Lowering<'_> {
             completion,
             completion_once,
             fenced: publication.is_none() || publication == Some(Publication::Fenced),
+            immediate,
         };
         if op_name(ctx, op) == "ab.put" {
             let guarded_by_if = op.deref(ctx).get_parent_op(ctx).is_some_and(|parent| {
@@ -440,6 +476,80 @@ impl Lowering<'_> {
         self.erase.push(op);
         Ok(slots)
     }
+}
+
+/// The completion operand of `op`'s command from its `completion` decision, and whether it is
+/// nonzero only on a loop's last iteration.
+fn completion_of(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    op: Ptr<Operation>,
+    last_iteration: Option<Value>,
+) -> (Value, bool) {
+    let decision = attrs::get_string(ctx, op, "completion");
+    match (decision.as_deref(), last_iteration) {
+        (Some("never"), _) => (builder.constant(ctx, 0), false),
+        (Some("last_iteration"), Some(is_last)) => (is_last, true),
+        (Some("last_iteration"), None) => match innermost_last_iteration(ctx, builder, op) {
+            Some(is_last) => (is_last, true),
+            None => (builder.constant(ctx, 1), false),
+        },
+        _ => (builder.constant(ctx, 1), false),
+    }
+}
+
+/// The write-with-immediate signal that rides on `put`, if one does: the next transfer after
+/// it in its block (only pure scalar ops between) when that names `put`'s token.
+fn immediate_signal_of_put(ctx: &Context, put: Ptr<Operation>) -> Option<Ptr<Operation>> {
+    if op_name(ctx, put) != "ab.put" {
+        return None;
+    }
+    let token = put.deref(ctx).get_result(0);
+    let mut cursor = put.deref(ctx).get_next();
+    while let Some(op) = cursor {
+        let name = op_name(ctx, op);
+        if name == "ab.signal" {
+            let rides = attrs::get_typed::<Publication>(ctx, op, "publication")
+                == Some(Publication::WriteWithImmediate)
+                && signal_after(ctx, op) == Some(token);
+            return rides.then_some(op);
+        }
+        if !is_pure_scalar(&name) {
+            return None;
+        }
+        cursor = op.deref(ctx).get_next();
+    }
+    None
+}
+
+/// The immediate of `signal` (`aboleth_abi::mlx5::receive::ImmediateSignal`: add bit, the
+/// constant value, the flag's element index) and its flag.
+fn immediate_of(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    signal: Ptr<Operation>,
+) -> (Value, Value) {
+    use aboleth_abi::mlx5::receive::{IMMEDIATE_ADD_BIT, IMMEDIATE_INDEX_BITS};
+    let flag = signal.deref(ctx).get_operand(operand::signal::FLAG);
+    let value = signal.deref(ctx).get_operand(operand::signal::VALUE);
+    let value = aboleth_ir::scalar::constant_value(ctx, value)
+        .expect("choose-signal-publication checked the value is a constant");
+    let add = signal_operation(ctx, signal) == aboleth_ir::ab::attributes::SignalOperation::Add;
+    let high = (i64::from(add) << IMMEDIATE_ADD_BIT) | (value << IMMEDIATE_INDEX_BITS);
+    let at = flag.defining_op().expect("checked: the flag is an ab.at");
+    // It may sit between the put and the signal; its operands come from before the put
+    // (checked), so it moves before the put, where the WQE uses it.
+    let put = signal_after(ctx, signal)
+        .and_then(|token| token.defining_op())
+        .expect("immediate signals name their put");
+    if at.deref(ctx).get_parent_block() == put.deref(ctx).get_parent_block() {
+        at.unlink(ctx);
+        at.insert_before(ctx, put);
+    }
+    let index = at.deref(ctx).get_operand(1);
+    let index = builder.to_i64(ctx, index);
+    let high = builder.constant(ctx, high);
+    (builder.binary(ctx, BinaryOperator::Or, high, index), flag)
 }
 
 /// `1` on the last iteration of the innermost constant-trip-count loop around `op` (not
@@ -529,6 +639,17 @@ fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result
 /// Lowers `ab.wait_signal` to a flag poll: `ld.acquire.sys` when planned, else the library's
 /// volatile poll followed by a GPU fence.
 pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>) {
+    lower_wait_signal_receiving(ctx, op, None);
+}
+
+/// [`lower_wait_signal`]; with `receives` (the kernel's (flag table, endpoint table) of its
+/// write-with-immediate signals), the poll also drains this rank's receive CQ, applying each
+/// immediate to its flag (`gpu.wait_flag %flag, %value, %flag_table, %endpoint_table`).
+pub fn lower_wait_signal_receiving(
+    ctx: &mut Context,
+    op: Ptr<Operation>,
+    receives: Option<(Value, Value)>,
+) {
     let (flag, value) = {
         let operation = op.deref(ctx);
         (operation.get_operand(0), operation.get_operand(1))
@@ -536,7 +657,11 @@ pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>) {
     let acquire = attrs::get_string(ctx, op, "order").as_deref() == Some("acquire");
     let mut builder = Builder::before(ctx, op);
     let value = builder.to_i64(ctx, value);
-    let poll = builder.create::<GpuWaitFlagOp>(ctx, vec![], vec![flag, value]);
+    let mut operands = vec![flag, value];
+    if let Some((flag_table, endpoint_table)) = receives {
+        operands.extend([flag_table, endpoint_table]);
+    }
+    let poll = builder.create::<GpuWaitFlagOp>(ctx, vec![], operands);
     attrs::set_string(
         ctx,
         poll,
@@ -603,7 +728,14 @@ pub fn emit_put_op<T: aboleth_ir::pliron::op::Op>(
         predicate,
         command.completion,
     ];
+    let mut operands = operands;
+    if let Some((immediate, flag)) = command.immediate {
+        operands.extend([immediate, flag]);
+    }
     let op = builder.create::<T>(ctx, vec![], operands);
+    if command.immediate.is_some() {
+        attrs::set_bool(ctx, op, "with_immediate", true);
+    }
     mark_completion_once(ctx, op, command);
     op
 }

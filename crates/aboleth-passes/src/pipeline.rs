@@ -32,6 +32,8 @@ pub struct PipelineOptions {
     pub print_after_all: bool,
     /// Stop before lowering (prints the planned semantic IR).
     pub stop_before_lowering: bool,
+    /// Flags are observed only through `ab.wait_signal` (see [`PassContext::immediate_signals`]).
+    pub immediate_signals: bool,
 }
 
 impl PipelineOptions {
@@ -43,6 +45,7 @@ impl PipelineOptions {
             disabled: BTreeSet::new(),
             print_after_all: false,
             stop_before_lowering: false,
+            immediate_signals: false,
         }
     }
 
@@ -97,6 +100,7 @@ pub fn run_pipeline(
     }
     let pass_context = PassContext {
         target: options.target,
+        immediate_signals: options.immediate_signals,
     };
     let mut report = PipelineReport::default();
     verify(ctx, module, "input")?;

@@ -15,6 +15,10 @@ use aboleth_ir::{
 pub struct PassContext {
     /// The transport being compiled for.
     pub target: Target,
+    /// The program declares that its flags are observed only through `ab.wait_signal`, so a
+    /// signal's flag may be written when a wait of the receiving rank applies it rather than
+    /// when it lands: `choose-signal-publication` may then pick write-with-immediate.
+    pub immediate_signals: bool,
 }
 
 /// Pipeline level of a pass.

@@ -3,8 +3,10 @@
 //! rewrites the `.out` files (review the diff); they are never edited by hand.
 //!
 //! First-line forms:
-//! - `// run: pass NAME target=T`: run one planning pass (or `lower-mlx5`...) and print the IR;
-//! - `// run: pipeline target=T [passes-off] [stats]`: run the whole pipeline, print IR or stats;
+//! - `// run: pass NAME target=T [immediate-signals]`: run one planning pass (or `lower-mlx5`...)
+//!   and print the IR;
+//! - `// run: pipeline target=T [passes-off] [immediate-signals] [stats]`: run the whole
+//!   pipeline, print IR or stats;
 //! - `// run: error [target=T]`: parse (and compile for T) and print the diagnostic.
 
 use std::path::{Path, PathBuf};
@@ -76,6 +78,7 @@ fn run_file(path: &Path) -> String {
             let name = words[1];
             let pass_context = PassContext {
                 target: target_of(&words),
+                immediate_signals: words.contains(&"immediate-signals"),
             };
             let run = find(name)
                 .map(|pass| pass.run)
@@ -89,6 +92,7 @@ fn run_file(path: &Path) -> String {
             let module = parsed.unwrap_or_else(|d| panic!("{d}"));
             let mut options = PipelineOptions::new(target_of(&words));
             options.passes_off = words.contains(&"passes-off");
+            options.immediate_signals = words.contains(&"immediate-signals");
             run_pipeline(ctx, module, &options).unwrap_or_else(|d| panic!("{d}"));
             if words.contains(&"stats") {
                 let mut out = String::new();

@@ -43,7 +43,8 @@ use aboleth_abi::{
     mlx5::{
         DoorbellRecord, FENCE_MODE_INITIATOR_SMALL, LocalBuffer, MaskedCompareSwap64,
         RemoteAddress, UarDoorbell, WQE_CTRL_CQ_UPDATE, WqeCommon, atomic_fetch_add,
-        masked_compare_swap_64, nop_spanning_basic_blocks, rdma_write, rdma_write_inline,
+        masked_compare_swap_64, nop_spanning_basic_blocks, rdma_write, rdma_write_imm,
+        rdma_write_imm_inline, rdma_write_inline,
     },
     proxy::{ProxyOperation, ProxyPut, ProxySignal, SignalOperation as ProxySignalOperation},
 };
@@ -56,12 +57,17 @@ use aboleth_passes::{comm::inline_write_basic_blocks, stats::Counts};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use aboleth_abi::mlx5::receive::{
+    ImmediateSignal, Mlx5ReceiveContext, Mlx5ReceiveQueue, RECEIVE_WQE_BYTES, ReceiveDataSegment,
+};
+
 use crate::{
     CostModel, CqPollResult, GpuStoreBuffer, Memory, MemoryKind, Nic, ProxyEngine, QueuePairConfig,
     RegionTable,
     gpu_store_buffer::DrainedStore,
     launch::{ArgumentBinding, RegionInit, ValueBinding},
     nic::WqeOutcome,
+    nic::{ReceiveCqConfig, ReceiveQueueConfig},
     program::{FenceScope, Instruction, InstructionKind, Register, SimKernel, StoreOrder},
 };
 
@@ -268,6 +274,9 @@ pub fn simulate_per_rank(
         rounds.push(world.run_round(round)?);
     }
     world.quiesce()?;
+    // What the host does before it reads flags (the runtime's drain of receive CQs): apply the
+    // write-with-immediate signals no wait of the last launch applied.
+    world.drain_every_receive_cq()?;
     Ok(SimulationOutcome {
         rounds,
         final_regions: world.final_regions()?,
@@ -347,6 +356,8 @@ struct SignalRecord {
 enum PostedCommand {
     Put(Rc<PutRecord>),
     Signal(Rc<SignalRecord>),
+    /// A write with immediate: the put, and the signal a wait of the receiver applies.
+    PutWithImmediate(Rc<PutRecord>, Rc<SignalRecord>),
     Other,
 }
 
@@ -373,6 +384,8 @@ enum Block {
         address: u64,
         expected: i64,
         site: usize,
+        /// The receive context a receiving wait drains (write-with-immediate signals).
+        receive_context: Option<u64>,
     },
     Mlx5Completion {
         qpn: u32,
@@ -479,6 +492,11 @@ struct World<'k> {
     p2p_signal_stores: HashMap<(usize, u64), Rc<SignalRecord>>,
     /// Signals delivered to (rank, flag address) and not yet checked by a wait there.
     deliveries: HashMap<(u32, u64), Vec<Rc<SignalRecord>>>,
+    /// Write-with-immediate signals whose data landed, by (receiving rank, receive CQE number),
+    /// with when: delivered when a wait (or the host) applies that CQE.
+    pending_immediates: HashMap<(u32, u64), (Rc<SignalRecord>, u64)>,
+    /// The flag table the kernel's immediates name flags in, once a receiving wait ran.
+    immediate_flag_tables: BTreeMap<u32, (u64, u64)>,
     /// When each (rank, address) word the programs wait on was last written (simulated ns).
     write_times: HashMap<(u32, u64), u64>,
     /// When each mlx5 QP (rank, qpn) or proxy ring (rank, ring) was last rung.
@@ -494,6 +512,95 @@ struct World<'k> {
 }
 
 const ENDPOINT_HANDLE_BYTES: u64 = 128;
+/// Where an endpoint handle keeps the receive context's address.
+const RECEIVE_CONTEXT_FIELD: u64 =
+    core::mem::offset_of!(EndpointHandle, receive_context_address) as u64;
+/// Receive WQEs per mlx5 QP (write-with-immediate signals each take one until a wait posts it
+/// again).
+const RECEIVES_PER_QUEUE_PAIR: u32 = 64;
+
+/// Where a rank's receive side lives.
+struct ReceiveSide {
+    context_address: u64,
+    queues_address: u64,
+}
+
+/// Allocates `rank`'s receive CQ (room for every QP's receives), its context and its tables
+/// (the queue table is written once the QPs exist).
+fn allocate_receive_side(
+    memory: &mut Memory,
+    nic: &mut Nic,
+    rank: u32,
+    ranks: u32,
+) -> Result<ReceiveSide, SimulationError> {
+    let setup = |e: &dyn std::fmt::Display| SimulationError::Setup(e.to_string());
+    let cqe_count = (RECEIVES_PER_QUEUE_PAIR * ranks).next_power_of_two();
+    let cq = memory.allocate(
+        rank,
+        u64::from(cqe_count) * 64,
+        MemoryKind::Device,
+        "receive cq",
+    );
+    let cq_doorbell = memory.allocate(rank, 8, MemoryKind::Device, "receive cq doorbell record");
+    nic.create_receive_cq(
+        memory,
+        ReceiveCqConfig {
+            rank,
+            buffer_address: cq,
+            cqe_count,
+            doorbell_record_address: cq_doorbell,
+        },
+    )
+    .map_err(|e| setup(&e))?;
+    let queues = memory.allocate(
+        rank,
+        u64::from(ranks) * Mlx5ReceiveQueue::SIZE_BYTES as u64,
+        MemoryKind::Device,
+        "receive queues",
+    );
+    let qpn_mask = (QPN_BASE + ranks).next_power_of_two() - 1;
+    let peer_of_qpn = memory.allocate(
+        rank,
+        u64::from(qpn_mask + 1) * 4,
+        MemoryKind::Device,
+        "peer of qpn",
+    );
+    for peer in 0..ranks {
+        memory
+            .write(
+                rank,
+                peer_of_qpn + u64::from((QPN_BASE + peer) & qpn_mask) * 4,
+                &peer.to_le_bytes(),
+            )
+            .map_err(|e| setup(&e))?;
+    }
+    let context_address = memory.allocate(
+        rank,
+        Mlx5ReceiveContext::SIZE_BYTES as u64,
+        MemoryKind::Device,
+        "receive context",
+    );
+    let context = Mlx5ReceiveContext {
+        cq_buffer_address: cq,
+        cqe_count,
+        poll_lock: 0,
+        consumer_index: 0,
+        cq_doorbell_record_address: cq_doorbell,
+        queues_address: queues,
+        queue_count: ranks,
+        qpn_mask,
+        peer_of_qpn_address: peer_of_qpn,
+        local_rank: rank,
+        reserved: [0; 4],
+    };
+    memory
+        .write(rank, context_address, &context.to_bytes())
+        .map_err(|e| setup(&e))?;
+    Ok(ReceiveSide {
+        context_address,
+        queues_address: queues,
+    })
+}
 const REGION_DESCRIPTOR_BYTES: u64 = 32;
 const QPN_BASE: u32 = 0x100;
 
@@ -618,6 +725,14 @@ impl<'k> World<'k> {
                 MemoryKind::Device,
                 "endpoint table",
             );
+            // mlx5: the rank's receive side (write-with-immediate signals): one receive CQ, a
+            // context every handle points to, and a receive queue per QP.
+            let receive = if transport == TransportKind::Mlx5 {
+                Some(allocate_receive_side(&mut memory, &mut nic, rank, ranks)?)
+            } else {
+                None
+            };
+            let mut receive_queues = vec![Mlx5ReceiveQueue::default(); ranks as usize];
             for peer in 0..ranks {
                 if peer == rank {
                     continue;
@@ -657,6 +772,31 @@ impl<'k> World<'k> {
                             .register(rank, atomic_result, 8)
                             .map_err(|e| SimulationError::Setup(e.to_string()))?;
                         let qpn = QPN_BASE + peer;
+                        let receive_buffer = memory.allocate(
+                            rank,
+                            u64::from(RECEIVES_PER_QUEUE_PAIR) * RECEIVE_WQE_BYTES as u64,
+                            MemoryKind::Device,
+                            &format!("receive queue from {peer}"),
+                        );
+                        let empty = ReceiveDataSegment::empty().to_bytes();
+                        memory
+                            .write(
+                                rank,
+                                receive_buffer,
+                                &empty.repeat(RECEIVES_PER_QUEUE_PAIR as usize),
+                            )
+                            .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                        // Every receive posted: the doorbell record's receive word at +0.
+                        memory
+                            .write(rank, dbr, &RECEIVES_PER_QUEUE_PAIR.to_be_bytes())
+                            .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                        receive_queues[peer as usize] = Mlx5ReceiveQueue {
+                            qpn,
+                            wqe_count: RECEIVES_PER_QUEUE_PAIR,
+                            doorbell_record_address: dbr,
+                            posted: u64::from(RECEIVES_PER_QUEUE_PAIR),
+                            buffer_address: receive_buffer,
+                        };
                         nic.create_queue_pair(
                             &mut memory,
                             QueuePairConfig {
@@ -669,6 +809,11 @@ impl<'k> World<'k> {
                                 cq_buffer_address: cq,
                                 cqe_count: 1,
                                 cq_collapsed: true,
+                                receive: Some(ReceiveQueueConfig {
+                                    buffer_address: receive_buffer,
+                                    wqe_count: RECEIVES_PER_QUEUE_PAIR,
+                                    doorbell_record_address: dbr,
+                                }),
                             },
                         )
                         .map_err(|e| SimulationError::Setup(e.to_string()))?;
@@ -683,6 +828,8 @@ impl<'k> World<'k> {
                         handle.management_address = management;
                         handle.atomic_result_address = atomic_result;
                         handle.atomic_result_lkey = atomic_lkey;
+                        handle.receive_context_address =
+                            receive.as_ref().map_or(0, |side| side.context_address);
                     }
                     TransportKind::Proxy => {
                         let header = ProxyRingHeader::new(options.proxy_ring_capacity_entries)
@@ -721,6 +868,27 @@ impl<'k> World<'k> {
                     )
                     .map_err(|e| SimulationError::Setup(e.to_string()))?;
             }
+            if let Some(side) = &receive {
+                let queues: Vec<u8> = receive_queues.iter().flat_map(|q| q.to_bytes()).collect();
+                memory
+                    .write(rank, side.queues_address, &queues)
+                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                // This rank's own slot carries what a wait needs (the receive context).
+                let own = EndpointHandle {
+                    transport: transport as u32,
+                    peer_rank: rank,
+                    local_rank: rank,
+                    receive_context_address: side.context_address,
+                    ..EndpointHandle::default()
+                };
+                memory
+                    .write(
+                        rank,
+                        table + u64::from(rank) * ENDPOINT_HANDLE_BYTES,
+                        &own.to_bytes(),
+                    )
+                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+            }
             endpoint_tables.push(table);
             proxies.push(proxy);
         }
@@ -742,6 +910,8 @@ impl<'k> World<'k> {
             posted: HashMap::new(),
             p2p_signal_stores: HashMap::new(),
             deliveries: HashMap::new(),
+            pending_immediates: HashMap::new(),
+            immediate_flag_tables: BTreeMap::new(),
             write_times: HashMap::new(),
             doorbell_times: HashMap::new(),
             nic_clocks: vec![0; ranks as usize],
@@ -939,7 +1109,7 @@ impl<'k> World<'k> {
                     candidates.push(Agent::StoreBuffer(index));
                 }
             }
-            if self.nic.pending_work() {
+            if self.nic.pending_work(&self.memory) {
                 candidates.push(Agent::Nic);
             }
             for (index, proxy) in self.proxies.iter().enumerate() {
@@ -978,7 +1148,7 @@ impl<'k> World<'k> {
     fn quiesce(&mut self) -> Result<(), SimulationError> {
         loop {
             let mut moved = false;
-            if self.nic.pending_work() {
+            if self.nic.pending_work(&self.memory) {
                 self.step_nic()?;
                 moved = true;
             }
@@ -1031,6 +1201,7 @@ impl<'k> World<'k> {
                     address,
                     expected,
                     site,
+                    ..
                 }) => {
                     let seen = self.load_i64(index, thread.rank, *address)?;
                     format!(
@@ -1202,8 +1373,15 @@ impl<'k> World<'k> {
         let rank = self.threads[thread].rank;
         Ok(match block {
             Block::Flag {
-                address, expected, ..
-            } => self.load_i64(thread, rank, *address)? >= *expected,
+                address,
+                expected,
+                receive_context,
+                ..
+            } => {
+                self.load_i64(thread, rank, *address)? >= *expected
+                    || receive_context
+                        .is_some_and(|context| self.next_receive_cqe(rank, context).is_some())
+            }
             Block::Mlx5Completion { qpn, slot, .. } => !matches!(
                 self.nic
                     .poll_cq_for_index(&self.memory, rank, *qpn, *slot)
@@ -1734,10 +1912,17 @@ impl<'k> World<'k> {
                 predicate,
                 completion,
                 inline,
+                immediate,
             } => {
                 let (peer, handle) = self.endpoint(thread, *endpoint)?;
                 let slot = self.integer(thread, *slot)? as u64;
                 let destination = self.remote_pointer(thread, *destination)?;
+                let immediate = match immediate {
+                    Some((value, flag)) => {
+                        Some(self.immediate_signal(thread, site, peer, *value, *flag)?)
+                    }
+                    None => None,
+                };
                 self.check_same_peer(thread, site, peer, destination.peer)?;
                 let source = self.integer(thread, *source)? as u64;
                 let length_bytes = self.integer(thread, *bytes)?;
@@ -1788,11 +1973,16 @@ impl<'k> World<'k> {
                 }
                 self.counts.wqes += 1;
                 self.counts.completions_requested += u64::from(completion);
-                let posted = if predicate {
-                    PostedCommand::Put(record)
-                } else {
-                    PostedCommand::Other
+                let posted = match (predicate, &immediate) {
+                    (true, Some((_, flag_address))) => {
+                        // The signal guards this put and the earlier ones on the endpoint.
+                        let signal = self.take_signal_record(thread, peer, site, *flag_address);
+                        PostedCommand::PutWithImmediate(record, signal)
+                    }
+                    (true, None) => PostedCommand::Put(record),
+                    (false, _) => PostedCommand::Other,
                 };
+                let immediate = immediate.map(|(value, _)| value);
                 match self.kernel.target {
                     Target::Mlx5 => {
                         let common = WqeCommon {
@@ -1812,12 +2002,29 @@ impl<'k> World<'k> {
                             };
                             nop_spanning_basic_blocks(&common, blocks)
                         } else if *inline {
-                            rdma_write_inline(&common, remote, &expected).map_err(|e| {
+                            match immediate {
+                                Some(value) => {
+                                    rdma_write_imm_inline(&common, remote, &expected, value)
+                                }
+                                None => rdma_write_inline(&common, remote, &expected),
+                            }
+                            .map_err(|e| {
                                 self.program_error(
                                     thread,
                                     format!("inline put at {}: {e}", self.site_of(rank, site)),
                                 )
                             })?
+                        } else if let Some(value) = immediate {
+                            rdma_write_imm(
+                                &common,
+                                remote,
+                                LocalBuffer {
+                                    address: source,
+                                    lkey: key,
+                                    length_bytes: length_bytes as u32,
+                                },
+                                value,
+                            )
                         } else {
                             rdma_write(
                                 &common,
@@ -2285,15 +2492,33 @@ impl<'k> World<'k> {
                 flag,
                 value,
                 acquire: _,
+                receives,
             } => {
                 let address = self.integer(thread, *flag)? as u64;
                 let expected = self.integer(thread, *value)?;
+                let receive_context = match receives {
+                    Some((flag_table, endpoint_table)) => {
+                        let flag_table = self.integer(thread, *flag_table)? as u64;
+                        let endpoint_table = self.integer(thread, *endpoint_table)? as u64;
+                        // Every handle of the rank (the first one included) names the context.
+                        let context = self
+                            .memory
+                            .read_u64(rank, endpoint_table + RECEIVE_CONTEXT_FIELD)
+                            .map_err(|e| self.program_error(thread, e.to_string()))?;
+                        self.immediate_flag_tables
+                            .insert(rank, (context, flag_table));
+                        self.drain_receive_cq(rank, context, flag_table, Some(thread))?;
+                        Some(context)
+                    }
+                    None => None,
+                };
                 let seen = self.load_i64(thread, rank, address)?;
                 if seen < expected {
                     return Ok(Step::Blocked(Block::Flag {
                         address,
                         expected,
                         site,
+                        receive_context,
                     }));
                 }
                 self.check_delivered_data(thread, address, site, seen)?;
@@ -2380,6 +2605,189 @@ impl<'k> World<'k> {
             }
             state.clock_nanoseconds = state.clock_nanoseconds.max(clock);
         }
+    }
+
+    /// The immediate of a write with immediate (checked against the flag it names) and the
+    /// flag's address on `peer`.
+    fn immediate_signal(
+        &self,
+        thread: usize,
+        site: usize,
+        peer: u32,
+        value: Register,
+        flag: Register,
+    ) -> Result<(u32, u64), SimulationError> {
+        let rank = self.threads[thread].rank;
+        let immediate = self.integer(thread, value)?;
+        let flag = self.remote_pointer(thread, flag)?;
+        let signal = u32::try_from(immediate)
+            .ok()
+            .map(ImmediateSignal::decode)
+            .filter(|signal| {
+                u64::from(signal.flag_index) * 8 == flag.offset_bytes && flag.peer == peer
+            });
+        match signal {
+            Some(_) => Ok((immediate as u32, flag.address)),
+            None => Err(self.program_error(
+                thread,
+                format!(
+                    "the write with immediate at {} carries {immediate:#x}, which does not name its flag (element {} of its region on rank {}): the flag index must fit {} bits",
+                    self.site_of(rank, site),
+                    flag.offset_bytes / 8,
+                    flag.peer,
+                    aboleth_abi::mlx5::receive::IMMEDIATE_INDEX_BITS
+                ),
+            )),
+        }
+    }
+
+    /// The number of the next receive CQE of `rank`'s context at `context`, if one is ready.
+    fn next_receive_cqe(&self, rank: u32, context: u64) -> Option<u64> {
+        let bytes = self
+            .memory
+            .read(rank, context, Mlx5ReceiveContext::SIZE_BYTES as u64)
+            .ok()?;
+        let context = Mlx5ReceiveContext::from_bytes(&bytes.try_into().ok()?);
+        let number = context.consumer_index;
+        let slot = number % u64::from(context.cqe_count);
+        let op_own = self
+            .memory
+            .read(rank, context.cq_buffer_address + slot * 64 + 63, 1)
+            .ok()?[0];
+        aboleth_abi::mlx5::cqe::cqe_is_software_owned(op_own, number as u32, context.cqe_count)
+            .then_some(number)
+    }
+
+    /// What a receiving wait does (and the host, at the end): applies every ready receive CQE
+    /// of `rank` to its flag in the region of `flag_table` on this rank, posts its receive
+    /// again, advances the CQ's consumer index and its doorbell record, and delivers the signal
+    /// for the data checks. One step: the generated code does it under the context's lock.
+    fn drain_receive_cq(
+        &mut self,
+        rank: u32,
+        context_address: u64,
+        flag_table: u64,
+        thread: Option<usize>,
+    ) -> Result<(), SimulationError> {
+        let fail = |message: String| SimulationError::Program(format!("rank {rank}: {message}"));
+        let read = |world: &Self, address: u64, length: u64| {
+            world
+                .memory
+                .read(rank, address, length)
+                .map_err(|e| fail(e.to_string()))
+        };
+        while let Some(number) = self.next_receive_cqe(rank, context_address) {
+            let context = Mlx5ReceiveContext::from_bytes(
+                &read(self, context_address, 64)?
+                    .try_into()
+                    .expect("64 bytes"),
+            );
+            let slot = number % u64::from(context.cqe_count);
+            let cqe = aboleth_abi::mlx5::cqe::decode_cqe(
+                &read(self, context.cq_buffer_address + slot * 64, 64)?
+                    .try_into()
+                    .expect("64 bytes"),
+            )
+            .map_err(|e| fail(format!("receive CQE {number}: {e}")))?;
+            let aboleth_abi::mlx5::DecodedCqe::ResponderWriteImmediate { qpn, immediate, .. } = cqe
+            else {
+                return Err(fail(format!(
+                    "receive CQE {number} is not a write with immediate: {cqe:?}"
+                )));
+            };
+            let peer_word = read(
+                self,
+                context.peer_of_qpn_address + u64::from(qpn & context.qpn_mask) * 4,
+                4,
+            )?;
+            let peer = u32::from_le_bytes(peer_word.try_into().expect("4 bytes"));
+            let signal = ImmediateSignal::decode(immediate);
+            let descriptor = RemoteRegionDescriptor::from_bytes(
+                &read(
+                    self,
+                    flag_table + u64::from(context.local_rank) * REGION_DESCRIPTOR_BYTES,
+                    REGION_DESCRIPTOR_BYTES,
+                )?
+                .try_into()
+                .expect("32 bytes"),
+            );
+            let offset = u64::from(signal.flag_index) * 8;
+            if offset + 8 > descriptor.length_bytes {
+                return Err(fail(format!(
+                    "an immediate from rank {peer} names flag {} beyond its region ({} bytes)",
+                    signal.flag_index, descriptor.length_bytes
+                )));
+            }
+            let flag = descriptor.base_address + offset;
+            let old = self
+                .memory
+                .read_u64(rank, flag)
+                .map_err(|e| fail(e.to_string()))?;
+            let new = if signal.add {
+                old.wrapping_add(u64::from(signal.value))
+            } else {
+                u64::from(signal.value)
+            };
+            self.memory
+                .write_u64(rank, flag, new)
+                .map_err(|e| fail(e.to_string()))?;
+            let now = thread.map_or(0, |thread| self.threads[thread].clock_nanoseconds);
+            if let Some((record, landed_at)) = self.pending_immediates.remove(&(rank, number)) {
+                self.deliver(rank, flag, record, now.max(landed_at));
+            }
+            // Post the receive again: the queue's counter and its doorbell record.
+            let queue_address =
+                context.queues_address + u64::from(peer) * Mlx5ReceiveQueue::SIZE_BYTES as u64;
+            let mut queue = Mlx5ReceiveQueue::from_bytes(
+                &read(self, queue_address, Mlx5ReceiveQueue::SIZE_BYTES as u64)?
+                    .try_into()
+                    .expect("32 bytes"),
+            );
+            queue.posted += 1;
+            let write = |world: &mut Self, address: u64, bytes: &[u8]| {
+                world
+                    .memory
+                    .write(rank, address, bytes)
+                    .map_err(|e| fail(e.to_string()))
+            };
+            write(self, queue_address, &queue.to_bytes())?;
+            write(
+                self,
+                queue.doorbell_record_address,
+                &(queue.posted as u32).to_be_bytes(),
+            )?;
+            let consumer = number + 1;
+            write(
+                self,
+                context_address + core::mem::offset_of!(Mlx5ReceiveContext, consumer_index) as u64,
+                &consumer.to_le_bytes(),
+            )?;
+            write(
+                self,
+                context.cq_doorbell_record_address,
+                &((consumer as u32) & 0x00ff_ffff).to_be_bytes(),
+            )?;
+            if let Some(thread) = thread {
+                self.advance_clock(
+                    thread,
+                    self.options.cost_model.gpu_global_store_nanoseconds * 4,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// After the last launch: the host applies what is left in every receive CQ.
+    fn drain_every_receive_cq(&mut self) -> Result<(), SimulationError> {
+        let tables: Vec<(u32, (u64, u64))> = self
+            .immediate_flag_tables
+            .iter()
+            .map(|(rank, tables)| (*rank, *tables))
+            .collect();
+        for (rank, (context, flag_table)) in tables {
+            self.drain_receive_cq(rank, context, flag_table, None)?;
+        }
+        Ok(())
     }
 
     fn take_signal_record(
@@ -2781,6 +3189,17 @@ impl<'k> World<'k> {
         if execution.cqe_slot.is_some() {
             self.write_times.insert((rank, u64::from(event.qpn)), now);
         }
+        if let Some(PostedCommand::PutWithImmediate(_, signal)) = &posted {
+            // Its signal reaches the flag when a wait of the receiver applies the CQE.
+            let responder = event.responder_completion.ok_or_else(|| {
+                SimulationError::Nic(format!(
+                    "rank {rank}'s write with immediate at slot {} left no receive CQE",
+                    execution.basic_block_index
+                ))
+            })?;
+            self.pending_immediates
+                .insert(responder, (signal.clone(), now));
+        }
         self.on_command_executed(posted, now)
     }
 
@@ -2832,7 +3251,7 @@ impl<'k> World<'k> {
         now: u64,
     ) -> Result<(), SimulationError> {
         match posted {
-            Some(PostedCommand::Put(put)) => {
+            Some(PostedCommand::Put(put) | PostedCommand::PutWithImmediate(put, _)) => {
                 let landed = self
                     .memory
                     .read(

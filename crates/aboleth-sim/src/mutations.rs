@@ -55,11 +55,15 @@ pub enum Mutation {
     /// bug the GPU run found: a later library-style kernel on the same queue waited forever
     /// for its turn). Caught by the end-of-launch check of every queue's counters.
     StalePublicationCounter,
+    /// Waits of a kernel that sends write-with-immediate signals do not drain the receive CQ:
+    /// nobody applies the immediates. Caught as a deadlock of the waits (their flags never
+    /// move).
+    WaitWithoutDrainingReceives,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -69,6 +73,7 @@ impl Mutation {
         Mutation::EpochOffByOne,
         Mutation::PostingWithoutBarrier,
         Mutation::StalePublicationCounter,
+        Mutation::WaitWithoutDrainingReceives,
     ];
 
     /// The command-line name.
@@ -83,6 +88,7 @@ impl Mutation {
             Mutation::EpochOffByOne => "epoch-off-by-one",
             Mutation::PostingWithoutBarrier => "posting-without-barrier",
             Mutation::StalePublicationCounter => "stale-publication-counter",
+            Mutation::WaitWithoutDrainingReceives => "wait-without-draining-receives",
         }
     }
 
@@ -215,6 +221,27 @@ impl Mutation {
                     if matches!(op_name(ctx, op).as_str(), "mlx5.publish" | "proxy.publish")
                         && attrs::get_bool(ctx, op, "owner_only")
                     {
+                        Operation::erase(op, ctx);
+                        changed = true;
+                    }
+                }
+            }
+            Mutation::WaitWithoutDrainingReceives => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) == "gpu.wait_flag" && op.deref(ctx).get_num_operands() > 2 {
+                        let (flag, value) = {
+                            let operation = op.deref(ctx);
+                            (operation.get_operand(0), operation.get_operand(1))
+                        };
+                        let mut builder = Builder::before(ctx, op);
+                        let poll = builder.create::<aboleth_ir::transport::GpuWaitFlagOp>(
+                            ctx,
+                            vec![],
+                            vec![flag, value],
+                        );
+                        if let Some(order) = attrs::get_string(ctx, op, "order") {
+                            attrs::set_string(ctx, poll, "order", &order);
+                        }
                         Operation::erase(op, ctx);
                         changed = true;
                     }

@@ -11,10 +11,17 @@
 //! bytes the decoder rejects are a local QP operation error); requester CQEs with the lap-parity
 //! owner bit, or always in slot 0 with owner 0 for a collapsed CQ; and the GPU-side CQ poll.
 //!
-//! What it does not model: receive queues and the responder side (RDMA_WRITE_IMM records its
-//! immediate in the event but consumes no receive), packet loss and retries, RNR, BlueFlame, the
-//! CQ doorbell record (so a normal CQ overrun is not detected, as with `cqc.oi = 1`), CQE
-//! compression, DC/UD address vectors, SEND and WAIT, and flush CQEs: after an error the QP stops
+//! The responder side of RDMA_WRITE_IMM: a QP configured with a receive queue consumes one
+//! receive WQE per write with immediate and writes a responder CQE (the immediate, the QPN and
+//! the receive's index) into its rank's receive CQ ([`Nic::create_receive_cq`]); the receive
+//! queue's producer count is read from the QP's doorbell record (receive word at +0) when a
+//! receive is needed, and a write with immediate that finds none waits (receiver not ready,
+//! retried for ever: the requester's queue stalls, and is not pending work, until a receive is
+//! posted). A receive CQE that would overrun the CQ's consumer index (its doorbell record) is an
+//! error of the simulation.
+//!
+//! What it does not model: packet loss and retries, BlueFlame, the send CQs' doorbell records
+//! (so a normal send CQ overrun is not detected, as with `cqc.oi = 1`), CQE compression, DC/UD address vectors, SEND and WAIT, and flush CQEs: after an error the QP stops
 //! (see [`QueuePairState::Error`]). Remote writes land in the peer's memory at once; time is only
 //! accounted in each event's cost.
 
@@ -63,6 +70,39 @@ pub struct QueuePairConfig {
     pub cqe_count: u32,
     /// Collapsed CQ (NVSHMEM's): every CQE goes to slot 0 and the owner bit stays 0.
     pub cq_collapsed: bool,
+    /// The QP's receive queue, where writes with immediate arriving on it take a receive.
+    pub receive: Option<ReceiveQueueConfig>,
+}
+
+/// A QP's receive queue: `wqe_count` 16-byte receive WQEs; the producer count is the
+/// big-endian 32-bit word at `doorbell_record_address` (the QP doorbell record's receive word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveQueueConfig {
+    /// The receive WQEs.
+    pub buffer_address: u64,
+    /// Receive WQEs (a power of two).
+    pub wqe_count: u32,
+    /// The receive word of the QP's doorbell record.
+    pub doorbell_record_address: u64,
+}
+
+/// A rank's receive CQ, shared by its QPs' receive queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveCqConfig {
+    /// The rank.
+    pub rank: u32,
+    /// `cqe_count` 64-byte CQEs.
+    pub buffer_address: u64,
+    /// CQEs (a power of two).
+    pub cqe_count: u32,
+    /// The CQ doorbell record: the consumer index (SET_CI, big-endian, 24 bits) at +0.
+    pub doorbell_record_address: u64,
+}
+
+#[derive(Clone, Debug)]
+struct ReceiveCq {
+    config: ReceiveCqConfig,
+    produced: u64,
 }
 
 /// Whether a QP still executes WQEs.
@@ -157,6 +197,9 @@ pub struct NicEvent {
     pub peer_rank: u32,
     /// The send word of the DBR, if a pending doorbell made the NIC read it in this step.
     pub doorbell_record_producer_index: Option<u16>,
+    /// For a write with immediate: the responder's rank and the number of the CQE it wrote in
+    /// that rank's receive CQ.
+    pub responder_completion: Option<(u32, u64)>,
     /// The WQE executed in this step, if the producer count allowed one.
     pub wqe: Option<WqeExecution>,
     /// Simulated time of this step.
@@ -275,6 +318,7 @@ struct QueuePair {
     completions_written: u64,
     state: QueuePairState,
     last_cqe: Option<String>,
+    receives_consumed: u64,
 }
 
 /// A WQE that failed: the syndrome for its error CQE and a reason for people.
@@ -740,6 +784,7 @@ impl QueuePair {
 pub struct Nic {
     cost_model: CostModel,
     queue_pairs: BTreeMap<(u32, u32), QueuePair>,
+    receive_cqs: BTreeMap<u32, ReceiveCq>,
 }
 
 impl Nic {
@@ -748,6 +793,7 @@ impl Nic {
         Self {
             cost_model,
             queue_pairs: BTreeMap::new(),
+            receive_cqs: BTreeMap::new(),
         }
     }
 
@@ -796,6 +842,7 @@ impl Nic {
             completions_written: 0,
             state: QueuePairState::Ready,
             last_cqe: None,
+            receives_consumed: 0,
         };
         let sq_bytes = u64::from(config.sq_basic_block_count) * WQE_BASIC_BLOCK_BYTES as u64;
         memory
@@ -847,9 +894,188 @@ impl Nic {
         Ok(())
     }
 
-    /// Whether some QP has a doorbell to look at or doorbelled WQEs left to execute.
-    pub fn pending_work(&self) -> bool {
-        self.queue_pairs.values().any(QueuePair::has_work)
+    /// Creates `config.rank`'s receive CQ and fills it with invalid CQEs.
+    pub fn create_receive_cq(
+        &mut self,
+        memory: &mut Memory,
+        config: ReceiveCqConfig,
+    ) -> Result<(), NicError> {
+        if !config.cqe_count.is_power_of_two() {
+            return Err(NicError::InvalidConfig {
+                rank: config.rank,
+                qpn: 0,
+                reason: format!("receive CQ size {} is not a power of two", config.cqe_count),
+            });
+        }
+        let invalid_cqes = Cqe64::invalid()
+            .to_bytes()
+            .repeat(config.cqe_count as usize);
+        memory
+            .write(config.rank, config.buffer_address, &invalid_cqes)
+            .map_err(|source| NicError::QueueMemory {
+                rank: config.rank,
+                qpn: 0,
+                structure: "receive CQ",
+                source,
+            })?;
+        self.receive_cqs.insert(
+            config.rank,
+            ReceiveCq {
+                config,
+                produced: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Whether some QP has a doorbell to look at or doorbelled WQEs it can execute (a write
+    /// with immediate whose responder has no receive posted cannot).
+    pub fn pending_work(&self, memory: &Memory) -> bool {
+        self.queue_pairs
+            .iter()
+            .any(|(key, queue_pair)| self.can_step(*key, queue_pair, memory))
+    }
+
+    fn can_step(&self, key: (u32, u32), queue_pair: &QueuePair, memory: &Memory) -> bool {
+        queue_pair.has_work() && (queue_pair.doorbell_pending || !self.stalled(key, memory))
+    }
+
+    /// The responder QP of `key`'s QP: the one on its peer whose peer it is.
+    fn responder_of(&self, key: (u32, u32)) -> Option<(u32, u32)> {
+        let queue_pair = self.queue_pairs.get(&key)?;
+        let (rank, peer) = (queue_pair.config.rank, queue_pair.config.peer_rank);
+        self.queue_pairs
+            .iter()
+            .find(|((other_rank, _), other)| *other_rank == peer && other.config.peer_rank == rank)
+            .map(|(other_key, _)| *other_key)
+    }
+
+    /// The responder of `key`'s QP when it has a receive queue (else writes with immediate
+    /// are executed without a responder side, as a bare requester model).
+    fn receiving_responder(&self, key: (u32, u32)) -> Option<(u32, u32)> {
+        self.responder_of(key).filter(|responder| {
+            self.queue_pairs
+                .get(responder)
+                .is_some_and(|queue_pair| queue_pair.config.receive.is_some())
+        })
+    }
+
+    /// Receives posted to the responder `key` and not yet consumed.
+    fn receives_available(&self, key: (u32, u32), memory: &Memory) -> u64 {
+        let Some(queue_pair) = self.queue_pairs.get(&key) else {
+            return 0;
+        };
+        let Some(receive) = queue_pair.config.receive else {
+            return 0;
+        };
+        let Ok(word) = memory.read(key.0, receive.doorbell_record_address, 4) else {
+            return 0;
+        };
+        let posted = u32::from_be_bytes(word.try_into().expect("4 bytes")) as u16;
+        u64::from(posted.wrapping_sub(queue_pair.receives_consumed as u16))
+    }
+
+    /// Whether the next doorbelled WQE of `key` is a write with immediate that its responder
+    /// has no receive for (receiver not ready: it waits).
+    fn stalled(&self, key: (u32, u32), memory: &Memory) -> bool {
+        let Some(queue_pair) = self.queue_pairs.get(&key) else {
+            return false;
+        };
+        if queue_pair.next_basic_block >= queue_pair.producer_index_seen {
+            return false;
+        }
+        let opcode = queue_pair
+            .read_basic_block(memory, queue_pair.next_basic_block)
+            .map_or(0, |block| block[3]);
+        opcode == aboleth_abi::mlx5::OPCODE_RDMA_WRITE_IMM
+            && self
+                .receiving_responder(key)
+                .is_some_and(|responder| self.receives_available(responder, memory) == 0)
+    }
+
+    /// The responder side of a write with immediate that `requester`'s QP executed: consumes a
+    /// receive of the responder's queue and writes the responder CQE into its rank's receive
+    /// CQ. Returns the responder's rank and the CQE's number.
+    fn deliver_immediate(
+        &mut self,
+        memory: &mut Memory,
+        requester: (u32, u32),
+        immediate: u32,
+        byte_count: u64,
+    ) -> Result<(u32, u64), NicError> {
+        let responder = self
+            .responder_of(requester)
+            .ok_or(NicError::InvalidConfig {
+                rank: requester.0,
+                qpn: requester.1,
+                reason: "a write with immediate to a peer with no QP back".to_owned(),
+            })?;
+        let queue_pair = self.queue_pairs.get_mut(&responder).expect("found above");
+        let receive = queue_pair.config.receive.ok_or(NicError::InvalidConfig {
+            rank: responder.0,
+            qpn: responder.1,
+            reason: "a write with immediate arrived at a QP without a receive queue".to_owned(),
+        })?;
+        let receive_index = queue_pair.receives_consumed;
+        let slot = receive_index % u64::from(receive.wqe_count);
+        memory
+            .read(
+                responder.0,
+                receive.buffer_address
+                    + slot * aboleth_abi::mlx5::receive::RECEIVE_WQE_BYTES as u64,
+                aboleth_abi::mlx5::receive::RECEIVE_WQE_BYTES as u64,
+            )
+            .map_err(queue_pair.memory_error("receive queue"))?;
+        queue_pair.receives_consumed += 1;
+        let cq = self
+            .receive_cqs
+            .get_mut(&responder.0)
+            .ok_or(NicError::InvalidConfig {
+                rank: responder.0,
+                qpn: responder.1,
+                reason: "no receive CQ on this rank".to_owned(),
+            })?;
+        let memory_error = |source| NicError::QueueMemory {
+            rank: responder.0,
+            qpn: responder.1,
+            structure: "receive CQ",
+            source,
+        };
+        let word = memory
+            .read(responder.0, cq.config.doorbell_record_address, 4)
+            .map_err(memory_error)?;
+        let consumer_low = u32::from_be_bytes(word.try_into().expect("4 bytes")) & 0x00ff_ffff;
+        let consumer =
+            cq.produced - u64::from((cq.produced as u32).wrapping_sub(consumer_low) & 0x00ff_ffff);
+        if cq.produced - consumer >= u64::from(cq.config.cqe_count) {
+            return Err(NicError::InvalidConfig {
+                rank: responder.0,
+                qpn: responder.1,
+                reason: format!(
+                    "receive CQ overrun: CQE {} would overwrite one the consumer (at {consumer}) has not read",
+                    cq.produced
+                ),
+            });
+        }
+        let number = cq.produced;
+        let cqe_slot = (number % u64::from(cq.config.cqe_count)) as u32;
+        let owner = cqe_owner_for_index(number as u32, cq.config.cqe_count);
+        let cqe = Cqe64::responder_write_immediate(
+            responder.1,
+            receive_index as u16,
+            byte_count as u32,
+            immediate,
+            owner,
+        );
+        memory
+            .write(
+                responder.0,
+                cq.config.buffer_address + u64::from(cqe_slot) * 64,
+                &cqe.to_bytes(),
+            )
+            .map_err(memory_error)?;
+        cq.produced += 1;
+        Ok((responder.0, number))
     }
 
     /// One unit of work on one QP chosen by `rng` among those with work: read the DBR if a
@@ -862,7 +1088,7 @@ impl Nic {
         let candidates: Vec<(u32, u32)> = self
             .queue_pairs
             .iter()
-            .filter(|(_, queue_pair)| queue_pair.has_work())
+            .filter(|(key, queue_pair)| self.can_step(**key, queue_pair, memory))
             .map(|(&key, _)| key)
             .collect();
         if candidates.is_empty() {
@@ -877,16 +1103,34 @@ impl Nic {
             cost += self.cost_model.nic_doorbell_record_read();
             doorbell_record_producer_index = Some(queue_pair.read_doorbell_record(memory)?);
         }
-        let wqe = if queue_pair.next_basic_block < queue_pair.producer_index_seen {
+        let peer_rank = queue_pair.config.peer_rank;
+        let ready = queue_pair.next_basic_block < queue_pair.producer_index_seen;
+        let wqe = if ready && !self.stalled(key, memory) {
+            let queue_pair = self.queue_pairs.get_mut(&key).expect("candidate exists");
             Some(queue_pair.execute_next(memory, &self.cost_model, &mut cost)?)
         } else {
             None
         };
+        let responder_completion = match &wqe {
+            Some(WqeExecution {
+                outcome:
+                    WqeOutcome::Completed {
+                        immediate: Some(immediate),
+                        byte_count,
+                        ..
+                    },
+                ..
+            }) if self.receiving_responder(key).is_some() => {
+                Some(self.deliver_immediate(memory, key, *immediate, *byte_count)?)
+            }
+            _ => None,
+        };
         Ok(Some(NicEvent {
             rank: key.0,
             qpn: key.1,
-            peer_rank: queue_pair.config.peer_rank,
+            peer_rank,
             doorbell_record_producer_index,
+            responder_completion,
             wqe,
             cost,
         }))

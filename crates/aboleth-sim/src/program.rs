@@ -170,6 +170,9 @@ pub enum InstructionKind {
         predicate: Register,
         completion: Register,
         inline: bool,
+        /// `with_immediate` (mlx5): the immediate (an `ImmediateSignal`) and the flag it
+        /// signals, for the checks.
+        immediate: Option<(Register, Register)>,
     },
     /// `mlx5.atomic` / `proxy.signal`.
     SignalCommand {
@@ -238,6 +241,10 @@ pub enum InstructionKind {
         flag: Register,
         value: Register,
         acquire: bool,
+        /// (flag table, endpoint table): the kernel sends write-with-immediate signals, so the
+        /// poll also drains this rank's receive CQ, applying each immediate to its flag in the
+        /// table's region on this rank.
+        receives: Option<(Register, Register)>,
     },
 }
 
@@ -513,6 +520,11 @@ impl KernelBuilder<'_> {
                 predicate: operand(self, 6)?,
                 completion: operand(self, 7)?,
                 inline: attrs::get_bool(ctx, op, "inline"),
+                immediate: if attrs::get_bool(ctx, op, "with_immediate") {
+                    Some((operand(self, 8)?, operand(self, 9)?))
+                } else {
+                    None
+                },
             },
             "mlx5.atomic" | "proxy.signal" => InstructionKind::SignalCommand {
                 endpoint: operand(self, 0)?,
@@ -581,6 +593,11 @@ impl KernelBuilder<'_> {
                 flag: operand(self, 0)?,
                 value: operand(self, 1)?,
                 acquire: string("order").as_deref() == Some("acquire"),
+                receives: if operands.len() > 3 {
+                    Some((operand(self, 2)?, operand(self, 3)?))
+                } else {
+                    None
+                },
             },
             other if other.starts_with("ab.") => {
                 return Err(Diagnostic::at_op(

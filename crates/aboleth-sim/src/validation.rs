@@ -50,6 +50,9 @@ pub struct ValidationOptions {
     /// mlx5 send-ring size per QP in 64-byte basic blocks (a power of two); small rings make
     /// the generated ring reclamation run.
     pub sq_basic_block_count: u32,
+    /// The Aboleth configuration may publish mlx5 signals with write-with-immediate
+    /// (`PipelineOptions::immediate_signals`).
+    pub immediate_signals: bool,
 }
 
 impl ValidationOptions {
@@ -67,6 +70,7 @@ impl ValidationOptions {
             grid: None,
             kernel: None,
             sq_basic_block_count: SimulationOptions::new(2).sq_basic_block_count,
+            immediate_signals: false,
         }
     }
 }
@@ -150,6 +154,7 @@ pub fn validate(
     off_options.passes_off = true;
     let mut on_options = PipelineOptions::new(options.target);
     on_options.disabled = options.disabled_passes.clone();
+    on_options.immediate_signals = options.immediate_signals;
     let (off_kernels, _) = compile_for_simulation(text, file, &off_options, None)?;
     let (on_kernels, mutated) = compile_for_simulation(text, file, &on_options, options.mutation)?;
     if let Some(mutation) = options.mutation
@@ -220,6 +225,7 @@ pub fn validate_per_rank(
     off_options.passes_off = true;
     let mut on_options = PipelineOptions::new(options.target);
     on_options.disabled = options.disabled_passes.clone();
+    on_options.immediate_signals = options.immediate_signals;
     let grid = options
         .grid
         .as_deref()

@@ -44,6 +44,9 @@ fn random_programs_validate_on_every_transport() {
             if seed % 2 == 1 {
                 options.sq_basic_block_count = SMALL_SEND_RING_BLOCKS;
             }
+            // Every third program may publish mlx5 signals with write-with-immediate (generated
+            // programs observe flags only through waits).
+            options.immediate_signals = seed % 3 == 2;
             let file = format!("generated-{seed}.abo");
             let validations = validate(&program.text, &file, &options).unwrap_or_else(|error| {
                 panic!(

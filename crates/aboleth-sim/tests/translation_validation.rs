@@ -31,6 +31,7 @@ fn run(name: &str, options: &ValidationOptions) -> KernelValidation {
 fn every_example_validates_on_every_target() {
     for name in [
         "alltoall",
+        "count_arrivals",
         "dead_put",
         "epoch_counter",
         "moe_dispatch",
@@ -100,6 +101,46 @@ fn a_ring_filled_within_a_launch_is_reclaimed_through_periodic_completions() {
     for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
         assert!(validation.passed(), "{:#?}", validation.failures);
     }
+}
+
+/// With `--immediate-signals`, count_arrivals' signals ride on their puts on mlx5: half the
+/// WQEs, no remote atomics, and the same final memory and checks as the library style.
+#[test]
+fn write_with_immediate_signals_validate_and_save_a_wqe_per_signal() {
+    for ranks in [2, 3, 4] {
+        let mut options = ValidationOptions::new(Target::Mlx5);
+        options.ranks = ranks;
+        options.rounds = 3;
+        options.immediate_signals = true;
+        let validation = run("count_arrivals", &options);
+        assert!(
+            validation.passed(),
+            "{ranks} ranks: {:#?}",
+            validation.failures
+        );
+        let on = validation.passes_on.rounds[0].counts;
+        let off = validation.passes_off.rounds[0].counts;
+        // Per program: 4 puts + 4 signals library-style, 4 writes with immediate here.
+        assert_eq!(off.wqes, u64::from(ranks * (ranks - 1)) * 8);
+        assert_eq!(on.wqes, u64::from(ranks * (ranks - 1)) * 4);
+    }
+}
+
+#[test]
+fn mutation_wait_without_draining_receives_is_caught() {
+    let mut options = ValidationOptions::new(Target::Mlx5);
+    options.ranks = 3;
+    options.immediate_signals = true;
+    options.mutation = Some(Mutation::WaitWithoutDrainingReceives);
+    let validation = run("count_arrivals", &options);
+    let kinds: Vec<&str> = validation.failures.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&"deadlock"), "{kinds:?}");
+    assert!(
+        validation
+            .failures
+            .iter()
+            .all(|failure| failure.configuration == "passes-on")
+    );
 }
 
 /// Programs the random-program validation found miscompiled (now fixed): each must validate.

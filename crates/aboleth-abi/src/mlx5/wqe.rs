@@ -370,6 +370,26 @@ pub fn rdma_write_inline(
     remote: RemoteAddress,
     payload: &[u8],
 ) -> Result<Wqe, WqeEncodeError> {
+    rdma_write_inline_with(common, remote, payload, None)
+}
+
+/// RDMA write with immediate of an inline payload (the same segments as
+/// [`rdma_write_inline`], opcode `RDMA_WRITE_IMM`).
+pub fn rdma_write_imm_inline(
+    common: &WqeCommon,
+    remote: RemoteAddress,
+    payload: &[u8],
+    immediate: u32,
+) -> Result<Wqe, WqeEncodeError> {
+    rdma_write_inline_with(common, remote, payload, Some(immediate))
+}
+
+fn rdma_write_inline_with(
+    common: &WqeCommon,
+    remote: RemoteAddress,
+    payload: &[u8],
+    immediate: Option<u32>,
+) -> Result<Wqe, WqeEncodeError> {
     if payload.len() > INLINE_BYTES_MAX {
         return Err(WqeEncodeError::InlineTooLong {
             length_bytes: payload.len(),
@@ -384,7 +404,10 @@ pub fn rdma_write_inline(
     body.extend_from_slice(&header.to_bytes());
     body.extend_from_slice(payload);
     body.resize(body.len().next_multiple_of(WQE_DS_UNIT_BYTES), 0);
-    Ok(Wqe::assemble(common, OPCODE_RDMA_WRITE, 0, 0, &body))
+    Ok(match immediate {
+        Some(immediate) => Wqe::assemble(common, OPCODE_RDMA_WRITE_IMM, 0, immediate, &body),
+        None => Wqe::assemble(common, OPCODE_RDMA_WRITE, 0, 0, &body),
+    })
 }
 
 /// 8-byte atomic fetch-and-add; the old value lands in `result`. ds = 4.

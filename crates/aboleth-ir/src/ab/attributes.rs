@@ -64,6 +64,9 @@ pub enum Publication {
     ReleaseStore,
     /// The data went on another queue: wait for its completion, then signal.
     AfterCompletion,
+    /// mlx5: the signal rides on its put as an RDMA_WRITE_IMM whose immediate names the flag;
+    /// a wait of the receiving rank applies it (see `choose-signal-publication`).
+    WriteWithImmediate,
 }
 
 /// Who posts to an endpoint's queue (found by `assign-queue-owners`).
