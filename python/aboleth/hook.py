@@ -91,12 +91,17 @@ class Config:
     target: str
     passes_off: bool = False
     disabled_passes: Tuple[str, ...] = ()
+    #: The program's flags are observed only through ``wait_signal``: mlx5 signals may then ride
+    #: on their puts as write-with-immediate, applied by the receiving rank's waits.
+    immediate_signals: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise ValueError(f"aboleth: target must be one of {', '.join(TARGETS)}, got {self.target!r}")
         if not isinstance(self.passes_off, bool):
             raise TypeError(f"aboleth: passes_off must be a bool, got {self.passes_off!r}")
+        if not isinstance(self.immediate_signals, bool):
+            raise TypeError(f"aboleth: immediate_signals must be a bool, got {self.immediate_signals!r}")
         if isinstance(self.disabled_passes, str):
             raise TypeError("aboleth: disabled_passes must be a sequence of pass names, not one string: "
                             f"{self.disabled_passes!r}")
@@ -108,7 +113,8 @@ class Config:
 
     def as_dict(self) -> Dict[str, Any]:
         """The configuration as the JSON object the Rust stage reads (without ``source_name``)."""
-        return {"target": self.target, "passes_off": self.passes_off, "disabled_passes": list(self.disabled_passes)}
+        return {"target": self.target, "passes_off": self.passes_off, "disabled_passes": list(self.disabled_passes),
+                "immediate_signals": self.immediate_signals}
 
     def to_json(self, source_name: Optional[str] = None) -> str:
         """The ``config_json`` argument of ``run_stage``; ``source_name`` names the TTIR in errors."""
@@ -329,7 +335,8 @@ def _apply() -> None:
         knobs.cache.dir = os.path.join(_installation.saved_cache.base, f"aboleth-{cache_salt(config)}")
 
 
-def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = ()) -> Config:
+def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
+            immediate_signals: bool = False) -> Config:
     """Installs the aboleth stage hook for ``target`` ("mlx5", "proxy" or "p2p"), or changes the
     configuration of the installed one. Returns the configuration.
 
@@ -340,7 +347,8 @@ def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[
     changing anything.
     """
     global _explicit_config
-    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes)
+    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
+                    immediate_signals=immediate_signals)
     cache_salt(config)  # reads the build files now, outside the lock
     with _lock:
         _explicit_config = config
@@ -377,7 +385,8 @@ def current_config() -> Optional[Config]:
 
 
 @contextlib.contextmanager
-def compilation(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = ()) -> Iterator[Config]:
+def compilation(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
+                immediate_signals: bool = False) -> Iterator[Config]:
     """Kernels compiled inside the ``with`` block go through the aboleth stage for ``target``.
 
     While blocks are active, the most recently entered one's configuration is in force; when the
@@ -385,7 +394,8 @@ def compilation(*, target: str, passes_off: bool = False, disabled_passes: Seque
     removed. Blocks may end in any order (several threads may use them at once), but the
     configuration is process-wide: threads compiling at the same time should agree on it.
     """
-    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes)
+    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
+                    immediate_signals=immediate_signals)
     cache_salt(config)
     entry = (object(), config)
     with _lock:

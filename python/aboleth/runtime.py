@@ -336,11 +336,13 @@ class World:
                 "(no RDMA NIC on these machines): connect with connect_all(\"p2p\") or \"proxy\"")
         return target
 
-    def compilation(self, *, passes_off: bool = False, disabled_passes: Sequence[str] = ()) -> contextlib.AbstractContextManager[Config]:
+    def compilation(self, *, passes_off: bool = False, disabled_passes: Sequence[str] = (),
+                    immediate_signals: bool = False) -> contextlib.AbstractContextManager[Config]:
         """``aboleth.compilation(target=self.compilation_target(), ...)``: kernels compiled inside
         the ``with`` block go through the aboleth stage for this World's transport. The target is
         checked when this is called (see :meth:`compilation_target`)."""
-        return _compilation(target=self.compilation_target(), passes_off=passes_off, disabled_passes=disabled_passes)
+        return _compilation(target=self.compilation_target(), passes_off=passes_off, disabled_passes=disabled_passes,
+                            immediate_signals=immediate_signals)
 
     def barrier(self, name: str = "aboleth/barrier") -> None:
         """Returns once every rank called ``barrier`` (with the same ``name``). Collective."""

@@ -69,3 +69,28 @@ def stream_loop(endpoints, recv, flags, send, send_key, epoch, CHUNK: tl.constex
 
 STREAM_LOOP_SIGNATURE = {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "i64", "send_key": "i32",
                          "epoch": "i64", "CHUNK": "constexpr", "N": "constexpr", "RANK": "constexpr"}
+
+
+@triton.jit
+def count_arrivals(endpoints, recv, counters, send, send_key, my_counters, epoch, CHUNK: tl.constexpr,
+                   RANK: tl.constexpr):
+    """One program per other rank: 4 puts to the peer, each followed by `add 1` on the peer's
+    counter for this rank (a small constant: a write-with-immediate signal with
+    immediate_signals on mlx5), then a wait for 4 per launch from that peer."""
+    pid = tl.program_id(0)
+    peer = pid + (pid >= RANK).to(tl.int32)
+    ep = aboleth.endpoint(endpoints, peer)
+    dst = aboleth.remote(recv, peer)
+    counter = aboleth.remote(counters, peer, tl.int64)
+    src = send.to(tl.pointer_type(tl.int8))
+    for i in range(4):
+        t = aboleth.put(ep, dst.at((RANK * 4 + i) * CHUNK), src + (peer * 4 + i) * CHUNK, CHUNK,
+                        source_key=send_key)
+        aboleth.signal(ep, counter.at(RANK), 1, op="add", after=t)
+    aboleth.wait_signal(my_counters + peer, 4 * epoch)
+    aboleth.drain(ep)
+
+
+COUNT_ARRIVALS_SIGNATURE = {"endpoints": "*i64", "recv": "*i64", "counters": "*i64", "send": "i64",
+                            "send_key": "i32", "my_counters": "*i64", "epoch": "i64", "CHUNK": "constexpr",
+                            "RANK": "constexpr"}

@@ -30,7 +30,8 @@ def test_a_module_without_aboleth_calls_comes_back_unchanged_with_a_summary():
     assert {key: summary[key] for key in ["bridge", "aboleth_version", "changed", "aboleth_calls", "functions",
                                           "config"]} == {
         "bridge": "v1", "aboleth_version": aboleth.__version__, "changed": False, "aboleth_calls": 0,
-        "functions": ["matmul"], "config": {"target": "mlx5", "passes_off": False, "disabled_passes": []}
+        "functions": ["matmul"], "config": {"target": "mlx5", "passes_off": False, "disabled_passes": [],
+                                             "immediate_signals": False}
     }
 
 

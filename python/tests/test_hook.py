@@ -118,7 +118,7 @@ def test_the_stage_receives_the_ttir_stage_output():
         hook_module._run_stage = original
     assert seen["text"] == captured["ttir"]
     assert seen["config"] == {"target": "proxy", "passes_off": False, "disabled_passes": [],
-                              "source_name": "alltoall.ttir"}
+                              "immediate_signals": False, "source_name": "alltoall.ttir"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,6 +338,8 @@ def test_bad_configurations_are_rejected_before_anything_changes():
         aboleth.install(target="mlx5", passes_off="yes")
     with pytest.raises(TypeError, match="disabled_passes must hold pass names"):
         aboleth.install(target="mlx5", disabled_passes=[3])
+    with pytest.raises(TypeError, match="immediate_signals must be a bool, got 'yes'"):
+        aboleth.install(target="mlx5", immediate_signals="yes")
     assert not aboleth.is_installed()
     assert knobs.runtime.add_stages_inspection_hook is None
 

@@ -6,6 +6,8 @@ software pipeliner: with num_stages=3 it prefetches a K loop's tiles as async co
 when each step first waits for its tile's flag.
 """
 
+import json
+
 import aboleth
 import ptx_kernels
 from helpers import compile_kernel
@@ -125,3 +127,34 @@ def test_a_loop_of_sixty_four_chains_is_posted_by_the_whole_program():
     assert "%ntid.x" in ptx  # the stride is the program's size
     assert ptx.count("bar.warp.sync") == 0
     assert "%ntid.x" not in stream_loop_ptx("proxy", 64, disabled_passes=["choose-doorbell-scope"])
+
+
+def count_arrivals_compiled(immediate_signals: bool):
+    aboleth.install(target="mlx5", immediate_signals=immediate_signals)
+    try:
+        kernel = compile_kernel(ptx_kernels.count_arrivals, ptx_kernels.COUNT_ARRIVALS_SIGNATURE,
+                                {"CHUNK": 64, "RANK": 0})
+    finally:
+        aboleth.uninstall()
+    assert kernel.asm["cubin"]
+    summary = kernel.metadata.aboleth
+    summary = json.loads(summary) if isinstance(summary, str) else summary
+    return kernel.asm["ptx"], summary["counts"]
+
+
+def count_arrivals_ptx(immediate_signals: bool) -> str:
+    return count_arrivals_compiled(immediate_signals)[0]
+
+
+def test_write_with_immediate_signals_ride_on_their_puts_and_the_wait_drains_receives():
+    ptx = count_arrivals_ptx(immediate_signals=True)
+    # The signal's atomic WQE is gone (no masked fetch-add/compare-swap opcode bytes are
+    # built): the wait drains the receive CQ under its poll lock and applies the immediate.
+    assert "atom.acquire.gpu.global.cas.b32" in ptx  # the receive CQ's poll lock
+    assert "red.release.gpu.global.add.u64" in ptx  # an `add` immediate applied to its flag
+    plain = count_arrivals_ptx(immediate_signals=False)
+    assert "atom.acquire.gpu.global.cas.b32" not in plain
+    assert "red.release.gpu.global.add.u64" not in plain
+    # Four puts and four signals: eight WQEs, or four writes with immediate.
+    assert count_arrivals_compiled(False)[1]["wqes"] == 8
+    assert count_arrivals_compiled(True)[1]["wqes"] == 4

@@ -931,8 +931,16 @@ impl Generator<'_> {
         let bound = self.wait_bound(op);
         let flag_address = self.use_as(self.operand(op, 0), "i64")?;
         let unknown_peer = self.assign("ab_peer", "arith.constant -1 : i32".to_string());
+        let receives = if op.deref(self.ctx).get_num_operands() > 3 {
+            Some(self.receive_side(self.operand(op, 2), self.operand(op, 3))?)
+        } else {
+            None
+        };
         // Every thread polls the same word: no election, no broadcast needed.
         self.emit("scf.while : () -> () {".into());
+        if let Some(receives) = &receives {
+            self.drain_one_receive(receives);
+        }
         let seen = self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"));
         let waiting = self.assign(
             "ab_waiting",
@@ -956,6 +964,94 @@ impl Generator<'_> {
         self.emit("scf.yield".into());
         self.emit("}".into());
         Ok(())
+    }
+
+    /// What a receiving wait needs, read once before its loop: the rank's receive context
+    /// (named by every endpoint handle; the first one's is used), its CQ, tables and doorbell
+    /// record, and where the flags of `flag_table`'s region start on this rank.
+    fn receive_side(
+        &mut self,
+        flag_table: Value,
+        endpoint_table: Value,
+    ) -> Result<Vec<String>, BridgeError> {
+        use aboleth_abi::mlx5::receive::Mlx5ReceiveContext as Context;
+        let endpoints = self.i64(endpoint_table)?;
+        let context = self.load_field(
+            &endpoints,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, receive_context_address) as u64,
+            64,
+        );
+        let field = |this: &mut Self, offset: usize, width: u32| {
+            this.load_field(&context, offset as u64, width)
+        };
+        let cq = field(self, core::mem::offset_of!(Context, cq_buffer_address), 64);
+        let cqe_count = field(self, core::mem::offset_of!(Context, cqe_count), 32);
+        let cq_doorbell = field(
+            self,
+            core::mem::offset_of!(Context, cq_doorbell_record_address),
+            64,
+        );
+        let queues = field(self, core::mem::offset_of!(Context, queues_address), 64);
+        let qpn_mask = field(self, core::mem::offset_of!(Context, qpn_mask), 32);
+        let peer_of_qpn = field(
+            self,
+            core::mem::offset_of!(Context, peer_of_qpn_address),
+            64,
+        );
+        let local_rank = field(self, core::mem::offset_of!(Context, local_rank), 32);
+        let table = self.i64(flag_table)?;
+        let size = self.constant_i64(aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES as i64);
+        let offset = self.binary_i64("arith.muli", &local_rank, &size);
+        let descriptor = self.binary_i64("arith.addi", &table, &offset);
+        let flags_base = self.load_field(
+            &descriptor,
+            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, base_address) as u64,
+            64,
+        );
+        Ok(vec![
+            context,
+            cq,
+            cqe_count,
+            cq_doorbell,
+            queues,
+            qpn_mask,
+            peer_of_qpn,
+            flags_base,
+        ])
+    }
+
+    /// One step of draining the receive CQ, by thread 0 under the context's poll lock: if the
+    /// CQE at the consumer index is this lap's RDMA_WRITE_IMM completion, apply its immediate
+    /// (`aboleth_abi::mlx5::receive::ImmediateSignal`: add or set a small value on flag `index`
+    /// of this rank's flag region, with release), post the QP's receive again (its counter and
+    /// its doorbell-record word), and advance the consumer index and the CQ doorbell record.
+    /// Any other CQE opcode traps. The simulator's `drain_receive_cq` does the same.
+    fn drain_one_receive(&mut self, receives: &[String]) {
+        const PTX: &str = "{ .reg .pred %ab_leader, %ab_got, %ab_valid, %ab_add, %ab_set, %ab_bad, %ab_odd_lap, %ab_not_add; .reg .u32 %ab_tid, %ab_lock, %ab_w, %ab_op, %ab_own, %ab_lap, %ab_imm, %ab_qpn, %ab_peer, %ab_index, %ab_value, %ab_posted32, %ab_ci32; .reg .u64 %ab_ci, %ab_slot, %ab_cqe, %ab_flag, %ab_value64, %ab_queue, %ab_posted, %ab_dbr, %ab_count64, %ab_peer64, %ab_index64, %ab_qpn64; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_lock, 1; @%ab_leader atom.acquire.gpu.global.cas.b32 %ab_lock, [$1+12], 0, 1; setp.eq.u32 %ab_got, %ab_lock, 0; and.pred %ab_got, %ab_got, %ab_leader; mov.u64 %ab_ci, 0; @%ab_got ld.volatile.global.u64 %ab_ci, [$1+16]; cvt.u64.u32 %ab_count64, $3; sub.u64 %ab_slot, %ab_count64, 1; and.b64 %ab_slot, %ab_slot, %ab_ci; mad.lo.u64 %ab_cqe, %ab_slot, 64, $2; mov.u32 %ab_w, 0xf0000000; @%ab_got ld.acquire.sys.global.u32 %ab_w, [%ab_cqe+60]; shr.u32 %ab_op, %ab_w, 28; shr.u32 %ab_own, %ab_w, 24; and.b32 %ab_own, %ab_own, 1; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_lap, %ab_ci32, $3; setp.ne.u32 %ab_odd_lap, %ab_lap, 0; selp.u32 %ab_lap, 1, 0, %ab_odd_lap; setp.eq.u32 %ab_valid, %ab_own, %ab_lap; setp.ne.u32 %ab_bad, %ab_op, 15; and.pred %ab_valid, %ab_valid, %ab_bad; and.pred %ab_valid, %ab_valid, %ab_got; setp.ne.u32 %ab_bad, %ab_op, 1; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; @%ab_valid ld.global.u32 %ab_imm, [%ab_cqe+36]; prmt.b32 %ab_imm, %ab_imm, 0, 0x0123; @%ab_valid ld.global.u32 %ab_qpn, [%ab_cqe+56]; prmt.b32 %ab_qpn, %ab_qpn, 0, 0x0123; and.b32 %ab_qpn, %ab_qpn, $6; cvt.u64.u32 %ab_qpn64, %ab_qpn; mad.lo.u64 %ab_qpn64, %ab_qpn64, 4, $7; mov.u32 %ab_peer, 0; @%ab_valid ld.global.u32 %ab_peer, [%ab_qpn64]; and.b32 %ab_index, %ab_imm, 1048575; shr.u32 %ab_value, %ab_imm, 20; and.b32 %ab_value, %ab_value, 2047; cvt.u64.u32 %ab_value64, %ab_value; cvt.u64.u32 %ab_index64, %ab_index; mad.lo.u64 %ab_flag, %ab_index64, 8, $8; setp.ge.u32 %ab_add, %ab_imm, 0x80000000; not.pred %ab_not_add, %ab_add; and.pred %ab_set, %ab_valid, %ab_not_add; and.pred %ab_add, %ab_add, %ab_valid; @%ab_add red.release.gpu.global.add.u64 [%ab_flag], %ab_value64; @%ab_set st.release.gpu.global.u64 [%ab_flag], %ab_value64; cvt.u64.u32 %ab_peer64, %ab_peer; mad.lo.u64 %ab_queue, %ab_peer64, 32, $5; mov.u64 %ab_posted, 0; @%ab_valid ld.global.u64 %ab_posted, [%ab_queue+16]; add.u64 %ab_posted, %ab_posted, 1; @%ab_valid st.global.u64 [%ab_queue+16], %ab_posted; mov.u64 %ab_dbr, 0; @%ab_valid ld.global.u64 %ab_dbr, [%ab_queue+8]; cvt.u32.u64 %ab_posted32, %ab_posted; prmt.b32 %ab_posted32, %ab_posted32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [%ab_dbr], %ab_posted32; add.u64 %ab_ci, %ab_ci, 1; @%ab_valid st.global.u64 [$1+16], %ab_ci; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_ci32, %ab_ci32, 16777215; prmt.b32 %ab_ci32, %ab_ci32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [$4], %ab_ci32; @%ab_got st.release.gpu.global.b32 [$1+12], 0; mov.u32 $0, 0; }";
+        // cqe_count (2) and qpn_mask (5) are 32-bit fields: passed as i32.
+        let narrowed: Vec<String> = receives
+            .iter()
+            .enumerate()
+            .map(|(index, name)| {
+                if index == 2 || index == 5 {
+                    self.assign("ab_narrow", format!("arith.trunci {name} : i64 to i32"))
+                } else {
+                    name.clone()
+                }
+            })
+            .collect();
+        let typed: Vec<(&str, &str, char)> = narrowed
+            .iter()
+            .enumerate()
+            .map(|(index, name)| {
+                if index == 2 || index == 5 {
+                    (name.as_str(), "i32", 'r')
+                } else {
+                    (name.as_str(), "i64", 'l')
+                }
+            })
+            .collect();
+        self.asm(PTX, &typed);
     }
 
     /// Before a wait's loop: its site (for the plan summary's source line), the bound read from
@@ -1624,11 +1720,13 @@ impl Generator<'_> {
     }
 
     fn mlx5_write(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        if attrs::get_bool(self.ctx, op, "with_immediate") {
-            return Err(BridgeError::not_built(
-                "TTIR code generation for write-with-immediate signals is not built yet: --immediate-signals compiles to the Aboleth IR and runs in the simulator (aboleth sim --immediate-signals)",
-            ));
-        }
+        // A write-with-immediate signal rides on this put: RDMA_WRITE_IMM, the immediate in the
+        // control segment (operand 8; operand 9, the flag, is only for the simulator's checks).
+        let immediate = if attrs::get_bool(self.ctx, op, "with_immediate") {
+            Some(self.i64(self.operand(op, 8))?)
+        } else {
+            None
+        };
         let endpoint = self.operand(op, 0);
         let (handle, management) = self.mlx5_queue(endpoint)?;
         let slot = self.i64(self.operand(op, 1))?;
@@ -1680,10 +1778,17 @@ impl Generator<'_> {
             None => 3,
         };
         let ds = self.constant_i64(write_ds);
-        let (word0, word1) =
-            self.control_words(&handle, &slot, aboleth_abi::mlx5::OPCODE_RDMA_WRITE, 0, &ds);
+        let opcode = if immediate.is_some() {
+            aboleth_abi::mlx5::OPCODE_RDMA_WRITE_IMM
+        } else {
+            aboleth_abi::mlx5::OPCODE_RDMA_WRITE
+        };
+        let (word0, word1) = self.control_words(&handle, &slot, opcode, 0, &ds);
         let mut wqe = WqePtx::new(&addresses);
-        wqe.control(&word0, &word1, &flags);
+        match &immediate {
+            Some(immediate) => wqe.control_with_immediate(&word0, &word1, &flags, immediate),
+            None => wqe.control(&word0, &word1, &flags),
+        }
         wqe.remote(16, &remote, &rkey);
         match inline_bytes {
             Some(length) => {
@@ -2248,11 +2353,26 @@ impl WqePtx {
     fn control(&mut self, word0: &str, word1: &str, flags: &str) {
         let first = self.be32_of(word0);
         let second = self.be32_of(word1);
+        let third = self.flags_word(flags);
+        self.store_words(0, &[first, second, third, "%ab_zero".into()]);
+    }
+
+    /// The control segment of an RDMA_WRITE_IMM: the immediate (big-endian) in its last word.
+    fn control_with_immediate(&mut self, word0: &str, word1: &str, flags: &str, immediate: &str) {
+        let first = self.be32_of(word0);
+        let second = self.be32_of(word1);
+        let third = self.flags_word(flags);
+        let fourth = self.be32_of(immediate);
+        self.store_words(0, &[first, second, third, fourth]);
+    }
+
+    /// The control segment's third word: signature 0, `dci_stream_channel_id` 0, `fm_ce_se`.
+    fn flags_word(&mut self, flags: &str) -> String {
         let operand = self.input(flags);
         let third = self.register32();
         self.body.push(format!("cvt.u32.u64 {third}, {operand};"));
         self.body.push(format!("shl.b32 {third}, {third}, 24;"));
-        self.store_words(0, &[first, second, third, "%ab_zero".into()]);
+        third
     }
 
     /// A remote-address segment: BE64 address, BE32 rkey, 0.

@@ -49,6 +49,9 @@ pub struct StageConfig {
     /// Planning passes to skip, by flag name.
     #[serde(default)]
     pub disabled_passes: Vec<String>,
+    /// Flags are observed only through `wait_signal` (write-with-immediate signals on mlx5).
+    #[serde(default)]
+    pub immediate_signals: bool,
     /// The file name that TTIR positions are reported under (the hook passes `KERNEL.ttir`).
     #[serde(default = "default_source_name")]
     pub source_name: String,
@@ -160,6 +163,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
     let mut pipeline = aboleth_passes::pipeline::PipelineOptions::new(target);
     pipeline.passes_off = config.passes_off;
     pipeline.disabled = config.disabled_passes.iter().cloned().collect();
+    pipeline.immediate_signals = config.immediate_signals;
     pipeline.validate().map_err(StageError::Config)?;
     let output = aboleth_codegen::run_stage(
         ttir_text,
@@ -194,6 +198,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
         "config": {
             "target": config.target,
             "passes_off": config.passes_off,
+            "immediate_signals": config.immediate_signals,
             "disabled_passes": config.disabled_passes,
         },
     });
