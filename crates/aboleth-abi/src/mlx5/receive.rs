@@ -11,9 +11,9 @@
 //! set-up, so posting is advancing the queue's counter and its doorbell record).
 //!
 //! What this module does not do: allocate anything, or model the NIC. No SRQ, no scatter of
-//! SEND payloads: receives here only carry immediates. Status: the layouts and encodings only;
-//! no pass chooses write-with-immediate yet and the simulator's NIC does not consume receives
-//! (design and open questions: `docs/rationale/write-with-immediate.md`).
+//! SEND payloads: receives here only carry immediates. Used by the lowering and code generation
+//! (`--immediate-signals`) and by the simulator's NIC and interpreter; the runtime creates no
+//! mlx5 receive side yet (no NIC here). Design: `docs/rationale/write-with-immediate.md`.
 
 use crate::wire::{Be32, Be64, wire_layout};
 
