@@ -525,6 +525,23 @@ struct ReceiveSide {
     queues_address: u64,
 }
 
+/// Writes `handle` into slot `peer` of `rank`'s endpoint table at `table`.
+fn write_endpoint_handle(
+    memory: &mut Memory,
+    rank: u32,
+    table: u64,
+    peer: u32,
+    handle: &EndpointHandle,
+) -> Result<(), SimulationError> {
+    memory
+        .write(
+            rank,
+            table + u64::from(peer) * ENDPOINT_HANDLE_BYTES,
+            &handle.to_bytes(),
+        )
+        .map_err(|e| SimulationError::Setup(e.to_string()))
+}
+
 /// Allocates `rank`'s receive CQ (room for every QP's receives), its context and its tables
 /// (the queue table is written once the QPs exist).
 fn allocate_receive_side(
@@ -860,13 +877,7 @@ impl<'k> World<'k> {
                             as i64;
                     }
                 }
-                memory
-                    .write(
-                        rank,
-                        table + u64::from(peer) * ENDPOINT_HANDLE_BYTES,
-                        &handle.to_bytes(),
-                    )
-                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                write_endpoint_handle(&mut memory, rank, table, peer, &handle)?;
             }
             if let Some(side) = &receive {
                 let queues: Vec<u8> = receive_queues.iter().flat_map(|q| q.to_bytes()).collect();
@@ -881,13 +892,7 @@ impl<'k> World<'k> {
                     receive_context_address: side.context_address,
                     ..EndpointHandle::default()
                 };
-                memory
-                    .write(
-                        rank,
-                        table + u64::from(rank) * ENDPOINT_HANDLE_BYTES,
-                        &own.to_bytes(),
-                    )
-                    .map_err(|e| SimulationError::Setup(e.to_string()))?;
+                write_endpoint_handle(&mut memory, rank, table, rank, &own)?;
             }
             endpoint_tables.push(table);
             proxies.push(proxy);
