@@ -151,10 +151,10 @@ def test_write_with_immediate_signals_ride_on_their_puts_and_the_wait_drains_rec
     # The signal's atomic WQE is gone (no masked fetch-add/compare-swap opcode bytes are
     # built): the wait drains the receive CQ under its poll lock and applies the immediate.
     assert "atom.acquire.gpu.global.cas.b32" in ptx  # the receive CQ's poll lock
-    assert "red.release.gpu.global.add.u64" in ptx  # an `add` immediate applied to its flag
+    assert "red.release.sys.global.add.u64" in ptx  # an `add` immediate applied to its flag
     plain = count_arrivals_ptx(immediate_signals=False)
     assert "atom.acquire.gpu.global.cas.b32" not in plain
-    assert "red.release.gpu.global.add.u64" not in plain
+    assert "red.release.sys.global.add.u64" not in plain
     # Four puts and four signals: eight WQEs, or four writes with immediate.
     assert count_arrivals_compiled(False)[1]["wqes"] == 8
     assert count_arrivals_compiled(True)[1]["wqes"] == 4

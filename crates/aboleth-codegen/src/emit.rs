@@ -1008,6 +1008,11 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, base_address) as u64,
             64,
         );
+        let flags_bytes = self.load_field(
+            &descriptor,
+            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, length_bytes) as u64,
+            64,
+        );
         Ok(vec![
             context,
             cq,
@@ -1017,6 +1022,7 @@ impl Generator<'_> {
             qpn_mask,
             peer_of_qpn,
             flags_base,
+            flags_bytes,
         ])
     }
 
@@ -1027,7 +1033,7 @@ impl Generator<'_> {
     /// its doorbell-record word), and advance the consumer index and the CQ doorbell record.
     /// Any other CQE opcode traps. The simulator's `drain_receive_cq` does the same.
     fn drain_one_receive(&mut self, receives: &[String]) {
-        const PTX: &str = "{ .reg .pred %ab_leader, %ab_got, %ab_valid, %ab_add, %ab_set, %ab_bad, %ab_odd_lap, %ab_not_add; .reg .u32 %ab_tid, %ab_lock, %ab_w, %ab_op, %ab_own, %ab_lap, %ab_imm, %ab_qpn, %ab_peer, %ab_index, %ab_value, %ab_posted32, %ab_ci32; .reg .u64 %ab_ci, %ab_slot, %ab_cqe, %ab_flag, %ab_value64, %ab_queue, %ab_posted, %ab_dbr, %ab_count64, %ab_peer64, %ab_index64, %ab_qpn64; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_lock, 1; @%ab_leader atom.acquire.gpu.global.cas.b32 %ab_lock, [$1+12], 0, 1; setp.eq.u32 %ab_got, %ab_lock, 0; and.pred %ab_got, %ab_got, %ab_leader; mov.u64 %ab_ci, 0; @%ab_got ld.volatile.global.u64 %ab_ci, [$1+16]; cvt.u64.u32 %ab_count64, $3; sub.u64 %ab_slot, %ab_count64, 1; and.b64 %ab_slot, %ab_slot, %ab_ci; mad.lo.u64 %ab_cqe, %ab_slot, 64, $2; mov.u32 %ab_w, 0xf0000000; @%ab_got ld.acquire.sys.global.u32 %ab_w, [%ab_cqe+60]; shr.u32 %ab_op, %ab_w, 28; shr.u32 %ab_own, %ab_w, 24; and.b32 %ab_own, %ab_own, 1; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_lap, %ab_ci32, $3; setp.ne.u32 %ab_odd_lap, %ab_lap, 0; selp.u32 %ab_lap, 1, 0, %ab_odd_lap; setp.eq.u32 %ab_valid, %ab_own, %ab_lap; setp.ne.u32 %ab_bad, %ab_op, 15; and.pred %ab_valid, %ab_valid, %ab_bad; and.pred %ab_valid, %ab_valid, %ab_got; setp.ne.u32 %ab_bad, %ab_op, 1; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; @%ab_valid ld.global.u32 %ab_imm, [%ab_cqe+36]; prmt.b32 %ab_imm, %ab_imm, 0, 0x0123; @%ab_valid ld.global.u32 %ab_qpn, [%ab_cqe+56]; prmt.b32 %ab_qpn, %ab_qpn, 0, 0x0123; and.b32 %ab_qpn, %ab_qpn, $6; cvt.u64.u32 %ab_qpn64, %ab_qpn; mad.lo.u64 %ab_qpn64, %ab_qpn64, 4, $7; mov.u32 %ab_peer, 0; @%ab_valid ld.global.u32 %ab_peer, [%ab_qpn64]; and.b32 %ab_index, %ab_imm, 1048575; shr.u32 %ab_value, %ab_imm, 20; and.b32 %ab_value, %ab_value, 2047; cvt.u64.u32 %ab_value64, %ab_value; cvt.u64.u32 %ab_index64, %ab_index; mad.lo.u64 %ab_flag, %ab_index64, 8, $8; setp.ge.u32 %ab_add, %ab_imm, 0x80000000; not.pred %ab_not_add, %ab_add; and.pred %ab_set, %ab_valid, %ab_not_add; and.pred %ab_add, %ab_add, %ab_valid; @%ab_add red.release.gpu.global.add.u64 [%ab_flag], %ab_value64; @%ab_set st.release.gpu.global.u64 [%ab_flag], %ab_value64; cvt.u64.u32 %ab_peer64, %ab_peer; mad.lo.u64 %ab_queue, %ab_peer64, 32, $5; mov.u64 %ab_posted, 0; @%ab_valid ld.global.u64 %ab_posted, [%ab_queue+16]; add.u64 %ab_posted, %ab_posted, 1; @%ab_valid st.global.u64 [%ab_queue+16], %ab_posted; mov.u64 %ab_dbr, 0; @%ab_valid ld.global.u64 %ab_dbr, [%ab_queue+8]; cvt.u32.u64 %ab_posted32, %ab_posted; prmt.b32 %ab_posted32, %ab_posted32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [%ab_dbr], %ab_posted32; add.u64 %ab_ci, %ab_ci, 1; @%ab_valid st.global.u64 [$1+16], %ab_ci; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_ci32, %ab_ci32, 16777215; prmt.b32 %ab_ci32, %ab_ci32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [$4], %ab_ci32; @%ab_got st.release.gpu.global.b32 [$1+12], 0; mov.u32 $0, 0; }";
+        const PTX: &str = "{ .reg .pred %ab_leader, %ab_got, %ab_valid, %ab_add, %ab_set, %ab_bad, %ab_odd_lap, %ab_not_add; .reg .u32 %ab_fmt, %ab_tid, %ab_lock, %ab_w, %ab_op, %ab_own, %ab_lap, %ab_imm, %ab_qpn, %ab_peer, %ab_index, %ab_value, %ab_posted32, %ab_ci32; .reg .u64 %ab_ci, %ab_slot, %ab_cqe, %ab_flag, %ab_value64, %ab_queue, %ab_posted, %ab_dbr, %ab_count64, %ab_peer64, %ab_index64, %ab_qpn64; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_lock, 1; @%ab_leader atom.acquire.gpu.global.cas.b32 %ab_lock, [$1+12], 0, 1; setp.eq.u32 %ab_got, %ab_lock, 0; and.pred %ab_got, %ab_got, %ab_leader; mov.u64 %ab_ci, 0; @%ab_got ld.volatile.global.u64 %ab_ci, [$1+16]; cvt.u64.u32 %ab_count64, $3; sub.u64 %ab_slot, %ab_count64, 1; and.b64 %ab_slot, %ab_slot, %ab_ci; mad.lo.u64 %ab_cqe, %ab_slot, 64, $2; mov.u32 %ab_w, 0xf0000000; @%ab_got ld.acquire.sys.global.u32 %ab_w, [%ab_cqe+60]; shr.u32 %ab_op, %ab_w, 28; shr.u32 %ab_own, %ab_w, 24; and.b32 %ab_own, %ab_own, 1; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_lap, %ab_ci32, $3; setp.ne.u32 %ab_odd_lap, %ab_lap, 0; selp.u32 %ab_lap, 1, 0, %ab_odd_lap; setp.eq.u32 %ab_valid, %ab_own, %ab_lap; setp.ne.u32 %ab_bad, %ab_op, 15; and.pred %ab_valid, %ab_valid, %ab_bad; and.pred %ab_valid, %ab_valid, %ab_got; setp.ne.u32 %ab_bad, %ab_op, 1; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; shr.u32 %ab_fmt, %ab_w, 26; and.b32 %ab_fmt, %ab_fmt, 3; setp.ne.u32 %ab_bad, %ab_fmt, 0; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; @%ab_valid ld.global.u32 %ab_imm, [%ab_cqe+36]; prmt.b32 %ab_imm, %ab_imm, 0, 0x0123; @%ab_valid ld.global.u32 %ab_qpn, [%ab_cqe+56]; prmt.b32 %ab_qpn, %ab_qpn, 0, 0x0123; and.b32 %ab_qpn, %ab_qpn, $6; cvt.u64.u32 %ab_qpn64, %ab_qpn; mad.lo.u64 %ab_qpn64, %ab_qpn64, 4, $7; mov.u32 %ab_peer, 0; @%ab_valid ld.global.u32 %ab_peer, [%ab_qpn64]; and.b32 %ab_index, %ab_imm, 1048575; shr.u32 %ab_value, %ab_imm, 20; and.b32 %ab_value, %ab_value, 2047; cvt.u64.u32 %ab_value64, %ab_value; cvt.u64.u32 %ab_index64, %ab_index; mad.lo.u64 %ab_flag, %ab_index64, 8, 8; setp.gt.u64 %ab_bad, %ab_flag, $9; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; mad.lo.u64 %ab_flag, %ab_index64, 8, $8; setp.ge.u32 %ab_add, %ab_imm, 0x80000000; not.pred %ab_not_add, %ab_add; and.pred %ab_set, %ab_valid, %ab_not_add; and.pred %ab_add, %ab_add, %ab_valid; @%ab_add red.release.sys.global.add.u64 [%ab_flag], %ab_value64; @%ab_set st.release.sys.global.u64 [%ab_flag], %ab_value64; cvt.u64.u32 %ab_peer64, %ab_peer; mad.lo.u64 %ab_queue, %ab_peer64, 32, $5; mov.u64 %ab_posted, 0; @%ab_valid ld.global.u64 %ab_posted, [%ab_queue+16]; add.u64 %ab_posted, %ab_posted, 1; @%ab_valid st.global.u64 [%ab_queue+16], %ab_posted; mov.u64 %ab_dbr, 0; @%ab_valid ld.global.u64 %ab_dbr, [%ab_queue+8]; cvt.u32.u64 %ab_posted32, %ab_posted; and.b32 %ab_posted32, %ab_posted32, 65535; prmt.b32 %ab_posted32, %ab_posted32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [%ab_dbr], %ab_posted32; add.u64 %ab_ci, %ab_ci, 1; @%ab_valid st.global.u64 [$1+16], %ab_ci; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_ci32, %ab_ci32, 16777215; prmt.b32 %ab_ci32, %ab_ci32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [$4], %ab_ci32; @%ab_got st.release.gpu.global.b32 [$1+12], 0; mov.u32 $0, 0; }";
         // cqe_count (2) and qpn_mask (5) are 32-bit fields: passed as i32.
         let narrowed: Vec<String> = receives
             .iter()
@@ -1366,6 +1372,21 @@ impl Generator<'_> {
             // base + count in every thread.
             self.emit("gpu.barrier".into());
             let head = self.assign("ab_head", format!("tt.elementwise_inline_asm \"ld.volatile.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {counter} : i64 -> i64"));
+            if reclaim_from_cq.is_some() {
+                // mlx5: a leader that gave up waiting for space exited before the barrier; the
+                // others must not write into slots the NIC has not freed (its consumer position
+                // is device memory: one cheap read).
+                let seen = self.assign("ab_consumer", format!("tt.elementwise_inline_asm \"ld.volatile.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {consumer} : i64 -> i64"));
+                let used = self.binary_i64("arith.subi", &head, &seen);
+                let full = self.assign(
+                    "ab_full",
+                    format!("arith.cmpi sgt, {used}, {capacity} : i64"),
+                );
+                self.emit(format!("scf.if {full} {{"));
+                let dummy = self.constant_i64(0);
+                self.asm("exit; mov.u32 $0, 0;", &[(&dummy, "i64", 'l')]);
+                self.emit("}".into());
+            }
             self.binary_i64("arith.subi", &head, &count)
         } else {
             base
@@ -1387,7 +1408,7 @@ impl Generator<'_> {
     /// `reclaim_mlx5_ring` does the same.
     fn reclaim_from_cq(&mut self, counter_word: &str, consumer: &str) {
         self.asm(
-            "{ .reg .pred %ab_leader, %ab_valid, %ab_ahead, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_ci32, %ab_d; .reg .u64 %ab_ci, %ab_d64, %ab_new, %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_w, 0xf0000000; @%ab_leader ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; setp.ne.u32 %ab_valid, %ab_op, 15; mov.u64 %ab_ci, 0; @%ab_leader ld.volatile.global.u64 %ab_ci, [$2]; cvt.u32.u64 %ab_ci32, %ab_ci; sub.u32 %ab_d, %ab_c, %ab_ci32; and.b32 %ab_d, %ab_d, 65535; setp.lt.u32 %ab_ahead, %ab_d, 32768; and.pred %ab_valid, %ab_valid, %ab_ahead; and.pred %ab_valid, %ab_valid, %ab_leader; cvt.u64.u32 %ab_d64, %ab_d; add.u64 %ab_new, %ab_ci, %ab_d64; add.u64 %ab_new, %ab_new, 1; @%ab_valid atom.relaxed.gpu.global.max.u64 %ab_old, [$2], %ab_new; mov.u32 $0, 0; }",
+            "{ .reg .pred %ab_leader, %ab_valid, %ab_ahead, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_ci32, %ab_d; .reg .u64 %ab_ci, %ab_d64, %ab_new, %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_w, 0xf0000000; @%ab_leader ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; setp.eq.u32 %ab_failed, %ab_op, 14; @%ab_failed trap; setp.ne.u32 %ab_valid, %ab_op, 15; mov.u64 %ab_ci, 0; @%ab_leader ld.volatile.global.u64 %ab_ci, [$2]; cvt.u32.u64 %ab_ci32, %ab_ci; sub.u32 %ab_d, %ab_c, %ab_ci32; and.b32 %ab_d, %ab_d, 65535; setp.lt.u32 %ab_ahead, %ab_d, 32768; and.pred %ab_valid, %ab_valid, %ab_ahead; and.pred %ab_valid, %ab_valid, %ab_leader; cvt.u64.u32 %ab_d64, %ab_d; add.u64 %ab_new, %ab_ci, %ab_d64; add.u64 %ab_new, %ab_new, 1; @%ab_valid atom.relaxed.gpu.global.max.u64 %ab_old, [$2], %ab_new; mov.u32 $0, 0; }",
             &[(counter_word, "i64", 'l'), (consumer, "i64", 'l')],
         );
     }
@@ -1723,6 +1744,23 @@ impl Generator<'_> {
         // A write-with-immediate signal rides on this put: RDMA_WRITE_IMM, the immediate in the
         // control segment (operand 8; operand 9, the flag, is only for the simulator's checks).
         let immediate = if attrs::get_bool(self.ctx, op, "with_immediate") {
+            // The immediate names the flag by a 20-bit element index: a flag further into its
+            // region would signal another one, so that traps.
+            let Repr::RemotePointer { offset, .. } = self.repr(self.operand(op, 9))? else {
+                return Err(BridgeError::plain(
+                    "internal: a write with immediate without its flag",
+                ));
+            };
+            let limit =
+                self.constant_i64(1 << (aboleth_abi::mlx5::receive::IMMEDIATE_INDEX_BITS + 3));
+            let beyond = self.assign(
+                "ab_beyond",
+                format!("arith.cmpi uge, {offset}, {limit} : i64"),
+            );
+            self.emit(format!("scf.if {beyond} {{"));
+            let dummy = self.constant_i64(0);
+            self.asm("trap; mov.u32 $0, 0;", &[(&dummy, "i64", 'l')]);
+            self.emit("}".into());
             Some(self.i64(self.operand(op, 8))?)
         } else {
             None

@@ -9,6 +9,8 @@
 //! thread) gets `doorbell_scope = "warp"` (up to 32 iterations: one warp writes them in one
 //! step, and a warp barrier is cheaper than a CTA one) or `"cta"` (more iterations). Every
 //! other batch keeps the default scope `thread`: the program's leader writes every command.
+//! The loop's bounds must be constants small enough that the spread counter (`lower + t * step`,
+//! stride `step * T`) cannot overflow a 32-bit Triton loop counter.
 //!
 //! What the lowering then does: the reservation is made by the leader as before and its base
 //! is broadcast (the owner's reservation counter is read back after a barrier); iteration `i`
@@ -28,7 +30,7 @@ use aboleth_ir::{
         context::{Context, Ptr},
         operation::Operation,
     },
-    scalar::constant_trip_count,
+    scalar::{constant_trip_count, constant_value},
     text::op_name,
     transport::Target,
     walk::all_ops,
@@ -66,7 +68,11 @@ pub fn run(
             continue;
         };
         // Only the outermost loop of a batch is spread: an inner one runs whole in each thread.
-        if trip < 2 || !has_single_owner(ctx, endpoint) || inside_batched_loop(ctx, op) {
+        if trip < 2
+            || !has_single_owner(ctx, endpoint)
+            || inside_batched_loop(ctx, op)
+            || !spread_counter_fits(ctx, op)
+        {
             continue;
         }
         let scope = if trip <= WARP_LANES { "warp" } else { "cta" };
@@ -74,6 +80,23 @@ pub fn run(
         changed = true;
     }
     Ok(changed)
+}
+
+/// Most threads a CTA-scope loop may be spread over (CUDA's block size limit).
+pub const CTA_THREADS_MAX: i64 = 1024;
+
+/// Whether the spread loop's counter stays in 32 bits (the Triton counter may be `i32`): thread
+/// `t` starts at `lower + t * step` and strides by `step * T`, so `upper + step * T` must fit,
+/// for every `T` up to [`CTA_THREADS_MAX`]. The bounds must be constants.
+fn spread_counter_fits(ctx: &Context, for_op: Ptr<Operation>) -> bool {
+    let operand = |index| constant_value(ctx, for_op.deref(ctx).get_operand(index));
+    let (Some(lower), Some(upper), Some(step)) = (operand(0), operand(1), operand(2)) else {
+        return false;
+    };
+    let reach = step
+        .checked_mul(CTA_THREADS_MAX)
+        .and_then(|stride| upper.max(lower).checked_add(stride));
+    lower >= i64::from(i32::MIN) && reach.is_some_and(|reach| reach <= i64::from(i32::MAX))
 }
 
 /// Whether an enclosing `ab.for` is itself a batch member.

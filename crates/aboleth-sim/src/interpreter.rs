@@ -2759,7 +2759,7 @@ impl<'k> World<'k> {
             write(
                 self,
                 queue.doorbell_record_address,
-                &(queue.posted as u32).to_be_bytes(),
+                &((queue.posted as u32) & 0xffff).to_be_bytes(),
             )?;
             let consumer = number + 1;
             write(
