@@ -217,7 +217,8 @@ enum Command {
         /// Break the Aboleth lowering on purpose, to see the checker catch it: signal-before-data,
         /// missing-fence, dropped-completion, doorbell-before-record, reused-source-without-wait,
         /// false-single-owner, epoch-off-by-one, posting-without-barrier,
-        /// stale-publication-counter, wait-without-draining-receives.
+        /// stale-publication-counter, wait-without-draining-receives,
+        /// no-periodic-completions.
         #[arg(long, value_name = "MUTATION")]
         mutate: Option<String>,
         /// Scheduler steps per run before it is reported as not terminating.

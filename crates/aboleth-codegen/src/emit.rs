@@ -1807,7 +1807,7 @@ impl Generator<'_> {
             "ab_sends",
             format!("arith.cmpi ne, {predicate}, {zero} : i64"),
         );
-        let completion = self.effective_completion(&handle, &slot, blocks, &completion);
+        let completion = self.effective_completion(op, &handle, &slot, blocks, &completion);
         let flags = self.completion_flags(&completion, false);
         // A false predicate posts a NOP over the same slots (the batch's size is static).
         self.emit(format!("scf.if {sends} {{"));
@@ -1851,17 +1851,22 @@ impl Generator<'_> {
         Ok(())
     }
 
-    /// The completion operand, or 1 where the WQE at `slot` spanning `blocks` basic blocks
-    /// starts at or covers a quarter of the ring: the formula of
+    /// The completion operand, or (for an op marked `periodic_completion`) 1 where the WQE at
+    /// `slot` spanning `blocks` basic blocks starts at or covers a quarter of the ring: the
+    /// formula of
     /// [`aboleth_abi::mlx5::periodic_completion`], so that a full ring can be reclaimed by polling
     /// the CQ (see `reserve_slots`).
     fn effective_completion(
         &mut self,
+        op: Ptr<Operation>,
         handle: &str,
         slot: &str,
         blocks: i64,
         completion: &str,
     ) -> String {
+        if !attrs::get_bool(self.ctx, op, "periodic_completion") {
+            return completion.to_string();
+        }
         let ring = self.handle_field(
             handle,
             core::mem::offset_of!(aboleth_abi::EndpointHandle, sq_wqe_basic_block_count),
@@ -1954,7 +1959,7 @@ impl Generator<'_> {
         let add =
             attrs::get_typed::<SignalOperation>(self.ctx, op, "op") == Some(SignalOperation::Add);
         let completion =
-            self.effective_completion(&handle, &slot, if add { 1 } else { 2 }, &completion);
+            self.effective_completion(op, &handle, &slot, if add { 1 } else { 2 }, &completion);
         let fenced = attrs::get_bool(self.ctx, op, "fence");
         let flags = self.completion_flags(&completion, fenced);
         let result_address = self.handle_field(

@@ -2,7 +2,10 @@
 //!
 //! Puts become RDMA WRITE WQEs (inline when planned; a NOP of the same size when a predicate
 //! is false), signals become ATOMIC_FA (add) or masked compare-and-swap (set) WQEs, each with
-//! CQ_UPDATE when its completion is requested and the fence bit when published library-style.
+//! CQ_UPDATE when its completion is requested and the fence bit when published library-style;
+//! every WQE is marked `periodic_completion` (it also asks for a CQE when it starts at or
+//! covers a quarter of the ring, `aboleth_abi::mlx5::periodic_completion`, so a full ring can
+//! always be reclaimed).
 //! Submission on a one-owner queue is a release store of the doorbell record then the 8-byte
 //! UAR doorbell, both by the program's leader thread (doorbell scope `thread`); on a shared
 //! queue it is NVSHMEM's sequence: GPU fence, in-order publication, lock, `atomicMax`,
@@ -58,10 +61,12 @@ impl QueueTransport for Mlx5Transport {
         if attrs::get_bool(ctx, command.op, "inline") {
             attrs::set_bool(ctx, op, "inline", true);
         }
+        attrs::set_bool(ctx, op, "periodic_completion", true);
     }
 
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command) {
-        emit_signal_op::<Mlx5AtomicOp>(ctx, builder, command);
+        let op = emit_signal_op::<Mlx5AtomicOp>(ctx, builder, command);
+        attrs::set_bool(ctx, op, "periodic_completion", true);
     }
 
     fn emit_submit(

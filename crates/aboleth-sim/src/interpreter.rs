@@ -1918,6 +1918,7 @@ impl<'k> World<'k> {
                 completion,
                 inline,
                 immediate,
+                periodic_completion,
             } => {
                 let (peer, handle) = self.endpoint(thread, *endpoint)?;
                 let slot = self.integer(thread, *slot)? as u64;
@@ -2048,6 +2049,7 @@ impl<'k> World<'k> {
                             slot,
                             wqe.basic_blocks(),
                             completion,
+                            *periodic_completion,
                             posted,
                         )?;
                     }
@@ -2093,6 +2095,7 @@ impl<'k> World<'k> {
                 completion,
                 operation,
                 fenced,
+                periodic_completion,
             } => {
                 let (peer, handle) = self.endpoint(thread, *endpoint)?;
                 let slot = self.integer(thread, *slot)? as u64;
@@ -2146,6 +2149,7 @@ impl<'k> World<'k> {
                             slot,
                             wqe.basic_blocks(),
                             completion,
+                            *periodic_completion,
                             PostedCommand::Signal(record),
                         )?;
                     }
@@ -3020,6 +3024,7 @@ impl<'k> World<'k> {
         slot: u64,
         basic_blocks: &[[u8; 64]],
         completion: bool,
+        periodic_completion: bool,
         posted: PostedCommand,
     ) -> Result<(), SimulationError> {
         let rank = self.threads[thread].rank;
@@ -3028,14 +3033,16 @@ impl<'k> World<'k> {
         // The generated code asks for a CQE on WQEs at ring-quarter boundaries too, so that a
         // full ring can always be reclaimed.
         let mut basic_blocks = basic_blocks.to_vec();
-        let completion =
-            if !completion && aboleth_abi::mlx5::periodic_completion(slot, blocks, ring) {
-                basic_blocks[0][11] |= WQE_CTRL_CQ_UPDATE;
-                self.counts.completions_requested += 1;
-                true
-            } else {
-                completion
-            };
+        let completion = if !completion
+            && periodic_completion
+            && aboleth_abi::mlx5::periodic_completion(slot, blocks, ring)
+        {
+            basic_blocks[0][11] |= WQE_CTRL_CQ_UPDATE;
+            self.counts.completions_requested += 1;
+            true
+        } else {
+            completion
+        };
         for (offset, block) in basic_blocks.iter().enumerate() {
             let index = (slot + offset as u64) % ring;
             self.store(

@@ -59,11 +59,14 @@ pub enum Mutation {
     /// nobody applies the immediates. Caught as a deadlock of the waits (their flags never
     /// move).
     WaitWithoutDrainingReceives,
+    /// mlx5 WQEs lose `periodic_completion`: a ring filled without a planned completion has no
+    /// CQE to reclaim it from. Caught as a deadlock on ring space.
+    NoPeriodicCompletions,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -74,6 +77,7 @@ impl Mutation {
         Mutation::PostingWithoutBarrier,
         Mutation::StalePublicationCounter,
         Mutation::WaitWithoutDrainingReceives,
+        Mutation::NoPeriodicCompletions,
     ];
 
     /// The command-line name.
@@ -89,6 +93,7 @@ impl Mutation {
             Mutation::PostingWithoutBarrier => "posting-without-barrier",
             Mutation::StalePublicationCounter => "stale-publication-counter",
             Mutation::WaitWithoutDrainingReceives => "wait-without-draining-receives",
+            Mutation::NoPeriodicCompletions => "no-periodic-completions",
         }
     }
 
@@ -243,6 +248,14 @@ impl Mutation {
                             attrs::set_string(ctx, poll, "order", &order);
                         }
                         Operation::erase(op, ctx);
+                        changed = true;
+                    }
+                }
+            }
+            Mutation::NoPeriodicCompletions => {
+                for op in all_ops(ctx, module) {
+                    if attrs::get_bool(ctx, op, "periodic_completion") {
+                        attrs::set_bool(ctx, op, "periodic_completion", false);
                         changed = true;
                     }
                 }

@@ -173,6 +173,8 @@ pub enum InstructionKind {
         /// `with_immediate` (mlx5): the immediate (an `ImmediateSignal`) and the flag it
         /// signals, for the checks.
         immediate: Option<(Register, Register)>,
+        /// mlx5 `periodic_completion`: also ask for a CQE at ring-quarter boundaries.
+        periodic_completion: bool,
     },
     /// `mlx5.atomic` / `proxy.signal`.
     SignalCommand {
@@ -183,6 +185,8 @@ pub enum InstructionKind {
         completion: Register,
         operation: SignalOperation,
         fenced: bool,
+        /// mlx5 `periodic_completion` (see `Put`).
+        periodic_completion: bool,
     },
     /// `mlx5.publish` / `proxy.publish`: wait until the ready head is `base`, then advance it.
     Publish {
@@ -525,6 +529,7 @@ impl KernelBuilder<'_> {
                 } else {
                     None
                 },
+                periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
             },
             "mlx5.atomic" | "proxy.signal" => InstructionKind::SignalCommand {
                 endpoint: operand(self, 0)?,
@@ -534,6 +539,7 @@ impl KernelBuilder<'_> {
                 completion: operand(self, 4)?,
                 operation: signal_operation(),
                 fenced: attrs::get_bool(ctx, op, "fence"),
+                periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
             },
             "mlx5.publish" | "proxy.publish" => InstructionKind::Publish {
                 endpoint: operand(self, 0)?,

@@ -143,6 +143,30 @@ fn mutation_wait_without_draining_receives_is_caught() {
     );
 }
 
+#[test]
+fn mutation_no_periodic_completions_is_caught() {
+    let path = format!(
+        "{}/tests/programs/ring_fills_within_a_launch.abo",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut options = ValidationOptions::new(Target::Mlx5);
+    options.ranks = 3;
+    options.schedules = 5;
+    options.sq_basic_block_count = 16;
+    options.mutation = Some(Mutation::NoPeriodicCompletions);
+    for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
+        let kinds: Vec<&str> = validation.failures.iter().map(|f| f.kind).collect();
+        assert!(kinds.contains(&"deadlock"), "{kinds:?}");
+        assert!(
+            validation
+                .failures
+                .iter()
+                .all(|failure| failure.configuration == "passes-on")
+        );
+    }
+}
+
 /// Programs the random-program validation found miscompiled (now fixed): each must validate.
 #[test]
 fn regressions_found_by_random_programs_validate() {
