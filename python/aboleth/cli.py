@@ -144,8 +144,8 @@ def compile_command(arguments: argparse.Namespace) -> int:
     if arguments.emit in ("aboleth", "stats"):
         ttir = _capture_ttir(kernel, signature, constexprs, options)
         config = json.dumps({"target": arguments.target, "passes_off": arguments.passes_off,
-                             "disabled_passes": disabled, "source_name": f"{arguments.kernel}.ttir",
-                             "plan_only": True})
+                             "disabled_passes": disabled, "immediate_signals": arguments.immediate_signals,
+                             "source_name": f"{arguments.kernel}.ttir", "plan_only": True})
         _, summary_json = _aboleth.run_stage(ttir, config)
         summary = json.loads(summary_json)
         if arguments.emit == "aboleth":
@@ -163,7 +163,8 @@ def compile_command(arguments: argparse.Namespace) -> int:
         saved = knobs.cache.dir
         knobs.cache.dir = cache
         try:
-            with compilation(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled):
+            with compilation(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled,
+                             immediate_signals=arguments.immediate_signals):
                 compiled = triton.compile(triton.compiler.ASTSource(kernel, signature, constexprs),
                                           target=GPUTarget("cuda", TARGET_CAPABILITY, WARP_SIZE), options=options)
         finally:
@@ -188,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     compile_parser.add_argument("--num-warps", type=int, default=None)
     compile_parser.add_argument("--passes-off", action="store_true", help="library-style lowering (the baseline)")
     compile_parser.add_argument("--disable-pass", action="append", default=[], metavar="PASS")
+    compile_parser.add_argument("--immediate-signals", action="store_true",
+                                help="flags are observed only through wait_signal: mlx5 signals may ride on their puts")
     compile_parser.add_argument("--emit", choices=("aboleth", "ttir", "ptx", "stats", "ttir-input"), default="stats",
                                 help="ttir-input: Triton's TTIR before the aboleth stage")
     return parser

@@ -107,3 +107,18 @@ def test_aboleth_compile_hands_python_kernels_to_the_python_package():
                             "--constexpr", "BYTES=256", "--constexpr", "RANK=1", "--emit", "ptx")
     assert result.returncode == 0, result.stderr
     assert "st.release.sys.global.u64" in result.stdout
+
+
+def test_immediate_signals_reach_the_stage_from_the_command_line():
+    kernels = str(pathlib.Path(__file__).resolve().parent / "ptx_kernels.py")
+    signature = "endpoints=*i64,recv=*i64,counters=*i64,send=i64,send_key=i32,my_counters=*i64,epoch=i64"
+    wqes = []
+    for flag in ([], ["--immediate-signals"]):
+        result = subprocess.run([sys.executable, "-m", "aboleth", "compile", kernels, "--kernel", "count_arrivals",
+                                 "--signature", signature, "--constexpr", "CHUNK=64", "--constexpr", "RANK=0",
+                                 "--target", "mlx5", "--emit", "stats", *flag],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        wqes.append(json.loads(result.stdout)["kernels"][0]["counts"]["wqes"])
+    # Four puts and four `add 1` signals; with the declaration each signal rides on its put.
+    assert wqes == [8, 4]

@@ -506,6 +506,9 @@ fn compile_python(
     for pass in &pipeline.disable_pass {
         command.args(["--disable-pass", pass]);
     }
+    if pipeline.immediate_signals {
+        command.arg("--immediate-signals");
+    }
     let status = command.status().map_err(|error| {
         anyhow::anyhow!(
             "{file}: error: cannot run `{python}` ({error}); Python kernels need the aboleth Python package: run `make python-setup` and `maturin develop`, or set ABOLETH_PYTHON to an interpreter that has it"
