@@ -973,7 +973,7 @@ impl Generator<'_> {
         &mut self,
         flag_table: Value,
         endpoint_table: Value,
-    ) -> Result<Vec<String>, BridgeError> {
+    ) -> Result<Vec<(String, &'static str, char)>, BridgeError> {
         use aboleth_abi::mlx5::receive::Mlx5ReceiveContext as Context;
         let endpoints = self.i64(endpoint_table)?;
         let context = self.load_field(
@@ -985,7 +985,12 @@ impl Generator<'_> {
             this.load_field(&context, offset as u64, width)
         };
         let cq = field(self, core::mem::offset_of!(Context, cq_buffer_address), 64);
+        // The 32-bit fields go to the PTX as i32 (`r` registers).
+        let narrow = |this: &mut Self, value: String| {
+            this.assign("ab_narrow", format!("arith.trunci {value} : i64 to i32"))
+        };
         let cqe_count = field(self, core::mem::offset_of!(Context, cqe_count), 32);
+        let cqe_count = narrow(self, cqe_count);
         let cq_doorbell = field(
             self,
             core::mem::offset_of!(Context, cq_doorbell_record_address),
@@ -993,6 +998,7 @@ impl Generator<'_> {
         );
         let queues = field(self, core::mem::offset_of!(Context, queues_address), 64);
         let qpn_mask = field(self, core::mem::offset_of!(Context, qpn_mask), 32);
+        let qpn_mask = narrow(self, qpn_mask);
         let peer_of_qpn = field(
             self,
             core::mem::offset_of!(Context, peer_of_qpn_address),
@@ -1013,16 +1019,17 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, length_bytes) as u64,
             64,
         );
+        let wide = |name: String| (name, "i64", 'l');
         Ok(vec![
-            context,
-            cq,
-            cqe_count,
-            cq_doorbell,
-            queues,
-            qpn_mask,
-            peer_of_qpn,
-            flags_base,
-            flags_bytes,
+            wide(context),
+            wide(cq),
+            (cqe_count, "i32", 'r'),
+            wide(cq_doorbell),
+            wide(queues),
+            (qpn_mask, "i32", 'r'),
+            wide(peer_of_qpn),
+            wide(flags_base),
+            wide(flags_bytes),
         ])
     }
 
@@ -1032,30 +1039,11 @@ impl Generator<'_> {
     /// of this rank's flag region, with release), post the QP's receive again (its counter and
     /// its doorbell-record word), and advance the consumer index and the CQ doorbell record.
     /// Any other CQE opcode traps. The simulator's `drain_receive_cq` does the same.
-    fn drain_one_receive(&mut self, receives: &[String]) {
+    fn drain_one_receive(&mut self, receives: &[(String, &'static str, char)]) {
         const PTX: &str = "{ .reg .pred %ab_leader, %ab_got, %ab_valid, %ab_add, %ab_set, %ab_bad, %ab_odd_lap, %ab_not_add; .reg .u32 %ab_fmt, %ab_tid, %ab_lock, %ab_w, %ab_op, %ab_own, %ab_lap, %ab_imm, %ab_qpn, %ab_peer, %ab_index, %ab_value, %ab_posted32, %ab_ci32; .reg .u64 %ab_ci, %ab_slot, %ab_cqe, %ab_flag, %ab_value64, %ab_queue, %ab_posted, %ab_dbr, %ab_count64, %ab_peer64, %ab_index64, %ab_qpn64; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_lock, 1; @%ab_leader atom.acquire.gpu.global.cas.b32 %ab_lock, [$1+12], 0, 1; setp.eq.u32 %ab_got, %ab_lock, 0; and.pred %ab_got, %ab_got, %ab_leader; mov.u64 %ab_ci, 0; @%ab_got ld.volatile.global.u64 %ab_ci, [$1+16]; cvt.u64.u32 %ab_count64, $3; sub.u64 %ab_slot, %ab_count64, 1; and.b64 %ab_slot, %ab_slot, %ab_ci; mad.lo.u64 %ab_cqe, %ab_slot, 64, $2; mov.u32 %ab_w, 0xf0000000; @%ab_got ld.acquire.sys.global.u32 %ab_w, [%ab_cqe+60]; shr.u32 %ab_op, %ab_w, 28; shr.u32 %ab_own, %ab_w, 24; and.b32 %ab_own, %ab_own, 1; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_lap, %ab_ci32, $3; setp.ne.u32 %ab_odd_lap, %ab_lap, 0; selp.u32 %ab_lap, 1, 0, %ab_odd_lap; setp.eq.u32 %ab_valid, %ab_own, %ab_lap; setp.ne.u32 %ab_bad, %ab_op, 15; and.pred %ab_valid, %ab_valid, %ab_bad; and.pred %ab_valid, %ab_valid, %ab_got; setp.ne.u32 %ab_bad, %ab_op, 1; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; shr.u32 %ab_fmt, %ab_w, 26; and.b32 %ab_fmt, %ab_fmt, 3; setp.ne.u32 %ab_bad, %ab_fmt, 0; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; @%ab_valid ld.global.u32 %ab_imm, [%ab_cqe+36]; prmt.b32 %ab_imm, %ab_imm, 0, 0x0123; @%ab_valid ld.global.u32 %ab_qpn, [%ab_cqe+56]; prmt.b32 %ab_qpn, %ab_qpn, 0, 0x0123; and.b32 %ab_qpn, %ab_qpn, $6; cvt.u64.u32 %ab_qpn64, %ab_qpn; mad.lo.u64 %ab_qpn64, %ab_qpn64, 4, $7; mov.u32 %ab_peer, 0; @%ab_valid ld.global.u32 %ab_peer, [%ab_qpn64]; and.b32 %ab_index, %ab_imm, 1048575; shr.u32 %ab_value, %ab_imm, 20; and.b32 %ab_value, %ab_value, 2047; cvt.u64.u32 %ab_value64, %ab_value; cvt.u64.u32 %ab_index64, %ab_index; mad.lo.u64 %ab_flag, %ab_index64, 8, 8; setp.gt.u64 %ab_bad, %ab_flag, $9; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; mad.lo.u64 %ab_flag, %ab_index64, 8, $8; setp.ge.u32 %ab_add, %ab_imm, 0x80000000; not.pred %ab_not_add, %ab_add; and.pred %ab_set, %ab_valid, %ab_not_add; and.pred %ab_add, %ab_add, %ab_valid; @%ab_add red.release.sys.global.add.u64 [%ab_flag], %ab_value64; @%ab_set st.release.sys.global.u64 [%ab_flag], %ab_value64; cvt.u64.u32 %ab_peer64, %ab_peer; mad.lo.u64 %ab_queue, %ab_peer64, 32, $5; mov.u64 %ab_posted, 0; @%ab_valid ld.global.u64 %ab_posted, [%ab_queue+16]; add.u64 %ab_posted, %ab_posted, 1; @%ab_valid st.global.u64 [%ab_queue+16], %ab_posted; mov.u64 %ab_dbr, 0; @%ab_valid ld.global.u64 %ab_dbr, [%ab_queue+8]; cvt.u32.u64 %ab_posted32, %ab_posted; and.b32 %ab_posted32, %ab_posted32, 65535; prmt.b32 %ab_posted32, %ab_posted32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [%ab_dbr], %ab_posted32; add.u64 %ab_ci, %ab_ci, 1; @%ab_valid st.global.u64 [$1+16], %ab_ci; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_ci32, %ab_ci32, 16777215; prmt.b32 %ab_ci32, %ab_ci32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [$4], %ab_ci32; @%ab_got st.release.gpu.global.b32 [$1+12], 0; mov.u32 $0, 0; }";
-        // cqe_count (2) and qpn_mask (5) are 32-bit fields: passed as i32.
-        let narrowed: Vec<String> = receives
+        let typed: Vec<(&str, &str, char)> = receives
             .iter()
-            .enumerate()
-            .map(|(index, name)| {
-                if index == 2 || index == 5 {
-                    self.assign("ab_narrow", format!("arith.trunci {name} : i64 to i32"))
-                } else {
-                    name.clone()
-                }
-            })
-            .collect();
-        let typed: Vec<(&str, &str, char)> = narrowed
-            .iter()
-            .enumerate()
-            .map(|(index, name)| {
-                if index == 2 || index == 5 {
-                    (name.as_str(), "i32", 'r')
-                } else {
-                    (name.as_str(), "i64", 'l')
-                }
-            })
+            .map(|(name, type_text, constraint)| (name.as_str(), *type_text, *constraint))
             .collect();
         self.asm(PTX, &typed);
     }

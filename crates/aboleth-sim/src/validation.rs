@@ -56,6 +56,16 @@ pub struct ValidationOptions {
 }
 
 impl ValidationOptions {
+    /// The pipelines of the two configurations: library style, and Aboleth's passes.
+    fn pipelines(&self) -> (PipelineOptions, PipelineOptions) {
+        let mut off = PipelineOptions::new(self.target);
+        off.passes_off = true;
+        let mut on = PipelineOptions::new(self.target);
+        on.disabled = self.disabled_passes.clone();
+        on.immediate_signals = self.immediate_signals;
+        (off, on)
+    }
+
     /// Defaults: 2 ranks, 20 schedules, seed 0, one round, all passes.
     pub fn new(target: Target) -> Self {
         ValidationOptions {
@@ -150,11 +160,7 @@ pub fn validate(
     file: &str,
     options: &ValidationOptions,
 ) -> Result<Vec<KernelValidation>, Diagnostic> {
-    let mut off_options = PipelineOptions::new(options.target);
-    off_options.passes_off = true;
-    let mut on_options = PipelineOptions::new(options.target);
-    on_options.disabled = options.disabled_passes.clone();
-    on_options.immediate_signals = options.immediate_signals;
+    let (off_options, on_options) = options.pipelines();
     let (off_kernels, _) = compile_for_simulation(text, file, &off_options, None)?;
     let (on_kernels, mutated) = compile_for_simulation(text, file, &on_options, options.mutation)?;
     if let Some(mutation) = options.mutation
@@ -221,11 +227,7 @@ pub fn validate_per_rank(
     file: &str,
     options: &ValidationOptions,
 ) -> Result<KernelValidation, Diagnostic> {
-    let mut off_options = PipelineOptions::new(options.target);
-    off_options.passes_off = true;
-    let mut on_options = PipelineOptions::new(options.target);
-    on_options.disabled = options.disabled_passes.clone();
-    on_options.immediate_signals = options.immediate_signals;
+    let (off_options, on_options) = options.pipelines();
     let grid = options
         .grid
         .as_deref()

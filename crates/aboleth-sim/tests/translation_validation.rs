@@ -20,6 +20,13 @@ fn example(name: &str) -> (String, String) {
     (text, format!("examples/ir/{name}.abo"))
 }
 
+/// A program of `tests/programs/`: its text and path.
+fn test_program(name: &str) -> (String, String) {
+    let path = format!("{}/tests/programs/{name}.abo", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    (text, path)
+}
+
 fn run(name: &str, options: &ValidationOptions) -> KernelValidation {
     let (text, file) = example(name);
     let mut validations = validate(&text, &file, options).unwrap_or_else(|d| panic!("{d}"));
@@ -88,11 +95,7 @@ fn small_send_rings_wrap_and_are_reclaimed_through_completions() {
 /// finishes only if the reservations reclaim space through the periodic completions.
 #[test]
 fn a_ring_filled_within_a_launch_is_reclaimed_through_periodic_completions() {
-    let path = format!(
-        "{}/tests/programs/ring_fills_within_a_launch.abo",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (text, path) = test_program("ring_fills_within_a_launch");
     let mut options = ValidationOptions::new(Target::Mlx5);
     options.ranks = 3;
     options.rounds = 2;
@@ -145,11 +148,7 @@ fn mutation_wait_without_draining_receives_is_caught() {
 
 #[test]
 fn mutation_no_periodic_completions_is_caught() {
-    let path = format!(
-        "{}/tests/programs/ring_fills_within_a_launch.abo",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (text, path) = test_program("ring_fills_within_a_launch");
     let mut options = ValidationOptions::new(Target::Mlx5);
     options.ranks = 3;
     options.schedules = 5;
