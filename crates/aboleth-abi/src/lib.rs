@@ -7,7 +7,8 @@
 //!   encoded and decoded byte-exactly (cross-checked against rdma-core's `mlx5dv.h`);
 //! - [`proxy`]: the host-proxy command ring;
 //! - [`region`]: remote and local memory region descriptors;
-//! - [`endpoint`]: per-peer endpoint handles and the transport enum.
+//! - [`endpoint`]: per-peer endpoint handles and the transport enum;
+//! - [`packet`]: NVLink flag-in-data packets and the staging slots they land in.
 //!
 //! This crate holds layouts and pure encode/decode functions only: no I/O, no synchronisation, no
 //! dependency on CUDA, ibverbs or Python.
@@ -16,6 +17,7 @@ mod wire;
 
 pub mod endpoint;
 pub mod mlx5;
+pub mod packet;
 pub mod proxy;
 pub mod region;
 pub mod wait_failure;

@@ -76,6 +76,11 @@ struct PipelineArguments {
     /// of the receiving rank applies it).
     #[arg(long)]
     immediate_signals: bool,
+    /// Declare that a signal publishes only the put it follows, whose data is read after a
+    /// wait on that signal's flag in the same launch, so p2p signals may travel in their puts'
+    /// data as LL packets (flag-in-data), unpacked by the receiver's waits.
+    #[arg(long)]
+    packet_signals: bool,
 }
 
 impl PipelineArguments {
@@ -83,6 +88,7 @@ impl PipelineArguments {
         let mut options = PipelineOptions::new(self.target.target());
         options.passes_off = self.passes_off;
         options.immediate_signals = self.immediate_signals;
+        options.packet_signals = self.packet_signals;
         options.disabled = self.disable_pass.iter().cloned().collect::<BTreeSet<_>>();
         options
     }
@@ -199,6 +205,10 @@ enum Command {
         /// (write-with-immediate), applied by the receiver's waits.
         #[arg(long)]
         immediate_signals: bool,
+        /// A signal publishes only the put it follows, awaited in the same launch: p2p signals
+        /// may travel in their puts' data as LL packets (flag-in-data).
+        #[arg(long)]
+        packet_signals: bool,
         /// Random schedules per configuration.
         #[arg(long, default_value_t = 20)]
         schedules: u32,
@@ -299,6 +309,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             target,
             disable_pass,
             immediate_signals,
+            packet_signals,
             schedules,
             seed,
             rounds,
@@ -317,6 +328,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             options.step_limit = step_limit;
             options.disabled_passes = disable_pass.into_iter().collect();
             options.immediate_signals = immediate_signals;
+            options.packet_signals = packet_signals;
             options.kernel = kernel;
             if let Some(name) = mutate {
                 let names: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
@@ -482,6 +494,11 @@ fn compile_python(
     constexpr: Vec<String>,
     num_warps: Option<u32>,
 ) -> anyhow::Result<()> {
+    if pipeline.packet_signals {
+        anyhow::bail!(
+            "{file}: error: --packet-signals is not supported for Triton kernels yet: the code generator has no flag-in-data packets (p2p.put_packets); drop the flag, or simulate with `aboleth sim {file} --packet-signals`"
+        );
+    }
     let kernel = kernel.ok_or_else(|| {
         anyhow::anyhow!("{file}: error: name the @triton.jit function with --kernel NAME")
     })?;
@@ -582,6 +599,8 @@ fn describe_validation(validation: &KernelValidation, options: &ValidationOption
             on.completions_requested,
         ),
         ("payload bytes", off.payload_bytes, on.payload_bytes),
+        ("thread barriers", off.barriers, on.barriers),
+        ("flag stores (NVLink)", off.flag_stores, on.flag_stores),
     ] {
         let _ = writeln!(out, "  {name:<46} {:>9} {:>9}", a / rounds, b / rounds);
     }

@@ -218,3 +218,68 @@ pub fn inside_if(ctx: &Context, op: Ptr<Operation>) -> bool {
     }
     false
 }
+
+/// True when `value` is computed from `root` (through any ops' operands).
+pub fn depends_on(ctx: &Context, value: Value, root: Value) -> bool {
+    if value == root {
+        return true;
+    }
+    let Some(op) = value.defining_op() else {
+        return false;
+    };
+    let operands: Vec<Value> = op.deref(ctx).operands().collect();
+    operands
+        .into_iter()
+        .any(|operand| depends_on(ctx, operand, root))
+}
+
+/// True when distinct values of `induction` (a loop variable advancing by `step`, when
+/// known) give distinct values of `value`: `value` is `induction` under additions and
+/// subtractions of terms that do not depend on it, multiplications by a nonzero constant,
+/// widening casts, and a division of `induction` itself by a constant that divides `step`
+/// (`i / 2` over `i = 0, 2, 4, ...`).
+pub fn varies_injectively_with(
+    ctx: &Context,
+    value: Value,
+    induction: Value,
+    step: Option<i64>,
+) -> bool {
+    if value == induction {
+        return true;
+    }
+    let Some(op) = value.defining_op() else {
+        return false;
+    };
+    match op_name(ctx, op).as_str() {
+        "ab.cast" => {
+            let input = op.deref(ctx).get_operand(0);
+            integer_width(ctx, value) >= integer_width(ctx, input)
+                && varies_injectively_with(ctx, input, induction, step)
+        }
+        "ab.binop" => {
+            let binary = Operation::get_op::<BinaryOp>(op, ctx).expect("name matched");
+            let lhs = op.deref(ctx).get_operand(0);
+            let rhs = op.deref(ctx).get_operand(1);
+            let varies = |varying: Value| varies_injectively_with(ctx, varying, induction, step);
+            let one_side = |varying: Value, other: Value| {
+                varies(varying) && !depends_on(ctx, other, induction)
+            };
+            match binary.operator(ctx) {
+                BinaryOperator::Add => one_side(lhs, rhs) || one_side(rhs, lhs),
+                BinaryOperator::Sub => one_side(lhs, rhs) || one_side(rhs, lhs),
+                BinaryOperator::Mul => {
+                    (varies(lhs) && constant_value(ctx, rhs).is_some_and(|c| c != 0))
+                        || (varies(rhs) && constant_value(ctx, lhs).is_some_and(|c| c != 0))
+                }
+                BinaryOperator::Div => {
+                    lhs == induction
+                        && constant_value(ctx, rhs)
+                            .zip(step)
+                            .is_some_and(|(divisor, step)| divisor != 0 && step % divisor == 0)
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}

@@ -48,6 +48,10 @@ transport_op_without_result!(
 transport_op_without_result!(
     /// `gpu.wait_flag %ptr, %value [order: "acquire"|"volatile"]`: spin until `*ptr >= value`.
     /// `volatile` is the library form: a volatile poll followed by a `gpu.fence`.
+    /// With `%flag_table, %endpoint_table` it also drains the receive CQ (write-with-immediate);
+    /// with `%flag_table, %data_table [packets]` it also unpacks the flag's packet slot
+    /// (flag-in-data): when the slot holds a complete transfer whose value is `>= value`, the
+    /// payload is copied to `%data_table[rank]` at the header's offset and the flag is set.
     GpuWaitFlagOp, "gpu.wait_flag");
 transport_op_without_result!(
     /// `gpu.store %ptr, %value`: a plain local store (compute writing a buffer).
@@ -116,6 +120,14 @@ transport_op_without_result!(
     /// `p2p.signal %ep, %flag, %value [op, order: "release"|"relaxed"]`: one thread updates the
     /// peer's flag: `st.release.sys` / `red.release.sys.add`, or a relaxed (volatile) store.
     P2pSignalOp, "p2p.signal");
+transport_op_without_result!(
+    /// `p2p.put_packets %ep, %flag, %dst, %src, %bytes, %value`: flag-in-data. Every thread stores
+    /// its share of the payload as LL16 packets (`aboleth_abi::packet`) carrying the low half of
+    /// `%value`, into the slot of `%flag` in the staging area after the peer's flag region, with
+    /// relaxed 16-byte stores; one thread also stores the two header packets (where in `%dst`'s
+    /// region the payload goes, its length, the value's high half). No barrier, fence or flag
+    /// store: a wait of the receiving rank unpacks the slot and sets the flag.
+    P2pPutPacketsOp, "p2p.put_packets");
 
 /// Target of a lowering: which transport dialect a kernel is specialized to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -243,7 +243,16 @@ impl Lowering<'_> {
                     self.erase.push(op);
                 }
                 "ab.wait_signal" => {
-                    lower_wait_signal_receiving(ctx, op, self.receive_tables);
+                    lower_wait_signal_receiving(
+                        ctx,
+                        op,
+                        self.receive_tables.map(|(flag_table, endpoint_table)| {
+                            ReceiveSide::Immediates {
+                                flag_table,
+                                endpoint_table,
+                            }
+                        }),
+                    );
                     self.erase.push(op);
                 }
                 _ => {}
@@ -419,7 +428,7 @@ impl Lowering<'_> {
         let (mut completion, mut completion_once) =
             completion_of(ctx, &mut builder, op, last_iteration);
         let mut immediate = None;
-        if let Some(signal) = immediate_signal_of_put(ctx, op) {
+        if let Some(signal) = riding_signal_of_put(ctx, op, Publication::WriteWithImmediate) {
             // One WQE for both: it asks for a completion if either needed one.
             let (signal_completion, signal_once) =
                 completion_of(ctx, &mut builder, signal, last_iteration);
@@ -498,9 +507,14 @@ fn completion_of(
     }
 }
 
-/// The write-with-immediate signal that rides on `put`, if one does: the next transfer after
-/// it in its block (only pure scalar ops between) when that names `put`'s token.
-fn immediate_signal_of_put(ctx: &Context, put: Ptr<Operation>) -> Option<Ptr<Operation>> {
+/// The signal published with `publication` that rides on `put` (write-with-immediate or
+/// packets), if one does: the next transfer after it in its block (only pure scalar ops
+/// between) when that names `put`'s token.
+pub fn riding_signal_of_put(
+    ctx: &Context,
+    put: Ptr<Operation>,
+    publication: Publication,
+) -> Option<Ptr<Operation>> {
     if op_name(ctx, put) != "ab.put" {
         return None;
     }
@@ -510,7 +524,7 @@ fn immediate_signal_of_put(ctx: &Context, put: Ptr<Operation>) -> Option<Ptr<Ope
         let name = op_name(ctx, op);
         if name == "ab.signal" {
             let rides = attrs::get_typed::<Publication>(ctx, op, "publication")
-                == Some(Publication::WriteWithImmediate)
+                == Some(publication)
                 && signal_after(ctx, op) == Some(token);
             return rides.then_some(op);
         }
@@ -642,13 +656,33 @@ pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>) {
     lower_wait_signal_receiving(ctx, op, None);
 }
 
-/// [`lower_wait_signal`]; with `receives` (the kernel's (flag table, endpoint table) of its
-/// write-with-immediate signals), the poll also drains this rank's receive CQ, applying each
-/// immediate to its flag (`gpu.wait_flag %flag, %value, %flag_table, %endpoint_table`).
+/// What a wait also does while it polls, in a kernel whose signals do not write flags directly.
+#[derive(Clone, Copy, Debug)]
+pub enum ReceiveSide {
+    /// Write-with-immediate: drain this rank's receive CQ, applying each immediate to its flag
+    /// (`gpu.wait_flag %flag, %value, %flag_table, %endpoint_table`).
+    Immediates {
+        /// The flag region's descriptor table.
+        flag_table: Value,
+        /// The endpoint table (every handle names the receive context).
+        endpoint_table: Value,
+    },
+    /// Flag-in-data: unpack the flag's packet slot into the data region and set the flag
+    /// (`gpu.wait_flag %flag, %value, %flag_table, %data_table [packets]`).
+    Packets {
+        /// The flag region's descriptor table.
+        flag_table: Value,
+        /// The destination region's descriptor table.
+        data_table: Value,
+    },
+}
+
+/// [`lower_wait_signal`], with what the poll also does in a kernel whose signals need the
+/// receiver's help ([`ReceiveSide`]).
 pub fn lower_wait_signal_receiving(
     ctx: &mut Context,
     op: Ptr<Operation>,
-    receives: Option<(Value, Value)>,
+    receives: Option<ReceiveSide>,
 ) {
     let (flag, value) = {
         let operation = op.deref(ctx);
@@ -658,10 +692,21 @@ pub fn lower_wait_signal_receiving(
     let mut builder = Builder::before(ctx, op);
     let value = builder.to_i64(ctx, value);
     let mut operands = vec![flag, value];
-    if let Some((flag_table, endpoint_table)) = receives {
-        operands.extend([flag_table, endpoint_table]);
+    match receives {
+        Some(ReceiveSide::Immediates {
+            flag_table,
+            endpoint_table,
+        }) => operands.extend([flag_table, endpoint_table]),
+        Some(ReceiveSide::Packets {
+            flag_table,
+            data_table,
+        }) => operands.extend([flag_table, data_table]),
+        None => {}
     }
     let poll = builder.create::<GpuWaitFlagOp>(ctx, vec![], operands);
+    if matches!(receives, Some(ReceiveSide::Packets { .. })) {
+        attrs::set_bool(ctx, poll, "packets", true);
+    }
     attrs::set_string(
         ctx,
         poll,

@@ -7,6 +7,10 @@
 //! planned (the stores have read the source when they are issued) and a system fence in the
 //! library form (NVSHMEM's quiet). A drain or fence is one system fence. There is no queue,
 //! reservation or doorbell on this transport.
+//!
+//! A put and the signal planned `FlagInData` that rides on it become one `p2p.put_packets` at
+//! the signal: the payload as LL16 packets into the flag's staging slot, with no barrier, fence
+//! or flag store; every wait of such a kernel then also unpacks its flag's slot.
 
 use aboleth_ir::{
     Diagnostic,
@@ -18,21 +22,70 @@ use aboleth_ir::{
         operation::Operation,
     },
     text::op_name,
-    transport::{GpuBarrierOp, P2pCopyOp, P2pSignalOp},
-    walk::all_ops,
+    transport::{GpuBarrierOp, P2pCopyOp, P2pPutPacketsOp, P2pSignalOp},
+    walk::{all_ops, kernels, region_block},
 };
 
-use crate::comm::{endpoint_of, put_predicate, signal_operation};
-use crate::lower_common::{emit_fence, lower_wait_signal, put_operands, signal_operands};
+use crate::comm::{endpoint_of, put_predicate, signal_after, signal_operation};
+use crate::lower_common::{
+    ReceiveSide, emit_fence, lower_wait_signal_receiving, put_operands, riding_signal_of_put,
+    signal_operands,
+};
 use crate::registry::PassContext;
+use crate::signal_publication::packet_signal_candidate;
+
+/// The kernel attribute naming (by index) the argument whose flag region needs a staging area
+/// for packet slots (`aboleth_abi::packet::staging_bytes` more bytes after its end).
+pub const PACKET_STAGING_ATTRIBUTE: &str = "packet_staging_argument";
 
 /// Runs the lowering on every kernel of `module`.
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {
+    for kernel in kernels(ctx, module) {
+        lower_kernel(ctx, kernel);
+    }
+    Ok(true)
+}
+
+fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
+    let publication_of =
+        |ctx: &Context, op| attrs::get_typed::<Publication>(ctx, op, "publication");
+    let packet_tables = all_ops(ctx, kernel).into_iter().find_map(|op| {
+        (op_name(ctx, op) == "ab.signal"
+            && publication_of(ctx, op) == Some(Publication::FlagInData))
+        .then(|| packet_signal_candidate(ctx, op))
+        .flatten()
+    });
+    if let Some((flag_table, _)) = packet_tables {
+        // The staging slots follow the flag region: whoever allocates it (the runtime, the
+        // simulator) reads which argument names it here.
+        let entry = region_block(ctx, kernel, 0);
+        let arguments = entry.deref(ctx).get_num_arguments();
+        if let Some(index) =
+            (0..arguments).find(|i| entry.deref(ctx).get_argument(*i) == flag_table)
+        {
+            attrs::set_int(ctx, kernel, PACKET_STAGING_ATTRIBUTE, index as i64);
+        }
+    }
     let mut erase = Vec::new();
-    for op in all_ops(ctx, module) {
+    for op in all_ops(ctx, kernel) {
         let name = op_name(ctx, op);
         let mut builder = Builder::before(ctx, op);
         match name.as_str() {
+            // Its signal sends it as packets (below).
+            "ab.put" if riding_signal_of_put(ctx, op, Publication::FlagInData).is_some() => {}
+            "ab.signal" if publication_of(ctx, op) == Some(Publication::FlagInData) => {
+                let put = signal_after(ctx, op)
+                    .and_then(|token| token.defining_op())
+                    .expect("packet signals name their put");
+                let endpoint = endpoint_of(ctx, op);
+                let [destination, source, bytes, _key] = put_operands(ctx, &mut builder, put);
+                let [flag, value] = signal_operands(ctx, &mut builder, op);
+                builder.create::<P2pPutPacketsOp>(
+                    ctx,
+                    vec![],
+                    vec![endpoint, flag, destination, source, bytes, value],
+                );
+            }
             "ab.put" => {
                 let endpoint = endpoint_of(ctx, op);
                 let [destination, source, bytes, _key] = put_operands(ctx, &mut builder, op);
@@ -79,7 +132,14 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
                 }
             }
             "ab.drain" | "ab.fence" => emit_fence(ctx, &mut builder, "sys"),
-            "ab.wait_signal" => lower_wait_signal(ctx, op),
+            "ab.wait_signal" => lower_wait_signal_receiving(
+                ctx,
+                op,
+                packet_tables.map(|(flag_table, data_table)| ReceiveSide::Packets {
+                    flag_table,
+                    data_table,
+                }),
+            ),
             _ => continue,
         }
         erase.push(op);
@@ -87,5 +147,4 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
     for op in erase.into_iter().rev() {
         Operation::erase(op, ctx);
     }
-    Ok(true)
 }

@@ -34,6 +34,8 @@ pub struct PipelineOptions {
     pub stop_before_lowering: bool,
     /// Flags are observed only through `ab.wait_signal` (see [`PassContext::immediate_signals`]).
     pub immediate_signals: bool,
+    /// Signals publish only their own put (see [`PassContext::packet_signals`]).
+    pub packet_signals: bool,
 }
 
 impl PipelineOptions {
@@ -46,6 +48,7 @@ impl PipelineOptions {
             print_after_all: false,
             stop_before_lowering: false,
             immediate_signals: false,
+            packet_signals: false,
         }
     }
 
@@ -101,6 +104,7 @@ pub fn run_pipeline(
     let pass_context = PassContext {
         target: options.target,
         immediate_signals: options.immediate_signals,
+        packet_signals: options.packet_signals,
     };
     let mut report = PipelineReport::default();
     verify(ctx, module, "input")?;

@@ -19,6 +19,10 @@ pub struct PassContext {
     /// signal's flag may be written when a wait of the receiving rank applies it rather than
     /// when it lands: `choose-signal-publication` may then pick write-with-immediate.
     pub immediate_signals: bool,
+    /// The program declares that a signal publishes only the put it follows and that each
+    /// put's data is read after a wait on that put's own flag, in the same kernel or by the
+    /// host after it: `choose-signal-publication` may then pick flag-in-data (packets) on p2p.
+    pub packet_signals: bool,
 }
 
 /// Pipeline level of a pass.

@@ -17,6 +17,12 @@
 //!   then written when a wait of the receiving rank drains its receive CQ, not when the data
 //!   lands, which is why it needs the declaration: a host read or an `ab.load` of the flag could
 //!   see it late. Every `ab.wait_signal` of such a kernel drains the receive CQ while it polls.
+//! - p2p with `--packet-signals` (the program declares that a signal publishes only the put it
+//!   follows, whose data is read only after a wait on that signal's flag): `FlagInData` for a
+//!   set that rides on a small put, see [`packet_signal_candidate`], in a kernel whose every put
+//!   has its own signal. The put's payload travels as LL16 packets carrying the flag
+//!   (`aboleth_abi::packet`) into a staging slot of the flag; no barrier, fence or flag store.
+//!   Every `ab.wait_signal` of such a kernel also checks its flag's slot and unpacks it.
 //!
 //! The matching `ab.wait_signal`s are marked `order = "acquire"`: an `ld.acquire.sys` poll
 //! pairs with the publishing release (or the NIC's in-order write), so no fence follows it.
@@ -37,13 +43,14 @@ use aboleth_ir::{
 };
 
 use aboleth_ir::{
-    ab::ops::operand,
+    ab::{attributes::SignalOperation, ops::operand},
     pliron::{linked_list::LinkedList, value::Value},
-    scalar::constant_value,
+    scalar::{constant_value, enclosing_loops, varies_injectively_with},
+    walk::{kernels, region_block},
 };
 
 use crate::batching::is_pure_scalar;
-use crate::comm::{endpoint_of, put_predicate, signal_after};
+use crate::comm::{endpoint_of, put_predicate, signal_after, signal_operation};
 use crate::registry::PassContext;
 
 /// Runs the pass on every kernel of `module`.
@@ -56,6 +63,14 @@ pub fn run(
     // The flag table and endpoint table of the first signal published with an immediate: the
     // receive side decodes immediates against one flag region (the index is all it carries).
     let mut immediate_tables: Option<(Value, Value)> = None;
+    let packet_signals: Vec<Ptr<Operation>> = if pass.target == Target::P2p && pass.packet_signals {
+        kernels(ctx, module)
+            .into_iter()
+            .flat_map(|kernel| packet_signals_of(ctx, kernel))
+            .collect()
+    } else {
+        Vec::new()
+    };
     for op in all_ops(ctx, module) {
         if op_name(ctx, op) == "ab.wait_signal" {
             attrs::set_string(ctx, op, "order", "acquire");
@@ -69,7 +84,9 @@ pub fn run(
             .then(|| immediate_signal_candidate(ctx, op))
             .flatten()
             .filter(|tables| *immediate_tables.get_or_insert(*tables) == *tables);
-        let publication = if pass.target == Target::P2p {
+        let publication = if packet_signals.contains(&op) {
+            Publication::FlagInData
+        } else if pass.target == Target::P2p {
             Publication::ReleaseStore
         } else if immediate.is_some() {
             Publication::WriteWithImmediate
@@ -91,17 +108,28 @@ pub fn run(
 /// Largest signal value an immediate carries ([`aboleth_abi::mlx5::receive::ImmediateSignal`]).
 pub const IMMEDIATE_VALUE_LIMIT: i64 = 1 << aboleth_abi::mlx5::receive::IMMEDIATE_VALUE_BITS;
 
-/// The (flag table, endpoint table) of `signal` when it can ride on its put as an immediate:
-/// its value is a constant below [`IMMEDIATE_VALUE_LIMIT`]; its `after` is a put on the same
-/// endpoint with no runtime predicate, earlier in the same block with only pure scalar ops in
-/// between (so nothing else is posted between the two); its flag is an element of an
-/// `ab.remote` and its endpoint an `ab.endpoint`, both on tables that are kernel parameters
-/// (the receive side finds them in every program).
-pub fn immediate_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Option<(Value, Value)> {
-    let value = signal.deref(ctx).get_operand(operand::signal::VALUE);
-    if !constant_value(ctx, value).is_some_and(|v| (0..IMMEDIATE_VALUE_LIMIT).contains(&v)) {
-        return None;
-    }
+/// A signal that can travel with the put it directly follows.
+struct RidingSignal {
+    put: Ptr<Operation>,
+    /// The `ab.at` of the flag.
+    flag_at: Ptr<Operation>,
+    /// The flag region's descriptor table (a kernel parameter).
+    flag_table: Value,
+    /// The endpoint table (a kernel parameter).
+    endpoint_table: Value,
+}
+
+/// `signal` when it can ride on its put: its `after` is a put on the same endpoint with no
+/// runtime predicate, earlier in the same block with only pure scalar ops in between (so
+/// nothing else is posted between the two); its flag is an element of an `ab.remote` and its
+/// endpoint an `ab.endpoint`, both on tables that are kernel parameters (the receive side
+/// finds them in every program). With `flag_before_put`, the flag's `ab.at` must also be
+/// computable before the put (a write-with-immediate carries the flag's index in the put).
+fn riding_signal(
+    ctx: &Context,
+    signal: Ptr<Operation>,
+    flag_before_put: bool,
+) -> Option<RidingSignal> {
     let put = signal_after(ctx, signal)?.defining_op()?;
     if op_name(ctx, put) != "ab.put"
         || endpoint_of(ctx, put) != endpoint_of(ctx, signal)
@@ -123,33 +151,148 @@ pub fn immediate_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Opti
         cursor = op.deref(ctx).get_next();
     }
     cursor?;
-    let flag = signal
+    let flag_at = signal
         .deref(ctx)
         .get_operand(operand::signal::FLAG)
         .defining_op()?;
-    if op_name(ctx, flag) != "ab.at" {
+    if op_name(ctx, flag_at) != "ab.at" {
         return None;
     }
     // The put carries the flag's index, so the `ab.at` must be computable before the put (the
     // lowering moves it there): its operands may not come from ops between the two.
-    let operands_before_put = (0..flag.deref(ctx).get_num_operands()).all(|index| {
-        flag.deref(ctx)
+    let operands_before_put = (0..flag_at.deref(ctx).get_num_operands()).all(|index| {
+        flag_at
+            .deref(ctx)
             .get_operand(index)
             .defining_op()
             .is_none_or(|definition| !between.contains(&definition))
     });
-    if !operands_before_put {
+    if flag_before_put && !operands_before_put {
         return None;
     }
-    let remote = flag.deref(ctx).get_operand(0).defining_op()?;
+    let flag_table = remote_table(ctx, flag_at)?;
     let endpoint = endpoint_of(ctx, signal).defining_op()?;
-    if op_name(ctx, remote) != "ab.remote" || op_name(ctx, endpoint) != "ab.endpoint" {
+    if op_name(ctx, endpoint) != "ab.endpoint" {
         return None;
     }
-    let flag_table = remote.deref(ctx).get_operand(0);
     let endpoint_table = endpoint.deref(ctx).get_operand(0);
-    (is_kernel_parameter(ctx, flag_table) && is_kernel_parameter(ctx, endpoint_table))
-        .then_some((flag_table, endpoint_table))
+    is_kernel_parameter(ctx, endpoint_table).then_some(RidingSignal {
+        put,
+        flag_at,
+        flag_table,
+        endpoint_table,
+    })
+}
+
+/// The descriptor table of the `ab.remote` an `ab.at` indexes, when it is a kernel parameter.
+fn remote_table(ctx: &Context, at: Ptr<Operation>) -> Option<Value> {
+    let remote = at.deref(ctx).get_operand(0).defining_op()?;
+    let table = remote.deref(ctx).get_operand(0);
+    (op_name(ctx, remote) == "ab.remote" && is_kernel_parameter(ctx, table)).then_some(table)
+}
+
+/// The (flag table, endpoint table) of `signal` when it can ride on its put as an immediate:
+/// its value is a constant below [`IMMEDIATE_VALUE_LIMIT`] and it rides on its put
+/// ([`riding_signal`]).
+pub fn immediate_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Option<(Value, Value)> {
+    let value = signal.deref(ctx).get_operand(operand::signal::VALUE);
+    if !constant_value(ctx, value).is_some_and(|v| (0..IMMEDIATE_VALUE_LIMIT).contains(&v)) {
+        return None;
+    }
+    riding_signal(ctx, signal, true).map(|riding| (riding.flag_table, riding.endpoint_table))
+}
+
+/// The (flag table, data table) of `signal` when its put may carry it as packets (flag-in-data):
+/// - it rides on its put ([`riding_signal`]) and sets (an add would need every sender's packets
+///   in one slot);
+/// - the put's byte count is a constant multiple of 8 up to
+///   [`aboleth_abi::packet::PACKET_PUT_BYTES_LIMIT`] and its destination an element of an
+///   `ab.remote` on a kernel-parameter table (the receiver unpacks into its own entry);
+/// - inside loops, the flag's index varies injectively with every enclosing loop's induction
+///   variable, so no two iterations reuse a slot the receiver may not have unpacked yet.
+pub fn packet_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Option<(Value, Value)> {
+    use aboleth_abi::packet::{PACKET_PAYLOAD_BYTES, PACKET_PUT_BYTES_LIMIT};
+    if signal_operation(ctx, signal) != SignalOperation::Set {
+        return None;
+    }
+    // The lowering emits the packets at the signal, after everything the flag needs.
+    let riding = riding_signal(ctx, signal, false)?;
+    let bytes = constant_value(ctx, riding.put.deref(ctx).get_operand(operand::put::BYTES))?;
+    if bytes <= 0
+        || bytes as u64 % PACKET_PAYLOAD_BYTES != 0
+        || bytes as u64 > PACKET_PUT_BYTES_LIMIT
+    {
+        return None;
+    }
+    let destination = riding
+        .put
+        .deref(ctx)
+        .get_operand(operand::put::DESTINATION)
+        .defining_op()?;
+    if op_name(ctx, destination) != "ab.at" {
+        return None;
+    }
+    let data_table = remote_table(ctx, destination)?;
+    let index = riding.flag_at.deref(ctx).get_operand(1);
+    let loops_covered = enclosing_loops(ctx, signal).into_iter().all(|for_op| {
+        let induction = region_block(ctx, for_op, 0).deref(ctx).get_argument(0);
+        let step = constant_value(ctx, for_op.deref(ctx).get_operand(2));
+        varies_injectively_with(ctx, index, induction, step)
+    });
+    loops_covered.then_some((riding.flag_table, data_table))
+}
+
+/// The signals of `kernel` that travel as packets: none unless every put has its own signal;
+/// else each [`packet_signal_candidate`] on the first (flag table, data table) found (the wait
+/// unpacks into one destination region), except those whose flag index is the same value or
+/// constant as another's (two transfers in one slot; the loop condition covers iterations).
+fn packet_signals_of(ctx: &Context, kernel: Ptr<Operation>) -> Vec<Ptr<Operation>> {
+    if !every_put_has_its_own_signal(ctx, kernel) {
+        return Vec::new();
+    }
+    let mut tables = None;
+    let mut candidates: Vec<(Ptr<Operation>, Value)> = Vec::new();
+    for op in all_ops(ctx, kernel) {
+        if op_name(ctx, op) != "ab.signal" {
+            continue;
+        }
+        if let Some(found) = packet_signal_candidate(ctx, op)
+            && *tables.get_or_insert(found) == found
+        {
+            let flag_at = op
+                .deref(ctx)
+                .get_operand(operand::signal::FLAG)
+                .defining_op()
+                .expect("candidates' flags are ab.at");
+            candidates.push((op, flag_at.deref(ctx).get_operand(1)));
+        }
+    }
+    let same_index = |a: Value, b: Value| {
+        a == b || constant_value(ctx, a).is_some_and(|c| constant_value(ctx, b) == Some(c))
+    };
+    candidates
+        .iter()
+        .filter(|(op, index)| {
+            !candidates
+                .iter()
+                .any(|(other, other_index)| other != op && same_index(*index, *other_index))
+        })
+        .map(|(op, _)| *op)
+        .collect()
+}
+
+/// Whether every `ab.put` of `kernel` is directly followed by a signal that rides on it: then no
+/// put relies on a later signal of another put to publish it, which packets would not do.
+fn every_put_has_its_own_signal(ctx: &Context, kernel: Ptr<Operation>) -> bool {
+    let ops = all_ops(ctx, kernel);
+    let riding_puts: Vec<Ptr<Operation>> = ops
+        .iter()
+        .filter(|op| op_name(ctx, **op) == "ab.signal")
+        .filter_map(|signal| riding_signal(ctx, *signal, false).map(|riding| riding.put))
+        .collect();
+    ops.iter()
+        .filter(|op| op_name(ctx, **op) == "ab.put")
+        .all(|put| riding_puts.contains(put))
 }
 
 /// Whether `value` is an argument of its kernel's entry block.

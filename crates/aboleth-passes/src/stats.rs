@@ -51,6 +51,10 @@ pub struct Counts {
     pub inline_bytes: u64,
     /// Payload bytes moved.
     pub payload_bytes: u64,
+    /// Barriers of a program's threads (`bar.sync`, `bar.warp.sync`) before a leader acts.
+    pub barriers: u64,
+    /// Stores of a flag to a peer over NVLink (p2p signals that set; adds are atomics).
+    pub flag_stores: u64,
 }
 
 impl Counts {
@@ -67,6 +71,8 @@ impl Counts {
         self.completions_requested += other.completions_requested;
         self.inline_bytes += other.inline_bytes;
         self.payload_bytes += other.payload_bytes;
+        self.barriers += other.barriers;
+        self.flag_stores += other.flag_stores;
     }
 }
 
@@ -176,12 +182,19 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 }
             }
             "p2p.copy" => counts.payload_bytes += bytes_of(3, &mut conditional),
+            // Unpredicated: only unpredicated puts travel as packets.
+            "p2p.put_packets" => {
+                counts.payload_bytes +=
+                    operand_constant(4).unwrap_or(0).max(0) as u64 * multiplicity
+            }
             "p2p.signal"
                 if attrs::get_typed::<SignalOperation>(ctx, op, "op")
                     == Some(SignalOperation::Add) =>
             {
                 counts.atomics += multiplicity;
             }
+            "p2p.signal" => counts.flag_stores += multiplicity,
+            "gpu.barrier" => counts.barriers += multiplicity,
             "gpu.fence" => match attrs::get_string(ctx, op, "scope").as_deref() {
                 Some("cta") => counts.fences.cta += multiplicity,
                 Some("sys") => counts.fences.sys += multiplicity,

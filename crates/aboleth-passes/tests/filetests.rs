@@ -79,6 +79,7 @@ fn run_file(path: &Path) -> String {
             let pass_context = PassContext {
                 target: target_of(&words),
                 immediate_signals: words.contains(&"immediate-signals"),
+                packet_signals: words.contains(&"packet-signals"),
             };
             let run = find(name)
                 .map(|pass| pass.run)
@@ -93,6 +94,7 @@ fn run_file(path: &Path) -> String {
             let mut options = PipelineOptions::new(target_of(&words));
             options.passes_off = words.contains(&"passes-off");
             options.immediate_signals = words.contains(&"immediate-signals");
+            options.packet_signals = words.contains(&"packet-signals");
             run_pipeline(ctx, module, &options).unwrap_or_else(|d| panic!("{d}"));
             if words.contains(&"stats") {
                 let mut out = String::new();

@@ -68,7 +68,9 @@ use crate::{
     launch::{ArgumentBinding, RegionInit, ValueBinding},
     nic::WqeOutcome,
     nic::{ReceiveCqConfig, ReceiveQueueConfig},
-    program::{FenceScope, Instruction, InstructionKind, Register, SimKernel, StoreOrder},
+    program::{
+        FenceScope, Instruction, InstructionKind, Register, SimKernel, StoreOrder, WaitReceives,
+    },
 };
 
 /// How to run a simulation.
@@ -352,6 +354,23 @@ struct SignalRecord {
     guarded: Vec<Rc<PutRecord>>,
 }
 
+/// A packet transfer in a staging slot, until a wait of the receiver unpacks it.
+#[derive(Debug)]
+struct PacketTransfer {
+    value: i64,
+    /// The signal it carries (guarding only its own put), delivered when it is unpacked.
+    signal: Rc<SignalRecord>,
+}
+
+/// Where a packet wait looks: its flag's slot and this rank's data region.
+#[derive(Clone, Copy, Debug)]
+struct PacketSlot {
+    slot_address: u64,
+    data_base_address: u64,
+    data_length_bytes: u64,
+    check_payload_flags: bool,
+}
+
 #[derive(Debug)]
 enum PostedCommand {
     Put(Rc<PutRecord>),
@@ -386,6 +405,8 @@ enum Block {
         site: usize,
         /// The receive context a receiving wait drains (write-with-immediate signals).
         receive_context: Option<u64>,
+        /// The packet slot a receiving wait unpacks (packet signals).
+        packet_slot: Option<PacketSlot>,
     },
     Mlx5Completion {
         qpn: u32,
@@ -497,6 +518,8 @@ struct World<'k> {
     pending_immediates: HashMap<(u32, u64), (Rc<SignalRecord>, u64)>,
     /// The flag table the kernel's immediates name flags in, once a receiving wait ran.
     immediate_flag_tables: BTreeMap<u32, (u64, u64)>,
+    /// Packet transfers sent and not yet unpacked, by (receiving rank, slot address).
+    packet_transfers: BTreeMap<(u32, u64), PacketTransfer>,
     /// When each (rank, address) word the programs wait on was last written (simulated ns).
     write_times: HashMap<(u32, u64), u64>,
     /// When each mlx5 QP (rank, qpn) or proxy ring (rank, ring) was last rung.
@@ -656,9 +679,17 @@ impl<'k> World<'k> {
                     )));
                 }
                 let length_bytes = length_bytes as u64;
-                let address = memory.allocate(rank, length_bytes, MemoryKind::Device, name);
+                // A flag region of packet signals carries its slots after its own bytes; the
+                // descriptors (and the final contents compared) keep the region's length.
+                let staging_bytes = if kernel.packet_staging_regions.contains(name) {
+                    aboleth_abi::packet::staging_bytes(length_bytes)
+                } else {
+                    0
+                };
+                let address =
+                    memory.allocate(rank, length_bytes + staging_bytes, MemoryKind::Device, name);
                 let (lkey, rkey) = memory
-                    .register(rank, address, length_bytes)
+                    .register(rank, address, length_bytes + staging_bytes)
                     .map_err(|e| SimulationError::Setup(e.to_string()))?;
                 let mut bytes = vec![0u8; length_bytes as usize];
                 match kernel.launch.init.get(name) {
@@ -917,6 +948,7 @@ impl<'k> World<'k> {
             deliveries: HashMap::new(),
             pending_immediates: HashMap::new(),
             immediate_flag_tables: BTreeMap::new(),
+            packet_transfers: BTreeMap::new(),
             write_times: HashMap::new(),
             doorbell_times: HashMap::new(),
             nic_clocks: vec![0; ranks as usize],
@@ -993,6 +1025,7 @@ impl<'k> World<'k> {
             self.flush(index)?;
         }
         self.check_queue_counters(round)?;
+        self.check_packet_transfers_unpacked(round)?;
         let end = self
             .threads
             .iter()
@@ -1041,6 +1074,26 @@ impl<'k> World<'k> {
             }
         }
         Ok(())
+    }
+
+    /// A packet transfer must be unpacked by a wait of its receiver in the launch that sends
+    /// it (`--packet-signals` declares so): nothing else sets its flag or moves its data.
+    fn check_packet_transfers_unpacked(&self, round: u32) -> Result<(), SimulationError> {
+        match self.packet_transfers.iter().next() {
+            None => Ok(()),
+            Some(((rank, _), transfer)) => {
+                let signal = &transfer.signal;
+                Err(SimulationError::Program(format!(
+                    "after launch {}: rank {} program {}'s packet signal at {} (value {}) to flag {} on rank {rank} was never unpacked: with packet signals every signal must be awaited by its receiver in the launch that sends it",
+                    round + 1,
+                    signal.rank,
+                    signal.program,
+                    self.site_of(signal.rank, signal.site),
+                    transfer.value,
+                    self.memory.describe_address(*rank, signal.flag.1),
+                )))
+            }
+        }
     }
 
     fn latest_clock(&self) -> u64 {
@@ -1381,11 +1434,16 @@ impl<'k> World<'k> {
                 address,
                 expected,
                 receive_context,
+                packet_slot,
                 ..
             } => {
                 self.load_i64(thread, rank, *address)? >= *expected
                     || receive_context
                         .is_some_and(|context| self.next_receive_cqe(rank, context).is_some())
+                    || match packet_slot {
+                        Some(slot) => self.landed_packets(thread, rank, slot)?.is_some(),
+                        None => false,
+                    }
             }
             Block::Mlx5Completion { qpn, slot, .. } => !matches!(
                 self.nic
@@ -2426,6 +2484,20 @@ impl<'k> World<'k> {
                 self.advance_clock(thread, cost.nvlink_store(length_bytes).0);
                 return Ok(Step::Effect);
             }
+            InstructionKind::P2pPutPackets {
+                endpoint,
+                flag,
+                destination,
+                source,
+                bytes,
+                value,
+            } => {
+                return self.put_packets(
+                    thread,
+                    site,
+                    [*endpoint, *flag, *destination, *source, *bytes, *value],
+                );
+            }
             InstructionKind::P2pSignal {
                 endpoint,
                 flag,
@@ -2441,6 +2513,7 @@ impl<'k> World<'k> {
                 let latency = cost.nvlink_one_way_latency_nanoseconds;
                 match operation {
                     SignalOperation::Set => {
+                        self.counts.flag_stores += 1;
                         let program_order =
                             self.store(thread, peer, flag.address, &value.to_le_bytes(), *order)?;
                         match order {
@@ -2490,6 +2563,7 @@ impl<'k> World<'k> {
                 return Ok(Step::Effect);
             }
             InstructionKind::Barrier => {
+                self.counts.barriers += 1;
                 if !self.threads[thread].lanes.is_empty() {
                     if !self.lanes_finished(thread) {
                         return Ok(Step::Blocked(Block::Lanes { site }));
@@ -2505,8 +2579,25 @@ impl<'k> World<'k> {
             } => {
                 let address = self.integer(thread, *flag)? as u64;
                 let expected = self.integer(thread, *value)?;
+                let mut packet_slot = None;
                 let receive_context = match receives {
-                    Some((flag_table, endpoint_table)) => {
+                    Some(WaitReceives::Packets {
+                        flag_table,
+                        data_table,
+                        check_payload_flags,
+                    }) => {
+                        packet_slot = self
+                            .packet_slot_of(thread, address, *flag_table, *data_table)?
+                            .map(|slot| PacketSlot {
+                                check_payload_flags: *check_payload_flags,
+                                ..slot
+                            });
+                        if let Some(slot) = packet_slot {
+                            self.unpack_packets(thread, site, address, &slot)?;
+                        }
+                        None
+                    }
+                    Some(WaitReceives::Immediates(flag_table, endpoint_table)) => {
                         let flag_table = self.integer(thread, *flag_table)? as u64;
                         let endpoint_table = self.integer(thread, *endpoint_table)? as u64;
                         // Every handle of the rank (the first one included) names the context.
@@ -2528,6 +2619,7 @@ impl<'k> World<'k> {
                         expected,
                         site,
                         receive_context,
+                        packet_slot,
                     }));
                 }
                 self.check_delivered_data(thread, address, site, seen)?;
@@ -2783,6 +2875,236 @@ impl<'k> World<'k> {
                 );
             }
         }
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Flag-in-data packets (`aboleth_abi::packet`)
+
+    /// `p2p.put_packets`: the payload as packets into the flag's slot on the peer, relaxed
+    /// stores only; the signal (guarding this put alone) is delivered when a wait unpacks it.
+    fn put_packets(
+        &mut self,
+        thread: usize,
+        site: usize,
+        [endpoint, flag, destination, source, bytes, value]: [Register; 6],
+    ) -> Result<Step, SimulationError> {
+        use aboleth_abi::packet::{FLAG_BYTES, encode_slot, slot_offset_bytes};
+        let rank = self.threads[thread].rank;
+        let (peer, _) = self.endpoint(thread, endpoint)?;
+        let flag = self.remote_pointer(thread, flag)?;
+        let destination = self.remote_pointer(thread, destination)?;
+        self.check_same_peer(thread, site, peer, flag.peer)?;
+        self.check_same_peer(thread, site, peer, destination.peer)?;
+        let source = self.integer(thread, source)? as u64;
+        let length_bytes = self.integer(thread, bytes)?.max(0) as u64;
+        let value = self.integer(thread, value)?;
+        let at = self.site_of(rank, site);
+        if destination.offset_bytes + length_bytes > destination.region_length_bytes {
+            return Err(self.program_error(
+                thread,
+                format!(
+                    "packet put at {at} writes past the end of its region ({} + {length_bytes} > {} bytes)",
+                    destination.offset_bytes, destination.region_length_bytes
+                ),
+            ));
+        }
+        if flag.offset_bytes % FLAG_BYTES != 0
+            || flag.offset_bytes + FLAG_BYTES > flag.region_length_bytes
+        {
+            return Err(self.program_error(
+                thread,
+                format!(
+                    "packet signal at {at} names flag byte {} of a {}-byte region: flags are aligned 8-byte words inside it",
+                    flag.offset_bytes, flag.region_length_bytes
+                ),
+            ));
+        }
+        let payload = self.load(thread, rank, source, length_bytes)?;
+        let packets = encode_slot(destination.offset_bytes, value, &payload)
+            .map_err(|e| self.program_error(thread, format!("packet put at {at}: {e}")))?;
+        let region_start = flag.address - flag.offset_bytes;
+        let slot_address = region_start
+            + slot_offset_bytes(flag.region_length_bytes, flag.offset_bytes / FLAG_BYTES);
+        if let Some(earlier) = self.packet_transfers.get(&(peer, slot_address)) {
+            return Err(self.program_error(
+                thread,
+                format!(
+                    "packet signal at {at} (value {value}) overwrites flag {}'s slot on rank {peer} before a wait unpacked the transfer sent at {} (value {}): with packet signals a flag carries one transfer at a time; give each transfer its own flag, or wait for the first before sending the second",
+                    self.memory.describe_address(peer, flag.address),
+                    self.site_of(earlier.signal.rank, earlier.signal.site),
+                    earlier.value
+                ),
+            ));
+        }
+        for (index, packet) in packets.iter().enumerate() {
+            self.store(
+                thread,
+                peer,
+                slot_address + (index * aboleth_abi::packet::Packet::SIZE_BYTES) as u64,
+                &packet.to_bytes(),
+                StoreOrder::Relaxed,
+            )?;
+        }
+        let put = Rc::new(PutRecord {
+            rank,
+            program: self.threads[thread].program,
+            site,
+            destination_rank: peer,
+            destination_address: destination.address,
+            expected: payload,
+            visible_at_post: Vec::new(),
+        });
+        let signal = Rc::new(SignalRecord {
+            rank,
+            program: self.threads[thread].program,
+            site,
+            flag: (peer, flag.address),
+            guarded: vec![put],
+        });
+        self.packet_transfers
+            .insert((peer, slot_address), PacketTransfer { value, signal });
+        self.counts.payload_bytes += length_bytes;
+        let wire_bytes = (packets.len() * aboleth_abi::packet::Packet::SIZE_BYTES) as u64;
+        let cost = self.options.cost_model.nvlink_store(wire_bytes).0;
+        self.advance_clock(thread, cost);
+        Ok(Step::Effect)
+    }
+
+    /// The slot of the flag at local `address` when it lies in this rank's entry of `flag_table`
+    /// (else the flag is not one packets can target, and the wait only polls it).
+    fn packet_slot_of(
+        &self,
+        thread: usize,
+        address: u64,
+        flag_table: Register,
+        data_table: Register,
+    ) -> Result<Option<PacketSlot>, SimulationError> {
+        use aboleth_abi::packet::{FLAG_BYTES, slot_offset_bytes};
+        let rank = self.threads[thread].rank;
+        let descriptor = |table: Register| -> Result<RemoteRegionDescriptor, SimulationError> {
+            let table = self.integer(thread, table)? as u64;
+            let bytes = self
+                .memory
+                .read(
+                    rank,
+                    table + u64::from(rank) * RemoteRegionDescriptor::SIZE_BYTES as u64,
+                    RemoteRegionDescriptor::SIZE_BYTES as u64,
+                )
+                .map_err(|e| self.program_error(thread, format!("packet wait: {e}")))?;
+            Ok(RemoteRegionDescriptor::from_bytes(
+                bytes.as_slice().try_into().expect("descriptor bytes"),
+            ))
+        };
+        let flags = descriptor(flag_table)?;
+        let data = descriptor(data_table)?;
+        let Some(offset) = address.checked_sub(flags.base_address) else {
+            return Ok(None);
+        };
+        if offset % FLAG_BYTES != 0 || offset + FLAG_BYTES > flags.length_bytes {
+            return Ok(None);
+        }
+        Ok(Some(PacketSlot {
+            slot_address: flags.base_address
+                + slot_offset_bytes(flags.length_bytes, offset / FLAG_BYTES),
+            data_base_address: data.base_address,
+            data_length_bytes: data.length_bytes,
+            check_payload_flags: true,
+        }))
+    }
+
+    /// The header and payload of `slot` when a whole transfer has landed there: both header
+    /// packets and every payload packet carry the header's flag.
+    fn landed_packets(
+        &self,
+        thread: usize,
+        rank: u32,
+        slot: &PacketSlot,
+    ) -> Result<Option<(aboleth_abi::packet::SlotHeader, Vec<u8>)>, SimulationError> {
+        use aboleth_abi::packet::{HEADER_PACKETS, Packet, decode_header};
+        let packet_at = |index: u64| -> Result<Packet, SimulationError> {
+            let bytes = self.load(
+                thread,
+                rank,
+                slot.slot_address + index * Packet::SIZE_BYTES as u64,
+                Packet::SIZE_BYTES as u64,
+            )?;
+            Ok(Packet::from_bytes(
+                bytes.as_slice().try_into().expect("packet bytes"),
+            ))
+        };
+        let Some(header) = decode_header(&packet_at(0)?, &packet_at(1)?) else {
+            return Ok(None);
+        };
+        let mut payload = Vec::with_capacity(header.payload_bytes as usize);
+        let payload_packets = u64::from(header.payload_bytes) / 8;
+        for index in 0..payload_packets {
+            let packet = packet_at(HEADER_PACKETS + index)?;
+            if slot.check_payload_flags && !packet.carries(header.flag) {
+                return Ok(None);
+            }
+            payload.extend_from_slice(&packet.payload());
+        }
+        Ok(Some((header, payload)))
+    }
+
+    /// Unpacks `slot` when a whole transfer has landed: its payload goes to the data region at
+    /// the header's offset, the flag at `flag_address` is set to its value, the slot is marked
+    /// consumed, and its signal is delivered (so the wait checks the data is there).
+    fn unpack_packets(
+        &mut self,
+        thread: usize,
+        site: usize,
+        flag_address: u64,
+        slot: &PacketSlot,
+    ) -> Result<(), SimulationError> {
+        use aboleth_abi::packet::CONSUMED_HEADER;
+        let rank = self.threads[thread].rank;
+        let Some((header, payload)) = self.landed_packets(thread, rank, slot)? else {
+            return Ok(());
+        };
+        let offset = u64::from(header.destination_offset_bytes);
+        if offset + payload.len() as u64 > slot.data_length_bytes {
+            return Err(self.program_error(
+                thread,
+                format!(
+                    "the wait at {} found a packet transfer for bytes {offset}..{} of a {}-byte data region",
+                    self.site_of(rank, site),
+                    offset + payload.len() as u64,
+                    slot.data_length_bytes
+                ),
+            ));
+        }
+        // The receiving CTA's stores, then its barrier: later loads of the program see them.
+        self.store(
+            thread,
+            rank,
+            slot.data_base_address + offset,
+            &payload,
+            StoreOrder::Relaxed,
+        )?;
+        self.store(
+            thread,
+            rank,
+            flag_address,
+            &header.value.to_le_bytes(),
+            StoreOrder::Relaxed,
+        )?;
+        self.store(
+            thread,
+            rank,
+            slot.slot_address,
+            &CONSUMED_HEADER.to_bytes(),
+            StoreOrder::Relaxed,
+        )?;
+        self.flush(thread)?;
+        if let Some(transfer) = self.packet_transfers.remove(&(rank, slot.slot_address)) {
+            let time = self.threads[thread].clock_nanoseconds;
+            self.deliver(rank, flag_address, transfer.signal, time);
+        }
+        let cost = &self.options.cost_model;
+        let nanoseconds = cost.gpu_global_store_nanoseconds * (2 + payload.len() as u64 / 8);
+        self.advance_clock(thread, nanoseconds);
         Ok(())
     }
 

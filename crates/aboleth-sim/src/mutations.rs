@@ -55,18 +55,22 @@ pub enum Mutation {
     /// bug the GPU run found: a later library-style kernel on the same queue waited forever
     /// for its turn). Caught by the end-of-launch check of every queue's counters.
     StalePublicationCounter,
-    /// Waits of a kernel that sends write-with-immediate signals do not drain the receive CQ:
-    /// nobody applies the immediates. Caught as a deadlock of the waits (their flags never
-    /// move).
+    /// Waits of a kernel that sends write-with-immediate or packet signals do not drain the
+    /// receive CQ or unpack packet slots: nobody applies the signals. Caught as a deadlock of
+    /// the waits (their flags never move).
     WaitWithoutDrainingReceives,
     /// mlx5 WQEs lose `periodic_completion`: a ring filled without a planned completion has no
     /// CQE to reclaim it from. Caught as a deadlock on ring space.
     NoPeriodicCompletions,
+    /// Packet waits unpack a slot once its header has landed, without checking that every
+    /// payload packet carries the flag (the classic LL bug: trusting one flag for data stored
+    /// by other, unordered stores). Caught as data not visible when the wait passes.
+    UnpackWithoutCheckingPackets,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -78,6 +82,7 @@ impl Mutation {
         Mutation::StalePublicationCounter,
         Mutation::WaitWithoutDrainingReceives,
         Mutation::NoPeriodicCompletions,
+        Mutation::UnpackWithoutCheckingPackets,
     ];
 
     /// The command-line name.
@@ -94,6 +99,7 @@ impl Mutation {
             Mutation::StalePublicationCounter => "stale-publication-counter",
             Mutation::WaitWithoutDrainingReceives => "wait-without-draining-receives",
             Mutation::NoPeriodicCompletions => "no-periodic-completions",
+            Mutation::UnpackWithoutCheckingPackets => "unpack-without-checking-packets",
         }
     }
 
@@ -256,6 +262,14 @@ impl Mutation {
                 for op in all_ops(ctx, module) {
                     if attrs::get_bool(ctx, op, "periodic_completion") {
                         attrs::set_bool(ctx, op, "periodic_completion", false);
+                        changed = true;
+                    }
+                }
+            }
+            Mutation::UnpackWithoutCheckingPackets => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) == "gpu.wait_flag" && attrs::get_bool(ctx, op, "packets") {
+                        attrs::set_bool(ctx, op, "check_payload_flags", false);
                         changed = true;
                     }
                 }

@@ -31,7 +31,7 @@ use aboleth_ir::{
     walk::{block_ops, kernel_name, region_block},
 };
 
-use crate::launch::LaunchSpec;
+use crate::launch::{ArgumentBinding, LaunchSpec};
 
 /// Threads a `doorbell_scope = "warp"` loop runs on.
 pub const WARP_LANES: u32 = 32;
@@ -236,6 +236,15 @@ pub enum InstructionKind {
         operation: SignalOperation,
         order: StoreOrder,
     },
+    /// `p2p.put_packets`.
+    P2pPutPackets {
+        endpoint: Register,
+        flag: Register,
+        destination: Register,
+        source: Register,
+        bytes: Register,
+        value: Register,
+    },
     /// `gpu.fence` with its scope (`cta`, `gpu`, `sys`).
     Fence { scope: FenceScope },
     /// `gpu.barrier`: the program's lanes (see `For`) join its thread here.
@@ -245,10 +254,28 @@ pub enum InstructionKind {
         flag: Register,
         value: Register,
         acquire: bool,
-        /// (flag table, endpoint table): the kernel sends write-with-immediate signals, so the
-        /// poll also drains this rank's receive CQ, applying each immediate to its flag in the
-        /// table's region on this rank.
-        receives: Option<(Register, Register)>,
+        /// What the poll also does when the kernel's signals need the receiver's help.
+        receives: Option<WaitReceives>,
+    },
+}
+
+/// What a `gpu.wait_flag` also does while it polls.
+#[derive(Clone, Copy, Debug)]
+pub enum WaitReceives {
+    /// (flag table, endpoint table): the kernel sends write-with-immediate signals, so the poll
+    /// also drains this rank's receive CQ, applying each immediate to its flag in the table's
+    /// region on this rank.
+    Immediates(Register, Register),
+    /// The kernel sends packet signals, so the poll also unpacks the flag's packet slot into
+    /// this rank's data region and sets the flag.
+    Packets {
+        /// The flag region's descriptor table.
+        flag_table: Register,
+        /// The destination region's descriptor table.
+        data_table: Register,
+        /// Whether every payload packet's flags are checked before unpacking (always, unless
+        /// the `unpack-without-checking-packets` mutation cleared `check_payload_flags`).
+        check_payload_flags: bool,
     },
 }
 
@@ -289,6 +316,8 @@ pub struct SimKernel {
     pub register_count: usize,
     /// Source sites, indexed by [`Instruction::site`].
     pub sites: Vec<Site>,
+    /// Regions that carry packet slots after their bytes (the flag region of packet signals).
+    pub packet_staging_regions: Vec<String>,
 }
 
 /// Builds the simulator form of `kernel`, lowered for `target`.
@@ -344,8 +373,33 @@ pub fn build_kernel(
             ));
         }
     }
+    let mut packet_staging_regions = Vec::new();
+    if let Some(index) = attrs::get_int(
+        ctx,
+        kernel,
+        aboleth_passes::lower_p2p::PACKET_STAGING_ATTRIBUTE,
+    ) {
+        let binding = parameters
+            .get(index as usize)
+            .and_then(|parameter| launch.bindings.get(&parameter.name));
+        match binding {
+            Some(ArgumentBinding::RegionTable(region)) => {
+                packet_staging_regions.push(region.clone())
+            }
+            _ => {
+                return Err(Diagnostic::at_op(
+                    ctx,
+                    kernel,
+                    format!(
+                        "cannot simulate: argument {index} carries the packet signals' flag table, so bind it as `regions:NAME`"
+                    ),
+                ));
+            }
+        }
+    }
     let body = builder.build_block(entry_ops(ctx, kernel))?;
     Ok(SimKernel {
+        packet_staging_regions,
         name: kernel_name(ctx, kernel),
         target,
         launch,
@@ -580,6 +634,14 @@ impl KernelBuilder<'_> {
                 bytes: operand(self, 3)?,
                 predicate: operand(self, 4)?,
             },
+            "p2p.put_packets" => InstructionKind::P2pPutPackets {
+                endpoint: operand(self, 0)?,
+                flag: operand(self, 1)?,
+                destination: operand(self, 2)?,
+                source: operand(self, 3)?,
+                bytes: operand(self, 4)?,
+                value: operand(self, 5)?,
+            },
             "p2p.signal" => InstructionKind::P2pSignal {
                 endpoint: operand(self, 0)?,
                 flag: operand(self, 1)?,
@@ -600,7 +662,18 @@ impl KernelBuilder<'_> {
                 value: operand(self, 1)?,
                 acquire: string("order").as_deref() == Some("acquire"),
                 receives: if operands.len() > 3 {
-                    Some((operand(self, 2)?, operand(self, 3)?))
+                    let tables = (operand(self, 2)?, operand(self, 3)?);
+                    Some(if attrs::get_bool(ctx, op, "packets") {
+                        WaitReceives::Packets {
+                            flag_table: tables.0,
+                            data_table: tables.1,
+                            check_payload_flags: attrs::get(ctx, op, "check_payload_flags")
+                                .is_none()
+                                || attrs::get_bool(ctx, op, "check_payload_flags"),
+                        }
+                    } else {
+                        WaitReceives::Immediates(tables.0, tables.1)
+                    })
                 } else {
                     None
                 },

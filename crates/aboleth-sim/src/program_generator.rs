@@ -2564,3 +2564,38 @@ fn channel_summary(channel: &ChannelSpec) -> String {
         channel.fence
     )
 }
+
+/// `spec` reshaped so that every put is published by a `Set` of its own that directly follows
+/// it: one unpredicated put per iteration, signalled `after` it, with no fence between them, no
+/// final signal and no reused source (which would add puts without a signal of their own). Such
+/// programs are what flag-in-data packets need (`--packet-signals`), so the random validation
+/// runs that path too; they stay valid programs for every transport.
+pub fn with_a_signal_per_put(mut spec: ProgramSpec) -> ProgramSpec {
+    for phase in &mut spec.phases {
+        for channel in &mut phase.channels {
+            channel.puts.truncate(1);
+            for put in &mut channel.puts {
+                put.predicate = None;
+            }
+            channel.fence = FencePlacement::None;
+            channel.final_signal = None;
+            channel.reuse = Reuse::None;
+            let value = match channel.iteration_signal.map(|signal| signal.operation) {
+                Some(SignalOperation::Set(value)) => value,
+                _ => SetValue::Epoch,
+            };
+            channel.iteration_signal = Some(SignalSpec {
+                operation: SignalOperation::Set(value),
+                after: SignalAfter::LastPut,
+            });
+            if let IterationCompletion::WaitPut(index) = &mut channel.iteration_completion {
+                *index = 0;
+            }
+            if channel.body_completion == BodyCompletion::WaitSignal {
+                // The final signal is gone.
+                channel.body_completion = BodyCompletion::Drain;
+            }
+        }
+    }
+    spec
+}

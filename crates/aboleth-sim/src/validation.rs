@@ -53,6 +53,9 @@ pub struct ValidationOptions {
     /// The Aboleth configuration may publish mlx5 signals with write-with-immediate
     /// (`PipelineOptions::immediate_signals`).
     pub immediate_signals: bool,
+    /// The Aboleth configuration may publish p2p signals as flag-in-data packets
+    /// (`PipelineOptions::packet_signals`).
+    pub packet_signals: bool,
 }
 
 impl ValidationOptions {
@@ -63,6 +66,7 @@ impl ValidationOptions {
         let mut on = PipelineOptions::new(self.target);
         on.disabled = self.disabled_passes.clone();
         on.immediate_signals = self.immediate_signals;
+        on.packet_signals = self.packet_signals;
         (off, on)
     }
 
@@ -81,6 +85,7 @@ impl ValidationOptions {
             kernel: None,
             sq_basic_block_count: SimulationOptions::new(2).sq_basic_block_count,
             immediate_signals: false,
+            packet_signals: false,
         }
     }
 }

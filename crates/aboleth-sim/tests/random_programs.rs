@@ -8,7 +8,7 @@
 
 use aboleth_ir::transport::Target;
 use aboleth_sim::{
-    program_generator::generate_from_seed,
+    program_generator::{generate_from_seed, print_program, spec_from_seed, with_a_signal_per_put},
     validation::{ValidationOptions, validate},
 };
 
@@ -32,8 +32,17 @@ fn random_programs_validate_on_every_transport() {
     let first_seed = environment_number("ABOLETH_RANDOM_SEED", 0);
     let started = std::time::Instant::now();
     let mut runs = 0u64;
+    // Programs whose p2p signals all travelled as packets: the flag-in-data path must be
+    // exercised, not only allowed.
+    let mut programs_with_packets = 0u64;
     for seed in first_seed..first_seed + programs {
-        let program = generate_from_seed(seed);
+        // Every sixth program is reshaped so each put has a signal of its own: the shape
+        // flag-in-data packets need (those seeds also run with `packet_signals`).
+        let program = if seed % 6 == 5 {
+            print_program(&with_a_signal_per_put(spec_from_seed(seed)))
+        } else {
+            generate_from_seed(seed)
+        };
         for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
             let mut options = ValidationOptions::new(target);
             options.ranks = program.ranks;
@@ -47,6 +56,10 @@ fn random_programs_validate_on_every_transport() {
             // Every third program may publish mlx5 signals with write-with-immediate (generated
             // programs observe flags only through waits).
             options.immediate_signals = seed % 3 == 2;
+            // Likewise p2p signals as flag-in-data packets: generated programs also read a put's
+            // data (at the end) only after waiting for the signal that follows it, in the same
+            // launch.
+            options.packet_signals = seed % 3 == 2;
             let file = format!("generated-{seed}.abo");
             let validations = validate(&program.text, &file, &options).unwrap_or_else(|error| {
                 panic!(
@@ -56,6 +69,21 @@ fn random_programs_validate_on_every_transport() {
             });
             for validation in validations {
                 runs += 2 * u64::from(validation.schedules);
+                let on_counts = validation
+                    .passes_on
+                    .rounds
+                    .first()
+                    .map(|round| round.counts);
+                if target == Target::P2p
+                    && on_counts.is_some_and(|counts| counts.flag_stores == 0)
+                    && validation
+                        .passes_off
+                        .rounds
+                        .first()
+                        .is_some_and(|round| round.counts.flag_stores > 0)
+                {
+                    programs_with_packets += 1;
+                }
                 if let Some(failure) = validation.failures.first() {
                     panic!(
                         "seed {seed} on {}: {} failed check(s); first: {} schedule {}: {}: {}\n\
@@ -83,7 +111,13 @@ fn random_programs_validate_on_every_transport() {
         }
     }
     eprintln!(
-        "random programs: {programs} programs x 3 transports x 20 schedules x 2 lowerings: {runs} runs, zero divergences, {:.1} s",
+        "random programs: {programs} programs x 3 transports x 20 schedules x 2 lowerings: {runs} runs, zero divergences, {programs_with_packets} with every p2p signal in packets, {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    if programs >= 100 {
+        assert!(
+            programs_with_packets > 0,
+            "no generated program sent its p2p signals as packets: the flag-in-data path went untested"
+        );
+    }
 }

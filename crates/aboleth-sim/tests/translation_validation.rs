@@ -146,6 +146,102 @@ fn mutation_wait_without_draining_receives_is_caught() {
     );
 }
 
+/// With `--packet-signals`, p2p chains travel as flag-in-data packets: no barrier and no flag
+/// store per chain, and the same final memory and per-wait data checks as the library style.
+#[test]
+fn packet_signals_validate_and_drop_barriers_and_flag_stores() {
+    for (name, chains_per_program) in [("stream_put_signal_16", 16), ("alltoall", 1)] {
+        for ranks in [2, 3, 4] {
+            let mut options = ValidationOptions::new(Target::P2p);
+            options.ranks = ranks;
+            options.rounds = 3;
+            options.packet_signals = true;
+            let validation = run(name, &options);
+            assert!(
+                validation.passed(),
+                "{name}, {ranks} ranks: {:#?}",
+                validation.failures
+            );
+            let on = validation.passes_on.rounds[0].counts;
+            let off = validation.passes_off.rounds[0].counts;
+            let programs = if name == "alltoall" { ranks - 1 } else { 1 };
+            let chains = u64::from(ranks * programs) * chains_per_program;
+            assert_eq!((off.flag_stores, off.barriers), (chains, chains), "{name}");
+            assert_eq!((on.flag_stores, on.barriers), (0, 0), "{name}");
+            assert_eq!(on.payload_bytes, off.payload_bytes);
+        }
+    }
+}
+
+#[test]
+fn mutation_unpack_without_checking_packets_is_caught() {
+    let mut options = ValidationOptions::new(Target::P2p);
+    options.ranks = 3;
+    options.packet_signals = true;
+    options.mutation = Some(Mutation::UnpackWithoutCheckingPackets);
+    let validation = run("stream_put_signal_16", &options);
+    let kinds: Vec<&str> = validation.failures.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&"data-not-visible"), "{kinds:?}");
+    assert!(
+        validation
+            .failures
+            .iter()
+            .all(|failure| failure.configuration == "passes-on")
+    );
+    // Without packet signals there is no packet wait to break: an error, not a pass.
+    options.packet_signals = false;
+    let (text, file) = example("stream_put_signal_16");
+    assert!(validate(&text, &file, &options).is_err());
+}
+
+#[test]
+fn mutation_wait_without_unpacking_packets_is_caught() {
+    let mut options = ValidationOptions::new(Target::P2p);
+    options.ranks = 3;
+    options.packet_signals = true;
+    options.mutation = Some(Mutation::WaitWithoutDrainingReceives);
+    let validation = run("stream_put_signal_4", &options);
+    let kinds: Vec<&str> = validation.failures.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&"deadlock"), "{kinds:?}");
+}
+
+/// Programs that break the packet-signals contract validate library-style and fail with
+/// packets, with a message that names the two transfers or the one never awaited.
+#[test]
+fn packet_contract_violations_name_the_signal_and_the_fix() {
+    for (name, expected) in [
+        (
+            "packets_share_a_flag",
+            "program error: rank 1 program 0: packet signal at PATH:38:7 (p2p.put_packets) (value 2) overwrites flag 'flags'+0x0's slot on rank 0 before a wait unpacked the transfer sent at PATH:32:7 (p2p.put_packets) (value 1): with packet signals a flag carries one transfer at a time; give each transfer its own flag, or wait for the first before sending the second",
+        ),
+        (
+            "packets_never_awaited",
+            "program error: after launch 1: rank 1 program 0's packet signal at PATH:27:7 (p2p.put_packets) (value 1) to flag 'flags'+0x0 on rank 0 was never unpacked: with packet signals every signal must be awaited by its receiver in the launch that sends it",
+        ),
+    ] {
+        let (text, path) = test_program(name);
+        let mut options = ValidationOptions::new(Target::P2p);
+        options.ranks = 2;
+        options.schedules = 3;
+        let mut validations = validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}"));
+        assert!(validations.remove(0).passed(), "{name} without packets");
+        options.packet_signals = true;
+        let validation = validate(&text, &path, &options)
+            .unwrap_or_else(|d| panic!("{d}"))
+            .remove(0);
+        assert_eq!(
+            validation.failures.len(),
+            3,
+            "{name}: {:#?}",
+            validation.failures
+        );
+        for failure in &validation.failures {
+            assert_eq!(failure.configuration, "passes-on");
+            assert_eq!(failure.message, expected.replace("PATH", &path), "{name}");
+        }
+    }
+}
+
 #[test]
 fn mutation_no_periodic_completions_is_caught() {
     let (text, path) = test_program("ring_fills_within_a_launch");

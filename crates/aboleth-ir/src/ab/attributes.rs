@@ -67,6 +67,9 @@ pub enum Publication {
     /// mlx5: the signal rides on its put as an RDMA_WRITE_IMM whose immediate names the flag;
     /// a wait of the receiving rank applies it (see `choose-signal-publication`).
     WriteWithImmediate,
+    /// NVLink: the signal rides in its put's packets (flag-in-data, LL16): every 8 bytes of
+    /// payload travel with the flag, a wait of the receiving rank unpacks them.
+    FlagInData,
 }
 
 /// Who posts to an endpoint's queue (found by `assign-queue-owners`).
