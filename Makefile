@@ -41,6 +41,9 @@ demo: python-setup
 	@echo "== arrival counters with --immediate-signals (examples/ir/count_arrivals.abo), mlx5: each add-1 rides on its put =="
 	@./target/release/aboleth sim examples/ir/count_arrivals.abo --ranks 4 --rounds 4 --schedules 20 --target mlx5 --immediate-signals --check
 	@echo
+	@echo "== the same 16 chains with --packet-signals, p2p: each set travels in its put's data as LL packets =="
+	@./target/release/aboleth sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target p2p --packet-signals --check
+	@echo
 	@echo "Everything above ran on the simulator (crates/aboleth-sim): no GPU, no NIC. mlx5 and proxy"
 	@echo "are simulated and cross-checked against rdma-core's layouts, not run on hardware here; simulated"
 	@echo "time comes from the documented cost model (crates/aboleth-sim/src/cost_model.rs). The same p2p"

@@ -4,6 +4,7 @@ Aboleth IR for every target, PTX for p2p, and usage errors that name the argumen
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -122,3 +123,17 @@ def test_immediate_signals_reach_the_stage_from_the_command_line():
         wqes.append(json.loads(result.stdout)["kernels"][0]["counts"]["wqes"])
     # Four puts and four `add 1` signals; with the declaration each signal rides on its put.
     assert wqes == [8, 4]
+
+
+def test_packet_signals_simulate_for_triton_kernels_but_have_no_generated_code_yet():
+    result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", "p2p", "--ranks", "3",
+                            "--schedules", "5", "--packet-signals", "--check", *SEED_LAUNCH)
+    assert result.returncode == 0, result.stderr
+    assert "alltoall on p2p: 3 ranks, 5 schedule(s) x 2 configurations, seed 0: validated" in result.stdout
+    # Every chain's set travelled in its put's packets: no flag store left.
+    assert re.search(r"flag stores \(NVLink\)\s+\d+\s+0\n", result.stdout), result.stdout
+    result = aboleth_binary("compile", SEED, "--kernel", "alltoall", "--target", "p2p", "--signature", SIGNATURE,
+                            "--constexpr", "BYTES=256", "--constexpr", "RANK=1", "--emit", "ptx", "--packet-signals")
+    assert result.returncode == 1
+    assert ("error: --packet-signals is not supported for Triton kernels yet: the code generator has no "
+            "flag-in-data packets (p2p.put_packets)") in result.stderr

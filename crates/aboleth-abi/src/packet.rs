@@ -47,7 +47,7 @@ pub const SLOT_BYTES: u64 =
 pub const FLAG_BYTES: u64 = 8;
 
 const _: () = assert!(SLOT_BYTES == 1056);
-const _: () = assert!(SLOT_BYTES % 16 == 0);
+const _: () = assert!(SLOT_BYTES.is_multiple_of(16));
 
 /// Where the staging area starts, from the flag region's start: the region's length rounded up
 /// to a packet.
@@ -146,7 +146,8 @@ pub fn encode_slot(
     payload: &[u8],
 ) -> Result<Vec<Packet>, PacketEncodeError> {
     let payload_bytes = payload.len() as u64;
-    if payload_bytes % PACKET_PAYLOAD_BYTES != 0 || payload_bytes > PACKET_PUT_BYTES_LIMIT {
+    if !payload_bytes.is_multiple_of(PACKET_PAYLOAD_BYTES) || payload_bytes > PACKET_PUT_BYTES_LIMIT
+    {
         return Err(PacketEncodeError::PayloadLength { payload_bytes });
     }
     let offset = u32::try_from(destination_offset_bytes).map_err(|_| {

@@ -219,7 +219,7 @@ pub fn packet_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Option<
     let riding = riding_signal(ctx, signal, false)?;
     let bytes = constant_value(ctx, riding.put.deref(ctx).get_operand(operand::put::BYTES))?;
     if bytes <= 0
-        || bytes as u64 % PACKET_PAYLOAD_BYTES != 0
+        || !(bytes as u64).is_multiple_of(PACKET_PAYLOAD_BYTES)
         || bytes as u64 > PACKET_PUT_BYTES_LIMIT
     {
         return None;
