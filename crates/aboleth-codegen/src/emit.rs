@@ -1040,12 +1040,50 @@ impl Generator<'_> {
     /// its doorbell-record word), and advance the consumer index and the CQ doorbell record.
     /// Any other CQE opcode traps. The simulator's `drain_receive_cq` does the same.
     fn drain_one_receive(&mut self, receives: &[(String, &'static str, char)]) {
-        const PTX: &str = "{ .reg .pred %ab_leader, %ab_got, %ab_valid, %ab_add, %ab_set, %ab_bad, %ab_odd_lap, %ab_not_add; .reg .u32 %ab_fmt, %ab_tid, %ab_lock, %ab_w, %ab_op, %ab_own, %ab_lap, %ab_imm, %ab_qpn, %ab_peer, %ab_index, %ab_value, %ab_posted32, %ab_ci32; .reg .u64 %ab_ci, %ab_slot, %ab_cqe, %ab_flag, %ab_value64, %ab_queue, %ab_posted, %ab_dbr, %ab_count64, %ab_peer64, %ab_index64, %ab_qpn64; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_lock, 1; @%ab_leader atom.acquire.gpu.global.cas.b32 %ab_lock, [$1+12], 0, 1; setp.eq.u32 %ab_got, %ab_lock, 0; and.pred %ab_got, %ab_got, %ab_leader; mov.u64 %ab_ci, 0; @%ab_got ld.volatile.global.u64 %ab_ci, [$1+16]; cvt.u64.u32 %ab_count64, $3; sub.u64 %ab_slot, %ab_count64, 1; and.b64 %ab_slot, %ab_slot, %ab_ci; mad.lo.u64 %ab_cqe, %ab_slot, 64, $2; mov.u32 %ab_w, 0xf0000000; @%ab_got ld.acquire.sys.global.u32 %ab_w, [%ab_cqe+60]; shr.u32 %ab_op, %ab_w, 28; shr.u32 %ab_own, %ab_w, 24; and.b32 %ab_own, %ab_own, 1; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_lap, %ab_ci32, $3; setp.ne.u32 %ab_odd_lap, %ab_lap, 0; selp.u32 %ab_lap, 1, 0, %ab_odd_lap; setp.eq.u32 %ab_valid, %ab_own, %ab_lap; setp.ne.u32 %ab_bad, %ab_op, 15; and.pred %ab_valid, %ab_valid, %ab_bad; and.pred %ab_valid, %ab_valid, %ab_got; setp.ne.u32 %ab_bad, %ab_op, 1; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; shr.u32 %ab_fmt, %ab_w, 26; and.b32 %ab_fmt, %ab_fmt, 3; setp.ne.u32 %ab_bad, %ab_fmt, 0; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; @%ab_valid ld.global.u32 %ab_imm, [%ab_cqe+36]; prmt.b32 %ab_imm, %ab_imm, 0, 0x0123; @%ab_valid ld.global.u32 %ab_qpn, [%ab_cqe+56]; prmt.b32 %ab_qpn, %ab_qpn, 0, 0x0123; and.b32 %ab_qpn, %ab_qpn, $6; cvt.u64.u32 %ab_qpn64, %ab_qpn; mad.lo.u64 %ab_qpn64, %ab_qpn64, 4, $7; mov.u32 %ab_peer, 0; @%ab_valid ld.global.u32 %ab_peer, [%ab_qpn64]; and.b32 %ab_index, %ab_imm, 1048575; shr.u32 %ab_value, %ab_imm, 20; and.b32 %ab_value, %ab_value, 2047; cvt.u64.u32 %ab_value64, %ab_value; cvt.u64.u32 %ab_index64, %ab_index; mad.lo.u64 %ab_flag, %ab_index64, 8, 8; setp.gt.u64 %ab_bad, %ab_flag, $9; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; mad.lo.u64 %ab_flag, %ab_index64, 8, $8; setp.ge.u32 %ab_add, %ab_imm, 0x80000000; not.pred %ab_not_add, %ab_add; and.pred %ab_set, %ab_valid, %ab_not_add; and.pred %ab_add, %ab_add, %ab_valid; @%ab_add red.release.sys.global.add.u64 [%ab_flag], %ab_value64; @%ab_set st.release.sys.global.u64 [%ab_flag], %ab_value64; cvt.u64.u32 %ab_peer64, %ab_peer; mad.lo.u64 %ab_queue, %ab_peer64, 32, $5; mov.u64 %ab_posted, 0; @%ab_valid ld.global.u64 %ab_posted, [%ab_queue+16]; add.u64 %ab_posted, %ab_posted, 1; @%ab_valid st.global.u64 [%ab_queue+16], %ab_posted; mov.u64 %ab_dbr, 0; @%ab_valid ld.global.u64 %ab_dbr, [%ab_queue+8]; cvt.u32.u64 %ab_posted32, %ab_posted; and.b32 %ab_posted32, %ab_posted32, 65535; prmt.b32 %ab_posted32, %ab_posted32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [%ab_dbr], %ab_posted32; add.u64 %ab_ci, %ab_ci, 1; @%ab_valid st.global.u64 [$1+16], %ab_ci; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_ci32, %ab_ci32, 16777215; prmt.b32 %ab_ci32, %ab_ci32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [$4], %ab_ci32; @%ab_got st.release.gpu.global.b32 [$1+12], 0; mov.u32 $0, 0; }";
+        use aboleth_abi::mlx5::cqe::{CQE_OPCODE_INVALID, CQE_OPCODE_RESP_WR_IMM, Cqe64};
+        use aboleth_abi::mlx5::receive::{
+            IMMEDIATE_ADD_BIT, IMMEDIATE_INDEX_BITS, IMMEDIATE_VALUE_BITS, Mlx5ReceiveContext,
+            Mlx5ReceiveQueue,
+        };
+        use core::mem::offset_of;
+        // The owner word is the CQE's last 4 bytes read as one little-endian u32: op_own is its
+        // top byte (opcode bits 31..28, format 27..26, owner 24).
+        const _: () = assert!(offset_of!(Cqe64, op_own) == offset_of!(Cqe64, wqe_counter) + 3);
+        const TEMPLATE: &str = "{ .reg .pred %ab_leader, %ab_got, %ab_valid, %ab_add, %ab_set, %ab_bad, %ab_odd_lap, %ab_not_add; .reg .u32 %ab_fmt, %ab_tid, %ab_lock, %ab_w, %ab_op, %ab_own, %ab_lap, %ab_imm, %ab_qpn, %ab_peer, %ab_index, %ab_value, %ab_posted32, %ab_ci32; .reg .u64 %ab_ci, %ab_slot, %ab_cqe, %ab_flag, %ab_value64, %ab_queue, %ab_posted, %ab_dbr, %ab_count64, %ab_peer64, %ab_index64, %ab_qpn64; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_lock, 1; @%ab_leader atom.acquire.gpu.global.cas.b32 %ab_lock, [$1+@POLL_LOCK@], 0, 1; setp.eq.u32 %ab_got, %ab_lock, 0; and.pred %ab_got, %ab_got, %ab_leader; mov.u64 %ab_ci, 0; @%ab_got ld.volatile.global.u64 %ab_ci, [$1+@CONSUMER_INDEX@]; cvt.u64.u32 %ab_count64, $3; sub.u64 %ab_slot, %ab_count64, 1; and.b64 %ab_slot, %ab_slot, %ab_ci; mad.lo.u64 %ab_cqe, %ab_slot, @CQE_BYTES@, $2; mov.u32 %ab_w, 0xf0000000; @%ab_got ld.acquire.sys.global.u32 %ab_w, [%ab_cqe+@CQE_OWNER_WORD@]; shr.u32 %ab_op, %ab_w, 28; shr.u32 %ab_own, %ab_w, 24; and.b32 %ab_own, %ab_own, 1; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_lap, %ab_ci32, $3; setp.ne.u32 %ab_odd_lap, %ab_lap, 0; selp.u32 %ab_lap, 1, 0, %ab_odd_lap; setp.eq.u32 %ab_valid, %ab_own, %ab_lap; setp.ne.u32 %ab_bad, %ab_op, @OPCODE_INVALID@; and.pred %ab_valid, %ab_valid, %ab_bad; and.pred %ab_valid, %ab_valid, %ab_got; setp.ne.u32 %ab_bad, %ab_op, @OPCODE_WRITE_IMMEDIATE@; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; shr.u32 %ab_fmt, %ab_w, 26; and.b32 %ab_fmt, %ab_fmt, 3; setp.ne.u32 %ab_bad, %ab_fmt, 0; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; @%ab_valid ld.global.u32 %ab_imm, [%ab_cqe+@CQE_IMMEDIATE@]; prmt.b32 %ab_imm, %ab_imm, 0, 0x0123; @%ab_valid ld.global.u32 %ab_qpn, [%ab_cqe+@CQE_QPN@]; prmt.b32 %ab_qpn, %ab_qpn, 0, 0x0123; and.b32 %ab_qpn, %ab_qpn, $6; cvt.u64.u32 %ab_qpn64, %ab_qpn; mad.lo.u64 %ab_qpn64, %ab_qpn64, 4, $7; mov.u32 %ab_peer, 0; @%ab_valid ld.global.u32 %ab_peer, [%ab_qpn64]; and.b32 %ab_index, %ab_imm, @INDEX_MASK@; shr.u32 %ab_value, %ab_imm, @INDEX_BITS@; and.b32 %ab_value, %ab_value, @VALUE_MASK@; cvt.u64.u32 %ab_value64, %ab_value; cvt.u64.u32 %ab_index64, %ab_index; mad.lo.u64 %ab_flag, %ab_index64, 8, 8; setp.gt.u64 %ab_bad, %ab_flag, $9; and.pred %ab_bad, %ab_bad, %ab_valid; @%ab_bad trap; mad.lo.u64 %ab_flag, %ab_index64, 8, $8; setp.ge.u32 %ab_add, %ab_imm, @ADD_BIT_VALUE@; not.pred %ab_not_add, %ab_add; and.pred %ab_set, %ab_valid, %ab_not_add; and.pred %ab_add, %ab_add, %ab_valid; @%ab_add red.release.sys.global.add.u64 [%ab_flag], %ab_value64; @%ab_set st.release.sys.global.u64 [%ab_flag], %ab_value64; cvt.u64.u32 %ab_peer64, %ab_peer; mad.lo.u64 %ab_queue, %ab_peer64, @QUEUE_BYTES@, $5; mov.u64 %ab_posted, 0; @%ab_valid ld.global.u64 %ab_posted, [%ab_queue+@QUEUE_POSTED@]; add.u64 %ab_posted, %ab_posted, 1; @%ab_valid st.global.u64 [%ab_queue+@QUEUE_POSTED@], %ab_posted; mov.u64 %ab_dbr, 0; @%ab_valid ld.global.u64 %ab_dbr, [%ab_queue+@QUEUE_DOORBELL_RECORD@]; cvt.u32.u64 %ab_posted32, %ab_posted; and.b32 %ab_posted32, %ab_posted32, 65535; prmt.b32 %ab_posted32, %ab_posted32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [%ab_dbr], %ab_posted32; add.u64 %ab_ci, %ab_ci, 1; @%ab_valid st.global.u64 [$1+@CONSUMER_INDEX@], %ab_ci; cvt.u32.u64 %ab_ci32, %ab_ci; and.b32 %ab_ci32, %ab_ci32, 16777215; prmt.b32 %ab_ci32, %ab_ci32, 0, 0x0123; @%ab_valid st.relaxed.sys.global.b32 [$4], %ab_ci32; @%ab_got st.release.gpu.global.b32 [$1+@POLL_LOCK@], 0; mov.u32 $0, 0; }";
+        let ptx = fill_ptx(
+            TEMPLATE,
+            &[
+                (
+                    "POLL_LOCK",
+                    offset_of!(Mlx5ReceiveContext, poll_lock) as u64,
+                ),
+                (
+                    "CONSUMER_INDEX",
+                    offset_of!(Mlx5ReceiveContext, consumer_index) as u64,
+                ),
+                ("CQE_BYTES", Cqe64::SIZE_BYTES as u64),
+                ("CQE_OWNER_WORD", offset_of!(Cqe64, wqe_counter) as u64),
+                ("OPCODE_INVALID", u64::from(CQE_OPCODE_INVALID)),
+                ("OPCODE_WRITE_IMMEDIATE", u64::from(CQE_OPCODE_RESP_WR_IMM)),
+                ("CQE_IMMEDIATE", offset_of!(Cqe64, imm_inval_pkey) as u64),
+                ("CQE_QPN", offset_of!(Cqe64, sop_drop_qpn) as u64),
+                ("INDEX_MASK", (1 << IMMEDIATE_INDEX_BITS) - 1),
+                ("INDEX_BITS", u64::from(IMMEDIATE_INDEX_BITS)),
+                ("VALUE_MASK", (1 << IMMEDIATE_VALUE_BITS) - 1),
+                ("ADD_BIT_VALUE", 1 << IMMEDIATE_ADD_BIT),
+                ("QUEUE_BYTES", Mlx5ReceiveQueue::SIZE_BYTES as u64),
+                ("QUEUE_POSTED", offset_of!(Mlx5ReceiveQueue, posted) as u64),
+                (
+                    "QUEUE_DOORBELL_RECORD",
+                    offset_of!(Mlx5ReceiveQueue, doorbell_record_address) as u64,
+                ),
+            ],
+        );
         let typed: Vec<(&str, &str, char)> = receives
             .iter()
             .map(|(name, type_text, constraint)| (name.as_str(), *type_text, *constraint))
             .collect();
-        self.asm(PTX, &typed);
+        self.asm(&ptx, &typed);
     }
 
     /// Before a wait's loop: its site (for the plan summary's source line), the bound read from
@@ -1119,7 +1157,35 @@ impl Generator<'_> {
         );
         self.emit(format!("scf.if {expired} {{"));
         let site_value = self.constant_i64(bound.site as i64);
-        let record = "{ .reg .pred %ab_fits; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; atom.relaxed.sys.global.add.u64 %ab_slot, [$1], 1; ld.global.u32 %ab_cap32, [$1+8]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; mad.lo.u64 %ab_rec, %ab_slot, 64, $1; add.u64 %ab_rec, %ab_rec, 64; @%ab_fits st.global.u64 [%ab_rec+8], $2; @%ab_fits st.global.u64 [%ab_rec+16], $3; @%ab_fits st.global.u64 [%ab_rec+24], $4; @%ab_fits st.global.u64 [%ab_rec+32], $5; @%ab_fits st.global.u32 [%ab_rec+40], $6; @%ab_fits st.global.u32 [%ab_rec+44], $8; @%ab_fits st.global.u32 [%ab_rec+48], $7; @%ab_fits st.global.u32 [%ab_rec+52], $9; @%ab_fits st.global.u32 [%ab_rec+56], %ab_cta; @%ab_fits st.global.u32 [%ab_rec+60], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_fits st.release.sys.global.u64 [%ab_rec], %ab_seq; st.relaxed.sys.global.u64 [$1+16], 1; exit; mov.u32 $0, 0; }";
+        let record = {
+            use aboleth_abi::{WaitFailureLogHeader as Header, WaitFailureRecord as Record};
+            use core::mem::offset_of;
+            const TEMPLATE: &str = "{ .reg .pred %ab_fits; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; atom.relaxed.sys.global.add.u64 %ab_slot, [$1+@FAILURE_COUNTER@], 1; ld.global.u32 %ab_cap32, [$1+@CAPACITY@]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; mad.lo.u64 %ab_rec, %ab_slot, @RECORD_BYTES@, $1; add.u64 %ab_rec, %ab_rec, @HEADER_BYTES@; @%ab_fits st.global.u64 [%ab_rec+@FLAG_ADDRESS@], $2; @%ab_fits st.global.u64 [%ab_rec+@EXPECTED@], $3; @%ab_fits st.global.u64 [%ab_rec+@OBSERVED@], $4; @%ab_fits st.global.u64 [%ab_rec+@WAITED@], $5; @%ab_fits st.global.u32 [%ab_rec+@RANK@], $6; @%ab_fits st.global.u32 [%ab_rec+@PEER@], $8; @%ab_fits st.global.u32 [%ab_rec+@SITE@], $7; @%ab_fits st.global.u32 [%ab_rec+@KIND@], $9; @%ab_fits st.global.u32 [%ab_rec+@PROGRAM@], %ab_cta; @%ab_fits st.global.u32 [%ab_rec+@THREAD@], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_fits st.release.sys.global.u64 [%ab_rec+@SEQUENCE@], %ab_seq; st.relaxed.sys.global.u64 [$1+@ABORT@], 1; exit; mov.u32 $0, 0; }";
+            fill_ptx(
+                TEMPLATE,
+                &[
+                    (
+                        "FAILURE_COUNTER",
+                        offset_of!(Header, failure_counter) as u64,
+                    ),
+                    ("CAPACITY", offset_of!(Header, capacity_records) as u64),
+                    ("ABORT", offset_of!(Header, abort_requested) as u64),
+                    ("HEADER_BYTES", Header::SIZE_BYTES as u64),
+                    ("RECORD_BYTES", Record::SIZE_BYTES as u64),
+                    ("SEQUENCE", offset_of!(Record, sequence) as u64),
+                    ("FLAG_ADDRESS", offset_of!(Record, flag_address) as u64),
+                    ("EXPECTED", offset_of!(Record, expected_value) as u64),
+                    ("OBSERVED", offset_of!(Record, observed_value) as u64),
+                    ("WAITED", offset_of!(Record, waited_nanoseconds) as u64),
+                    ("RANK", offset_of!(Record, rank) as u64),
+                    ("PEER", offset_of!(Record, peer_rank) as u64),
+                    ("SITE", offset_of!(Record, site_id) as u64),
+                    ("KIND", offset_of!(Record, comparison) as u64),
+                    ("PROGRAM", offset_of!(Record, program_id) as u64),
+                    ("THREAD", offset_of!(Record, thread_id) as u64),
+                ],
+            )
+        };
         let rank32 = self.assign(
             "ab_rank",
             format!("arith.trunci {} : i64 to i32", bound.rank),
@@ -1127,7 +1193,7 @@ impl Generator<'_> {
         let site32 = self.assign("ab_site", format!("arith.trunci {site_value} : i64 to i32"));
         let kind32 = self.assign("ab_kind", format!("arith.constant {} : i32", report.kind));
         self.asm(
-            record,
+            &record,
             &[
                 (&bound.log, "i64", 'l'),
                 (&report.address, "i64", 'l'),
@@ -2453,4 +2519,22 @@ impl WqePtx {
         );
         (ptx, self.operands)
     }
+}
+
+/// `template` with every `@NAME@` replaced by its value from `values` (ABI offsets and
+/// constants read from `aboleth-abi`, so inline PTX never hard-codes a layout).
+fn fill_ptx(template: &str, values: &[(&str, u64)]) -> String {
+    let mut ptx = template.to_owned();
+    for (name, value) in values {
+        let token = format!("@{name}@");
+        assert!(ptx.contains(&token), "PTX template has no {token}");
+        ptx = ptx.replace(&token, &value.to_string());
+    }
+    // Predicates are `@%name`: a token is `@` followed by a capital letter.
+    let unfilled = ptx
+        .split('@')
+        .skip(1)
+        .any(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()));
+    assert!(!unfilled, "PTX template has an unfilled token: {ptx}");
+    ptx
 }

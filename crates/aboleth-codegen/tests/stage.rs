@@ -83,7 +83,7 @@ fn waits_are_bounded_and_name_their_source_line() {
     // A wait that gives up records itself, asks every other wait of the rank to give up
     // (abort_requested, log + 16) and exits; a long wait also reads that word.
     assert!(output.ttir.contains(
-        "st.release.sys.global.u64 [%ab_rec], %ab_seq; st.relaxed.sys.global.u64 [$1+16], 1; exit;"
+        "st.release.sys.global.u64 [%ab_rec+0], %ab_seq; st.relaxed.sys.global.u64 [$1+16], 1; exit;"
     ));
     assert!(output.ttir.contains("ld.relaxed.sys.global.u64 $0, [$1];"));
     assert_eq!(output.summary.waits.len(), 1);
