@@ -14,6 +14,7 @@ What is not here yet: Triton code generation for the mlx5 and proxy targets (the
 ``NotImplementedError`` naming the op), bounded waits in generated code, the device library.
 """
 
+from ._aboleth import packet_staging_bytes
 from ._aboleth import version as _rust_version
 from .hook import (
     BRIDGE_VERSION,
@@ -41,6 +42,7 @@ from .runtime import (
 __version__: str = _rust_version()
 
 __all__ = [
+    "packet_staging_bytes",
     "BRIDGE_VERSION",
     "STAGE",
     "TARGETS",

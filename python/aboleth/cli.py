@@ -145,6 +145,7 @@ def compile_command(arguments: argparse.Namespace) -> int:
         ttir = _capture_ttir(kernel, signature, constexprs, options)
         config = json.dumps({"target": arguments.target, "passes_off": arguments.passes_off,
                              "disabled_passes": disabled, "immediate_signals": arguments.immediate_signals,
+                             "packet_signals": arguments.packet_signals,
                              "source_name": f"{arguments.kernel}.ttir", "plan_only": True})
         _, summary_json = _aboleth.run_stage(ttir, config)
         summary = json.loads(summary_json)
@@ -164,7 +165,8 @@ def compile_command(arguments: argparse.Namespace) -> int:
         knobs.cache.dir = cache
         try:
             with compilation(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled,
-                             immediate_signals=arguments.immediate_signals):
+                             immediate_signals=arguments.immediate_signals,
+                             packet_signals=arguments.packet_signals):
                 compiled = triton.compile(triton.compiler.ASTSource(kernel, signature, constexprs),
                                           target=GPUTarget("cuda", TARGET_CAPABILITY, WARP_SIZE), options=options)
         finally:
@@ -191,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     compile_parser.add_argument("--disable-pass", action="append", default=[], metavar="PASS")
     compile_parser.add_argument("--immediate-signals", action="store_true",
                                 help="flags are observed only through wait_signal: mlx5 signals may ride on their puts")
+    compile_parser.add_argument("--packet-signals", action="store_true",
+                                help="a signal publishes only its put, read after its wait: p2p signals may travel "
+                                     "in their puts' data as LL packets")
     compile_parser.add_argument("--emit", choices=("aboleth", "ttir", "ptx", "stats", "ttir-input"), default="stats",
                                 help="ttir-input: Triton's TTIR before the aboleth stage")
     return parser

@@ -94,6 +94,11 @@ class Config:
     #: The program's flags are observed only through ``wait_signal``: mlx5 signals may then ride
     #: on their puts as write-with-immediate, applied by the receiving rank's waits.
     immediate_signals: bool = False
+    #: A signal publishes only the put it follows, whose data is read after a wait on that
+    #: signal's flag in the same launch: p2p signals may then travel in their puts' data as LL
+    #: packets (flag-in-data), unpacked by the receiving rank's waits. The flag region must be
+    #: declared with ``world.region(..., packet_slots=True)``.
+    packet_signals: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -102,6 +107,8 @@ class Config:
             raise TypeError(f"aboleth: passes_off must be a bool, got {self.passes_off!r}")
         if not isinstance(self.immediate_signals, bool):
             raise TypeError(f"aboleth: immediate_signals must be a bool, got {self.immediate_signals!r}")
+        if not isinstance(self.packet_signals, bool):
+            raise TypeError(f"aboleth: packet_signals must be a bool, got {self.packet_signals!r}")
         if isinstance(self.disabled_passes, str):
             raise TypeError("aboleth: disabled_passes must be a sequence of pass names, not one string: "
                             f"{self.disabled_passes!r}")
@@ -114,7 +121,7 @@ class Config:
     def as_dict(self) -> Dict[str, Any]:
         """The configuration as the JSON object the Rust stage reads (without ``source_name``)."""
         return {"target": self.target, "passes_off": self.passes_off, "disabled_passes": list(self.disabled_passes),
-                "immediate_signals": self.immediate_signals}
+                "immediate_signals": self.immediate_signals, "packet_signals": self.packet_signals}
 
     def to_json(self, source_name: Optional[str] = None) -> str:
         """The ``config_json`` argument of ``run_stage``; ``source_name`` names the TTIR in errors."""
@@ -336,7 +343,7 @@ def _apply() -> None:
 
 
 def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
-            immediate_signals: bool = False) -> Config:
+            immediate_signals: bool = False, packet_signals: bool = False) -> Config:
     """Installs the aboleth stage hook for ``target`` ("mlx5", "proxy" or "p2p"), or changes the
     configuration of the installed one. Returns the configuration.
 
@@ -348,7 +355,7 @@ def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[
     """
     global _explicit_config
     config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
-                    immediate_signals=immediate_signals)
+                    immediate_signals=immediate_signals, packet_signals=packet_signals)
     cache_salt(config)  # reads the build files now, outside the lock
     with _lock:
         _explicit_config = config
@@ -386,7 +393,7 @@ def current_config() -> Optional[Config]:
 
 @contextlib.contextmanager
 def compilation(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
-                immediate_signals: bool = False) -> Iterator[Config]:
+                immediate_signals: bool = False, packet_signals: bool = False) -> Iterator[Config]:
     """Kernels compiled inside the ``with`` block go through the aboleth stage for ``target``.
 
     While blocks are active, the most recently entered one's configuration is in force; when the
@@ -395,7 +402,7 @@ def compilation(*, target: str, passes_off: bool = False, disabled_passes: Seque
     configuration is process-wide: threads compiling at the same time should agree on it.
     """
     config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
-                    immediate_signals=immediate_signals)
+                    immediate_signals=immediate_signals, packet_signals=packet_signals)
     cache_salt(config)
     entry = (object(), config)
     with _lock:

@@ -284,10 +284,14 @@ class World:
         self._registered.append(tensor)
         return registration
 
-    def region(self, name: str, registration: Registration, offset: int = 0, length: Optional[int] = None) -> Region:
+    def region(self, name: str, registration: Registration, offset: int = 0, length: Optional[int] = None,
+               packet_slots: bool = False) -> Region:
         """The region ``name`` = ``[offset, offset + length)`` bytes of ``registration``
         (``length`` defaults to the rest of it). ``ValueError`` when it leaves the registration.
-        Not collective."""
+        With ``packet_slots=True`` it is the flag region of packet signals
+        (``compilation(packet_signals=True)``): ``packet_staging_bytes(length)`` bytes of the
+        registration after it hold the staging slots (``ValueError`` when they do not fit; every
+        rank must declare it the same way). Not collective."""
         if not isinstance(name, str):
             raise TypeError(f"aboleth: region(name) must be a str, got {type(name).__name__}")
         if not isinstance(registration, Registration):
@@ -297,7 +301,9 @@ class World:
         if length is None:
             length = max(registration.length_bytes - offset, 0)
         length = _check_count(f"region({name!r}) length", length)
-        return self._world.region(name, registration, offset, length)
+        if not isinstance(packet_slots, bool):
+            raise TypeError(f"aboleth: region({name!r}) packet_slots must be a bool, got {packet_slots!r}")
+        return self._world.region(name, registration, offset, length, packet_slots)
 
     def exchange_regions(self, regions: Mapping[str, Region]) -> RegionTable:
         """Exchanges ``regions`` (a dict of name -> Region, keys equal to the regions' names, in
@@ -337,12 +343,13 @@ class World:
         return target
 
     def compilation(self, *, passes_off: bool = False, disabled_passes: Sequence[str] = (),
-                    immediate_signals: bool = False) -> contextlib.AbstractContextManager[Config]:
+                    immediate_signals: bool = False,
+                    packet_signals: bool = False) -> contextlib.AbstractContextManager[Config]:
         """``aboleth.compilation(target=self.compilation_target(), ...)``: kernels compiled inside
         the ``with`` block go through the aboleth stage for this World's transport. The target is
         checked when this is called (see :meth:`compilation_target`)."""
         return _compilation(target=self.compilation_target(), passes_off=passes_off, disabled_passes=disabled_passes,
-                            immediate_signals=immediate_signals)
+                            immediate_signals=immediate_signals, packet_signals=packet_signals)
 
     def barrier(self, name: str = "aboleth/barrier") -> None:
         """Returns once every rank called ``barrier`` (with the same ``name``). Collective."""

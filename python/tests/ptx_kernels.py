@@ -94,3 +94,25 @@ def count_arrivals(endpoints, recv, counters, send, send_key, my_counters, epoch
 COUNT_ARRIVALS_SIGNATURE = {"endpoints": "*i64", "recv": "*i64", "counters": "*i64", "send": "i64",
                             "send_key": "i32", "my_counters": "*i64", "epoch": "i64", "CHUNK": "constexpr",
                             "RANK": "constexpr"}
+
+
+@triton.jit
+def chains_and_waits(endpoints, recv, flags, send, send_key, my_flags, epoch, CHUNK: tl.constexpr,
+                     RANK: tl.constexpr, RANKS: tl.constexpr):
+    """Four put+set chains to the next rank, then the four flags the previous rank sets here."""
+    peer = (RANK + 1) % RANKS
+    ep = aboleth.endpoint(endpoints, peer)
+    dst = aboleth.remote(recv, peer)
+    flag = aboleth.remote(flags, peer, tl.int64)
+    src = send.to(tl.pointer_type(tl.int8))
+    for i in tl.static_range(4):
+        t = aboleth.put(ep, dst.at(i * CHUNK), src + i * CHUNK, CHUNK, source_key=send_key)
+        aboleth.signal(ep, flag.at(i), epoch, after=t)
+    for i in tl.static_range(4):
+        aboleth.wait_signal(my_flags + i, epoch)
+    aboleth.drain(ep)
+
+
+CHAINS_AND_WAITS_SIGNATURE = {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "i64",
+                              "send_key": "i32", "my_flags": "*i64", "epoch": "i64", "CHUNK": "constexpr",
+                              "RANK": "constexpr", "RANKS": "constexpr"}

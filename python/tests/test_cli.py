@@ -125,7 +125,7 @@ def test_immediate_signals_reach_the_stage_from_the_command_line():
     assert wqes == [8, 4]
 
 
-def test_packet_signals_simulate_for_triton_kernels_but_have_no_generated_code_yet():
+def test_packet_signals_reach_simulation_and_code_generation_from_the_command_line():
     result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", "p2p", "--ranks", "3",
                             "--schedules", "5", "--packet-signals", "--check", *SEED_LAUNCH)
     assert result.returncode == 0, result.stderr
@@ -134,6 +134,5 @@ def test_packet_signals_simulate_for_triton_kernels_but_have_no_generated_code_y
     assert re.search(r"flag stores \(NVLink\)\s+\d+\s+0\n", result.stdout), result.stdout
     result = aboleth_binary("compile", SEED, "--kernel", "alltoall", "--target", "p2p", "--signature", SIGNATURE,
                             "--constexpr", "BYTES=256", "--constexpr", "RANK=1", "--emit", "ptx", "--packet-signals")
-    assert result.returncode == 1
-    assert ("error: --packet-signals is not supported for Triton kernels yet: the code generator has no "
-            "flag-in-data packets (p2p.put_packets)") in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "@%ab_p st.relaxed.sys.global.u64" in result.stdout

@@ -158,3 +158,29 @@ def test_write_with_immediate_signals_ride_on_their_puts_and_the_wait_drains_rec
     # Four puts and four signals: eight WQEs, or four writes with immediate.
     assert count_arrivals_compiled(False)[1]["wqes"] == 8
     assert count_arrivals_compiled(True)[1]["wqes"] == 4
+
+
+def chains_and_waits_ptx(packet_signals: bool) -> str:
+    aboleth.install(target="p2p", packet_signals=packet_signals)
+    try:
+        kernel = compile_kernel(ptx_kernels.chains_and_waits, ptx_kernels.CHAINS_AND_WAITS_SIGNATURE,
+                                {"CHUNK": 64, "RANK": 0, "RANKS": 2})
+    finally:
+        aboleth.uninstall()
+    assert kernel.asm["cubin"]  # ptxas accepted it
+    return kernel.asm["ptx"]
+
+
+def test_packet_signals_travel_in_their_puts_and_the_waits_unpack_them():
+    ptx = chains_and_waits_ptx(packet_signals=True)
+    # Each chain: its payload as packet halves (one predicated relaxed store per lane of each
+    # thread) and the header; no barrier and no release flag store on the sending side.
+    assert count(ptx, "@%ab_p st.relaxed.sys.global.u64") == 4
+    assert "bar.sync" not in ptx
+    # Each wait: thread 0 reads its flag's slot and, once a whole transfer landed, copies it,
+    # releases the flag and marks the slot consumed: one release store per wait.
+    assert count(ptx, "ld.relaxed.sys.global.u64") >= 4 * 6
+    assert count(ptx, "st.release.sys.global.u64") == 4
+    plain = chains_and_waits_ptx(packet_signals=False)
+    assert count(plain, "@%ab_p st.relaxed.sys.global.u64") == 0
+    assert count(plain, "st.release.sys.global.u64") == 4  # the four release flag stores

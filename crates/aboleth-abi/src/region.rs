@@ -22,7 +22,8 @@ pub struct RemoteRegionDescriptor {
     pub rkey: u32,
     /// The rank this descriptor points into.
     pub peer_rank: u32,
-    /// [`TransportKind`] as u32, the transport that reaches this peer.
+    /// [`TransportKind`] in the low 16 bits (the transport that reaches this peer), region flags
+    /// above ([`REGION_FLAG_PACKET_SLOTS`]).
     pub transport: u32,
     /// The region's index in the exchanged table: what proxy ring entries name
     /// (`destination_region_index`, `signal_region_index`).
@@ -46,10 +47,22 @@ pub struct LocalRegionDescriptor {
 }
 wire_layout!(LocalRegionDescriptor, 16, { address: u64 = 0, lkey: u32 = 8, reserved: u32 = 12 });
 
+/// The bits of [`RemoteRegionDescriptor::transport`] that hold the [`TransportKind`].
+pub const TRANSPORT_KIND_MASK: u32 = 0xffff;
+/// Region flag: packet staging slots follow the region's bytes
+/// ([`crate::packet::staging_bytes`]), so packet signals may name flags in it. Generated code
+/// checks it before it stores or reads a slot.
+pub const REGION_FLAG_PACKET_SLOTS: u32 = 1 << 16;
+
 impl RemoteRegionDescriptor {
-    /// The transport field, decoded.
+    /// The transport field, decoded (region flags ignored).
     pub fn transport_kind(&self) -> Result<TransportKind, TransportKindError> {
-        TransportKind::from_u32(self.transport)
+        TransportKind::from_u32(self.transport & TRANSPORT_KIND_MASK)
+    }
+
+    /// Whether packet staging slots follow the region ([`REGION_FLAG_PACKET_SLOTS`]).
+    pub fn has_packet_slots(&self) -> bool {
+        self.transport & REGION_FLAG_PACKET_SLOTS != 0
     }
 
     /// Whether `[offset_bytes, offset_bytes + length_bytes)` lies inside the region (no overflow).

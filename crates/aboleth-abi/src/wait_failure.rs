@@ -61,6 +61,10 @@ pub const WAIT_KIND_COMPLETION: u32 = 2;
 pub const WAIT_KIND_PUBLICATION_TURN: u32 = 3;
 /// The post lock at `flag_address` of a shared queue to `peer_rank` had to be free.
 pub const WAIT_KIND_POST_LOCK: u32 = 4;
+/// Not a wait: a packet signal or packet wait found that the flag region of `flag_address`
+/// (a flag, or the start of its region) on `peer_rank` has no packet slots
+/// (`REGION_FLAG_PACKET_SLOTS` clear), so it stored and read nothing and gave up at once.
+pub const WAIT_KIND_PACKET_SLOTS_MISSING: u32 = 5;
 
 /// One failed wait (64 B).
 #[repr(C, align(64))]

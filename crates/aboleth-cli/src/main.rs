@@ -494,11 +494,6 @@ fn compile_python(
     constexpr: Vec<String>,
     num_warps: Option<u32>,
 ) -> anyhow::Result<()> {
-    if pipeline.packet_signals {
-        anyhow::bail!(
-            "{file}: error: --packet-signals is not supported for Triton kernels yet: the code generator has no flag-in-data packets (p2p.put_packets); drop the flag, or simulate with `aboleth sim {file} --packet-signals`"
-        );
-    }
     let kernel = kernel.ok_or_else(|| {
         anyhow::anyhow!("{file}: error: name the @triton.jit function with --kernel NAME")
     })?;
@@ -525,6 +520,9 @@ fn compile_python(
     }
     if pipeline.immediate_signals {
         command.arg("--immediate-signals");
+    }
+    if pipeline.packet_signals {
+        command.arg("--packet-signals");
     }
     let status = command.status().map_err(|error| {
         anyhow::anyhow!(

@@ -41,6 +41,8 @@ use crate::lift::{Entry, LiftedKernel};
 /// Elements (bytes or 8-byte words) copied per iteration of a p2p copy loop: one tensor.
 pub const P2P_COPY_CHUNK_ELEMENTS: i64 = 1024;
 
+mod packets;
+
 /// How an `ab` value exists in the TTIR.
 #[derive(Clone, Debug)]
 enum Repr {
@@ -746,6 +748,7 @@ impl Generator<'_> {
             }
             "p2p.copy" => self.p2p_copy(op)?,
             "p2p.signal" => self.p2p_signal(op)?,
+            "p2p.put_packets" => self.p2p_put_packets(op)?,
             "gpu.barrier" => {
                 if attrs::get_string(self.ctx, op, "scope").as_deref() == Some("warp") {
                     // Every warp syncs itself; only the leader's warp has written commands.
@@ -931,8 +934,20 @@ impl Generator<'_> {
         let bound = self.wait_bound(op);
         let flag_address = self.use_as(self.operand(op, 0), "i64")?;
         let unknown_peer = self.assign("ab_peer", "arith.constant -1 : i32".to_string());
-        let receives = if op.deref(self.ctx).get_num_operands() > 3 {
+        let packets = attrs::get_bool(self.ctx, op, "packets");
+        let receives = if op.deref(self.ctx).get_num_operands() > 3 && !packets {
             Some(self.receive_side(self.operand(op, 2), self.operand(op, 3))?)
+        } else {
+            None
+        };
+        let packet_wait = if packets {
+            Some(self.packet_wait(
+                op,
+                self.operand(op, 2),
+                self.operand(op, 3),
+                &flag_address,
+                bound.as_ref(),
+            )?)
         } else {
             None
         };
@@ -940,6 +955,9 @@ impl Generator<'_> {
         self.emit("scf.while : () -> () {".into());
         if let Some(receives) = &receives {
             self.drain_one_receive(receives);
+        }
+        if let Some(packet_wait) = &packet_wait {
+            self.unpack_packets(packet_wait);
         }
         let seen = self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"));
         let waiting = self.assign(
@@ -1155,7 +1173,19 @@ impl Generator<'_> {
             "ab_expired",
             format!("arith.andi {gives_up}, {} : i1", report.waiting),
         );
-        self.emit(format!("scf.if {expired} {{"));
+        self.record_failure_if(bound, &expired, &elapsed, report);
+    }
+
+    /// In every thread for which `condition` (i1) holds: counts a failure, records `report` in
+    /// the wait-failure log (while records fit), sets `abort_requested` and exits.
+    fn record_failure_if(
+        &mut self,
+        bound: &WaitBound,
+        condition: &str,
+        elapsed: &str,
+        report: &WaitReport,
+    ) {
+        self.emit(format!("scf.if {condition} {{"));
         let site_value = self.constant_i64(bound.site as i64);
         let record = {
             use aboleth_abi::{WaitFailureLogHeader as Header, WaitFailureRecord as Record};
@@ -1199,7 +1229,7 @@ impl Generator<'_> {
                 (&report.address, "i64", 'l'),
                 (&report.expected, "i64", 'l'),
                 (&report.seen, "i64", 'l'),
-                (&elapsed, "i64", 'l'),
+                (elapsed, "i64", 'l'),
                 (&rank32, "i32", 'r'),
                 (&site32, "i32", 'r'),
                 (&report.peer, "i32", 'r'),

@@ -4,6 +4,7 @@
 //!
 //! It exposes:
 //! - `version() -> str`: this crate's version;
+//! - `packet_staging_bytes(length) -> int`: staging bytes after a flag region of packet signals;
 //! - `run_stage(ttir_text: str, config_json: str) -> (str, str)`: the `aboleth` stage
 //!   ([`stage::run_stage`]), run with the GIL released. Errors become Python exceptions: a bad
 //!   configuration or TTIR that does not parse raises `ValueError` (for the TTIR, with the
@@ -28,6 +29,13 @@ use crate::stage::StageError;
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
+}
+
+/// packet_staging_bytes(length) -> int: the bytes a flag region of `length` bytes needs after
+/// it for packet slots (`world.region(..., packet_slots=True)`).
+#[pyfunction]
+fn packet_staging_bytes(length: u64) -> u64 {
+    aboleth_abi::packet::staging_bytes(length)
 }
 
 /// run_stage(ttir_text, config_json) -> (ttir_text, summary_json)
@@ -56,7 +64,7 @@ fn run_stage(py: Python<'_>, ttir_text: String, config_json: String) -> PyResult
 #[pymodule(name = "_aboleth")]
 mod python_module {
     #[pymodule_export]
-    use super::{run_stage, version};
+    use super::{packet_staging_bytes, run_stage, version};
 
     #[pymodule_export]
     use crate::runtime::{

@@ -422,18 +422,24 @@ impl PyWorld {
         Ok(PyRegistration { inner })
     }
 
-    /// The region `name` = `[offset, offset + length)` of `registration`. ValueError when it
-    /// leaves the registration or the name is invalid. Not collective.
+    /// The region `name` = `[offset, offset + length)` of `registration`, with packet staging
+    /// slots after it when `packet_slots`. ValueError when it (or its slots) leaves the
+    /// registration or the name is invalid. Not collective.
+    #[pyo3(signature = (name, registration, offset, length, packet_slots = false))]
     fn region(
         &self,
         name: &str,
         registration: &PyRegistration,
         offset: u64,
         length: u64,
+        packet_slots: bool,
     ) -> PyResult<PyRegion> {
-        let inner = lock(&self.inner)
+        let mut inner = lock(&self.inner)
             .region(name, &registration.inner, offset, length)
             .map_err(runtime_error)?;
+        if packet_slots {
+            inner = inner.with_packet_slots().map_err(runtime_error)?;
+        }
         Ok(PyRegion { inner })
     }
 

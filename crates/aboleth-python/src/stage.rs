@@ -52,6 +52,9 @@ pub struct StageConfig {
     /// Flags are observed only through `wait_signal` (write-with-immediate signals on mlx5).
     #[serde(default)]
     pub immediate_signals: bool,
+    /// Signals publish only their own put (flag-in-data packets on p2p).
+    #[serde(default)]
+    pub packet_signals: bool,
     /// The file name that TTIR positions are reported under (the hook passes `KERNEL.ttir`).
     #[serde(default = "default_source_name")]
     pub source_name: String,
@@ -164,6 +167,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
     pipeline.passes_off = config.passes_off;
     pipeline.disabled = config.disabled_passes.iter().cloned().collect();
     pipeline.immediate_signals = config.immediate_signals;
+    pipeline.packet_signals = config.packet_signals;
     pipeline.validate().map_err(StageError::Config)?;
     let output = aboleth_codegen::run_stage(
         ttir_text,
@@ -199,6 +203,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
             "target": config.target,
             "passes_off": config.passes_off,
             "immediate_signals": config.immediate_signals,
+            "packet_signals": config.packet_signals,
             "disabled_passes": config.disabled_passes,
         },
     });

@@ -164,6 +164,35 @@ pub enum RuntimeError {
         /// The registration's length.
         registration_length_bytes: u64,
     },
+    /// A region declared with packet slots is not whole 8-byte flags, or its staging slots do
+    /// not fit in its registration.
+    #[error(
+        "region '{name}' cannot carry packet slots: it needs whole 8-byte flags ({length_bytes} bytes given) and {staging_bytes} bytes of staging after it, up to byte {end_bytes} of its registration, which has {registration_length_bytes}; allocate aboleth.packet_staging_bytes({length_bytes}) more bytes after the region"
+    )]
+    PacketSlotsDoNotFit {
+        /// The region.
+        name: String,
+        /// Its length.
+        length_bytes: u64,
+        /// Staging bytes it needs after it.
+        staging_bytes: u64,
+        /// Where the staging would end, from the registration's start.
+        end_bytes: u128,
+        /// The registration's length.
+        registration_length_bytes: u64,
+    },
+    /// Ranks disagree on whether a region carries packet slots.
+    #[error(
+        "region '{name}' carries packet slots on rank {rank} but not on rank {other_rank}: declare it the same way (world.region(..., packet_slots=True)) on every rank"
+    )]
+    PacketSlotsMismatch {
+        /// The region.
+        name: String,
+        /// A rank that declared packet slots.
+        rank: u32,
+        /// A rank that did not.
+        other_rank: u32,
+    },
     /// A region has no bytes.
     #[error("region '{name}' has length 0; a region must hold at least one byte")]
     EmptyRegion {
@@ -315,6 +344,8 @@ impl RuntimeError {
             | Self::EmptyRegistration { .. }
             | Self::RegistrationOutsideAllocation { .. }
             | Self::RegionOutOfBounds { .. }
+            | Self::PacketSlotsDoNotFit { .. }
+            | Self::PacketSlotsMismatch { .. }
             | Self::EmptyRegion { .. }
             | Self::InvalidRegionName { .. }
             | Self::RegionKeyMismatch { .. }

@@ -21,7 +21,7 @@ pub const IPC_HANDLE_BYTES: usize = 64;
 
 /// First byte of every record, bumped when an encoding changes, so mixed builds refuse each
 /// other instead of misreading.
-const RECORD_FORMAT_VERSION: u8 = 1;
+const RECORD_FORMAT_VERSION: u8 = 2;
 
 /// Little-endian writer of the records.
 #[derive(Default)]
@@ -184,6 +184,8 @@ pub struct RegionRecord {
     pub offset_in_allocation_bytes: u64,
     /// The allocation's CUDA IPC handle.
     pub ipc_handle: [u8; IPC_HANDLE_BYTES],
+    /// Packet staging slots follow it ([`crate::Region::with_packet_slots`]).
+    pub packet_slots: bool,
 }
 
 /// The bytes of one rank's region list, in exchange order.
@@ -198,6 +200,7 @@ pub fn encode_region_records(records: &[RegionRecord]) -> Vec<u8> {
         writer.u64(record.allocation_base);
         writer.u64(record.offset_in_allocation_bytes);
         writer.bytes(&record.ipc_handle);
+        writer.u32(u32::from(record.packet_slots));
     }
     writer.bytes
 }
@@ -217,7 +220,9 @@ pub fn decode_region_records(bytes: &[u8], rank: u32) -> RuntimeResult<Vec<Regio
             .bytes()?
             .try_into()
             .map_err(|_| reader.malformed("an IPC handle is not 64 bytes".into()))?;
+        let packet_slots = reader.u32()? != 0;
         records.push(RegionRecord {
+            packet_slots,
             name,
             address,
             length_bytes,
@@ -252,6 +257,22 @@ pub fn check_region_lists(local_rank: u32, lists: &[Vec<RegionRecord>]) -> Runti
                 rank_names: names(own),
                 other_rank: other_rank as u32,
                 other_names: names(list),
+            });
+        }
+        if let Some((theirs, ours)) = list
+            .iter()
+            .zip(own)
+            .find(|(theirs, ours)| theirs.packet_slots != ours.packet_slots)
+        {
+            let (rank, other_rank) = if ours.packet_slots {
+                (local_rank, other_rank as u32)
+            } else {
+                (other_rank as u32, local_rank)
+            };
+            return Err(RuntimeError::PacketSlotsMismatch {
+                name: theirs.name.clone(),
+                rank,
+                other_rank,
             });
         }
     }
@@ -305,7 +326,12 @@ pub fn build_region_tables(
                 length_bytes: record.length_bytes,
                 rkey: 0,
                 peer_rank: peer,
-                transport: transport as u32,
+                transport: transport as u32
+                    | if record.packet_slots {
+                        aboleth_abi::region::REGION_FLAG_PACKET_SLOTS
+                    } else {
+                        0
+                    },
                 region_index: index as u32,
             });
         }
@@ -421,6 +447,7 @@ mod tests {
             allocation_base: base,
             offset_in_allocation_bytes: address - base,
             ipc_handle: [handle_byte; IPC_HANDLE_BYTES],
+            packet_slots: name == "flags",
         }
     }
 
@@ -479,6 +506,18 @@ mod tests {
     }
 
     #[test]
+    fn ranks_must_agree_on_packet_slots() {
+        let mut lists = lists(3);
+        lists[2][1].packet_slots = false;
+        let error = check_region_lists(0, &lists).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "region 'flags' carries packet slots on rank 0 but not on rank 2: declare it the same way (world.region(..., packet_slots=True)) on every rank"
+        );
+        assert_eq!(error.kind(), ErrorKind::Value);
+    }
+
+    #[test]
     fn tables_address_peers_through_their_mapped_allocations() {
         let lists = lists(3);
         let transports = [TransportKind::P2p, TransportKind::P2p, TransportKind::Proxy];
@@ -505,6 +544,12 @@ mod tests {
             assert_eq!(descriptor.rkey, 0);
         }
         assert_eq!(recv[2].transport, TransportKind::Proxy as u32);
+        // The flag region carries packet slots: its descriptors say so, beside the transport.
+        for descriptor in &tables.remote[1] {
+            assert!(descriptor.has_packet_slots());
+            assert!(descriptor.transport_kind().is_ok());
+        }
+        assert!(recv.iter().all(|descriptor| !descriptor.has_packet_slots()));
         assert_eq!(tables.local[1].address, 0x2000_0300);
         assert_eq!(tables.local[1].lkey, 0);
 

@@ -48,6 +48,7 @@ pub struct Region {
     pub(crate) registration: Registration,
     pub(crate) offset_bytes: u64,
     pub(crate) length_bytes: u64,
+    pub(crate) packet_slots: bool,
 }
 
 impl Region {
@@ -80,7 +81,36 @@ impl Region {
             registration: registration.clone(),
             offset_bytes,
             length_bytes,
+            packet_slots: false,
         })
+    }
+
+    /// The region, declared as the flag region of packet signals: its flags are 8-byte words
+    /// and [`aboleth_abi::packet::staging_bytes`] more bytes of the registration after it hold
+    /// their staging slots (exchanged as [`aboleth_abi::region::REGION_FLAG_PACKET_SLOTS`]).
+    pub fn with_packet_slots(mut self) -> RuntimeResult<Self> {
+        let staging_bytes = aboleth_abi::packet::staging_bytes(self.length_bytes);
+        let end_bytes = u128::from(self.offset_bytes)
+            + u128::from(self.length_bytes)
+            + u128::from(staging_bytes);
+        if !self.length_bytes.is_multiple_of(aboleth_abi::packet::FLAG_BYTES)
+            || end_bytes > u128::from(self.registration.length_bytes)
+        {
+            return Err(RuntimeError::PacketSlotsDoNotFit {
+                name: self.name.clone(),
+                length_bytes: self.length_bytes,
+                staging_bytes,
+                end_bytes,
+                registration_length_bytes: self.registration.length_bytes,
+            });
+        }
+        self.packet_slots = true;
+        Ok(self)
+    }
+
+    /// Whether packet staging slots follow it ([`Region::with_packet_slots`]).
+    pub fn has_packet_slots(&self) -> bool {
+        self.packet_slots
     }
 
     /// The region's name (its key in the exchanged table).
@@ -265,6 +295,22 @@ mod tests {
         );
         assert!(Region::new(&"x".repeat(256), &registration, 0, 1).is_err());
         assert!(Region::new("a\0b", &registration, 0, 1).is_err());
+    }
+
+    #[test]
+    fn packet_slots_must_fit_after_the_flag_region() {
+        // 2 flags: 2 slots of 1056 bytes after 16 bytes of flags.
+        let registration = registration(16 + 2 * 1056);
+        let flags = Region::new("flags", &registration, 0, 16).unwrap();
+        assert!(!flags.has_packet_slots());
+        assert!(flags.clone().with_packet_slots().unwrap().has_packet_slots());
+        let late = Region::new("flags", &registration, 8, 16).unwrap();
+        assert_eq!(
+            late.with_packet_slots().unwrap_err().to_string(),
+            "region 'flags' cannot carry packet slots: it needs whole 8-byte flags (16 bytes given) and 2112 bytes of staging after it, up to byte 2136 of its registration, which has 2128; allocate aboleth.packet_staging_bytes(16) more bytes after the region"
+        );
+        let ragged = Region::new("flags", &registration, 0, 12).unwrap();
+        assert!(ragged.with_packet_slots().is_err());
     }
 
     #[test]

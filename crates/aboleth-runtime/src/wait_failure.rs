@@ -125,8 +125,8 @@ impl WaitFailureRecord {
             format!("rank {}", self.peer_rank)
         };
         use aboleth_abi::wait_failure::{
-            WAIT_KIND_COMPLETION, WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN,
-            WAIT_KIND_QUEUE_SPACE,
+            WAIT_KIND_COMPLETION, WAIT_KIND_PACKET_SLOTS_MISSING, WAIT_KIND_POST_LOCK,
+            WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE,
         };
         let (address, expected, seen) =
             (self.flag_address, self.expected_value, self.observed_value);
@@ -146,6 +146,9 @@ impl WaitFailureRecord {
             WAIT_KIND_POST_LOCK => {
                 format!("for the post lock at {address:#x} of its queue to {peer} (still held)")
             }
+            WAIT_KIND_PACKET_SLOTS_MISSING => format!(
+                "did not wait: a packet signal names the flag at {address:#x} on {peer}, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
+            ),
             other => format!(
                 "on the word at {address:#x} (unknown wait kind {other}) for {expected} but last saw {seen}"
             ),
@@ -338,8 +341,8 @@ mod tests {
     #[test]
     fn each_wait_kind_says_what_was_waited_for() {
         use aboleth_abi::wait_failure::{
-            WAIT_KIND_COMPLETION, WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN,
-            WAIT_KIND_QUEUE_SPACE,
+            WAIT_KIND_COMPLETION, WAIT_KIND_PACKET_SLOTS_MISSING, WAIT_KIND_POST_LOCK,
+            WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE,
         };
         let record = |comparison| WaitFailureRecord {
             sequence: 1,
@@ -376,6 +379,10 @@ mod tests {
         assert_eq!(
             record(WAIT_KIND_POST_LOCK).describe(),
             format!("{prefix}for the post lock at 0x1000 of its queue to rank 0 (still held)")
+        );
+        assert_eq!(
+            record(WAIT_KIND_PACKET_SLOTS_MISSING).describe(),
+            format!("{prefix}did not wait: a packet signal names the flag at 0x1000 on rank 0, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank")
         );
         assert!(record(99).describe().contains("unknown wait kind 99"));
     }

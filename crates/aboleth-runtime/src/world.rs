@@ -650,6 +650,7 @@ impl World {
                 offset_in_allocation_bytes: registration.span.offset_in_allocation_bytes
                     + region.offset_bytes(),
                 ipc_handle: registration.ipc_handle,
+                packet_slots: region.has_packet_slots(),
             });
         }
         self.device.make_current()?;

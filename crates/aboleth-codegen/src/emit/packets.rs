@@ -1,0 +1,459 @@
+//! Code generation for flag-in-data packets on NVLink (`p2p.put_packets` and the unpacking
+//! `gpu.wait_flag [packets]`), in the layout of `aboleth_abi::packet`.
+//!
+//! Sender: every thread stores its share of the payload as 8-byte packet halves
+//! `{4 data bytes, flag}` with `st.relaxed.sys` (single-copy atomic, so each half is
+//! recognisable alone and no ordering between the stores is needed), and thread 0 stores the
+//! two header packets. No barrier, fence or flag store.
+//!
+//! Receiver: thread 0 of the waiting program reads the flag's slot on each poll; once both
+//! header packets and every payload packet carry the header's flag, it copies the payload into
+//! this rank's data region, publishes the flag with `st.release.sys` (so the other threads'
+//! acquire polls see the data) and zeroes the first header packet (consumed). The other threads
+//! only poll the flag, so no barrier sits in the divergent poll loop.
+//!
+//! Both sides check the region's `REGION_FLAG_PACKET_SLOTS` first: without slots after the flag
+//! region they record `WAIT_KIND_PACKET_SLOTS_MISSING` in the wait-failure log and exit instead
+//! of touching memory past the region. This module does not decide anything: the passes do.
+
+use aboleth_abi::packet::{HEADER_PACKETS, PACKET_PUT_BYTES_LIMIT, Packet, SLOT_BYTES};
+use aboleth_abi::region::REGION_FLAG_PACKET_SLOTS;
+use aboleth_abi::wait_failure::WAIT_KIND_PACKET_SLOTS_MISSING;
+use aboleth_abi::{EndpointHandle, RemoteRegionDescriptor};
+use aboleth_ir::pliron::{context::Ptr, operation::Operation, value::Value};
+use core::mem::offset_of;
+
+use super::{BridgeError, Generator, Repr, WaitBound, WaitReport};
+
+/// Payload words (4 bytes) one packet put carries at most: the lanes of the store tensor.
+const PAYLOAD_WORDS: u64 = PACKET_PUT_BYTES_LIMIT / 4;
+/// Bytes of the header packets, where the payload halves start in a slot.
+const HEADER_BYTES: u64 = HEADER_PACKETS * Packet::SIZE_BYTES as u64;
+
+/// What a packet wait reads before its poll loop.
+pub(super) struct PacketWait {
+    /// Whether the polled flag lies in this rank's flag region (i1): only then is there a slot.
+    in_region: String,
+    /// The flag's slot (i64).
+    slot: String,
+    /// This rank's data region: start and length (i64).
+    data_base: String,
+    data_length: String,
+    /// The flag (i64).
+    flag: String,
+}
+
+impl Generator<'_> {
+    /// A relaxed system-scope load of the u64 at `address` by thread 0 of the program; the
+    /// other threads get 0 (and never act on it).
+    fn leader_load_u64(&mut self, address: &str) -> String {
+        self.assign("ab_packet", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader ld.relaxed.sys.global.u64 $0, [$1]; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {address} : i64 -> i64"))
+    }
+
+    /// (base, length, transport word) of the region descriptor at `descriptor` (i64 each).
+    fn descriptor_fields(&mut self, descriptor: &str) -> (String, String, String) {
+        let base = self.load_field(
+            descriptor,
+            offset_of!(RemoteRegionDescriptor, base_address) as u64,
+            64,
+        );
+        let length = self.load_field(
+            descriptor,
+            offset_of!(RemoteRegionDescriptor, length_bytes) as u64,
+            64,
+        );
+        let transport = self.load_field(
+            descriptor,
+            offset_of!(RemoteRegionDescriptor, transport) as u64,
+            32,
+        );
+        (base, length, transport)
+    }
+
+    /// Whether the transport word says packet slots follow the region (i1).
+    fn has_packet_slots(&mut self, transport: &str) -> String {
+        let bit = self.constant_i64(i64::from(REGION_FLAG_PACKET_SLOTS));
+        let masked = self.binary_i64("arith.andi", transport, &bit);
+        let zero = self.constant_i64(0);
+        self.assign(
+            "ab_slots",
+            format!("arith.cmpi ne, {masked}, {zero} : i64"),
+        )
+    }
+
+    /// The slot of the flag at byte `flag_offset` of a flag region at `base` of `length` bytes:
+    /// `base + round_up(length, 16) + flag_offset / 8 * SLOT_BYTES` (`packet::slot_offset_bytes`).
+    fn packet_slot(&mut self, base: &str, length: &str, flag_offset: &str) -> String {
+        let fifteen = self.constant_i64(Packet::SIZE_BYTES as i64 - 1);
+        let round = self.constant_i64(-(Packet::SIZE_BYTES as i64));
+        let padded = self.binary_i64("arith.addi", length, &fifteen);
+        let staging = self.binary_i64("arith.andi", &padded, &round);
+        let three = self.constant_i64(3);
+        let index = self.binary_i64("arith.shrui", flag_offset, &three);
+        let slot_bytes = self.constant_i64(SLOT_BYTES as i64);
+        let slot_offset = self.binary_i64("arith.muli", &index, &slot_bytes);
+        let start = self.binary_i64("arith.addi", base, &staging);
+        self.binary_i64("arith.addi", &start, &slot_offset)
+    }
+
+    /// Records a missing staging area (`WAIT_KIND_PACKET_SLOTS_MISSING`) and exits, in every
+    /// thread where `missing` (i1) holds.
+    fn exit_if_packet_slots_missing(
+        &mut self,
+        bound: &WaitBound,
+        missing: &str,
+        flag: &str,
+        peer: String,
+    ) {
+        let zero = self.constant_i64(0);
+        let report = WaitReport {
+            waiting: missing.to_owned(),
+            address: flag.to_owned(),
+            expected: zero.clone(),
+            seen: zero.clone(),
+            peer,
+            kind: WAIT_KIND_PACKET_SLOTS_MISSING,
+        };
+        self.record_failure_if(bound, missing, &zero, &report);
+    }
+
+    /// `p2p.put_packets %ep, %flag, %dst, %src, %bytes, %value`.
+    pub(super) fn p2p_put_packets(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let endpoint = self.i64(self.operand(op, 0))?;
+        let Repr::RemotePointer {
+            descriptor,
+            offset: flag_offset,
+        } = self.repr(self.operand(op, 1))?
+        else {
+            return Err(BridgeError::plain(
+                "internal: a packet signal's flag is not a remote pointer",
+            ));
+        };
+        let Repr::RemotePointer {
+            offset: destination_offset,
+            ..
+        } = self.repr(self.operand(op, 2))?
+        else {
+            return Err(BridgeError::plain(
+                "internal: a packet put's destination is not a remote pointer",
+            ));
+        };
+        let source = self.use_as(self.operand(op, 3), "i64")?;
+        let bytes = self.i64(self.operand(op, 4))?;
+        let value = self.i64(self.operand(op, 5))?;
+
+        let (base, length, transport) = self.descriptor_fields(&descriptor);
+        let flag = self.binary_i64("arith.addi", &base, &flag_offset);
+        // The handle names this rank's wait-failure log: where a missing staging area is told.
+        let log = self.load_field(
+            &endpoint,
+            offset_of!(EndpointHandle, wait_failure_log_address) as u64,
+            64,
+        );
+        let rank = self.load_field(&endpoint, offset_of!(EndpointHandle, local_rank) as u64, 32);
+        let peer = self.load_field(&endpoint, offset_of!(EndpointHandle, peer_rank) as u64, 32);
+        let peer = self.assign("ab_peer", format!("arith.trunci {peer} : i64 to i32"));
+        let bound = self.failure_site(op, log, rank);
+        let has_slots = self.has_packet_slots(&transport);
+        let yes = self.assign("ab_true", "arith.constant true".into());
+        let missing = self.assign("ab_missing", format!("arith.xori {has_slots}, {yes} : i1"));
+        self.exit_if_packet_slots_missing(&bound, &missing, &flag, peer);
+        let slot = self.packet_slot(&base, &length, &flag_offset);
+
+        // Header: {destination offset, flag, length, flag}, {value's high half, flag, 0, flag}.
+        let low_mask = self.constant_i64(0xffff_ffff);
+        let thirty_two = self.constant_i64(32);
+        let flag_word = self.binary_i64("arith.andi", &value, &low_mask);
+        let flag_high = self.binary_i64("arith.shli", &flag_word, &thirty_two);
+        let half = |this: &mut Self, low: &str| {
+            let masked = this.binary_i64("arith.andi", low, &low_mask);
+            this.binary_i64("arith.ori", &masked, &flag_high)
+        };
+        let first = half(self, &destination_offset);
+        let second = half(self, &bytes);
+        let value_high = self.binary_i64("arith.shrui", &value, &thirty_two);
+        let third = half(self, &value_high);
+        let header = Self::leader_block(
+            "@%ab_leader st.relaxed.sys.global.u64 [$1], $2; @%ab_leader st.relaxed.sys.global.u64 [$1+8], $3; @%ab_leader st.relaxed.sys.global.u64 [$1+16], $4; @%ab_leader st.relaxed.sys.global.u64 [$1+24], $5;",
+        );
+        self.asm(
+            &header,
+            &[
+                (&slot, "i64", 'l'),
+                (&first, "i64", 'l'),
+                (&second, "i64", 'l'),
+                (&third, "i64", 'l'),
+                (&flag_high, "i64", 'l'),
+            ],
+        );
+
+        // Payload: word k of the source becomes half k of the slot's payload packets.
+        let lanes_count = PAYLOAD_WORDS;
+        let words_i32 = format!("tensor<{lanes_count}xi32>");
+        let words_i64 = format!("tensor<{lanes_count}xi64>");
+        let pointers = format!("tensor<{lanes_count}x!tt.ptr<i32>>");
+        let lanes = self.assign(
+            "ab_lanes",
+            format!("tt.make_range {{end = {lanes_count} : i32, start = 0 : i32}} : {words_i32}"),
+        );
+        let two = self.constant_i64(2);
+        let words = self.binary_i64("arith.shrui", &bytes, &two);
+        let words = self.assign("ab_words", format!("arith.trunci {words} : i64 to i32"));
+        let words = self.assign("ab_splat", format!("tt.splat {words} : i32 -> {words_i32}"));
+        let mask = self.assign(
+            "ab_mask",
+            format!("arith.cmpi slt, {lanes}, {words} : {words_i32}"),
+        );
+        let source_pointer = self.assign(
+            "ab_src",
+            format!("tt.int_to_ptr {source} : i64 -> !tt.ptr<i32>"),
+        );
+        let source_pointers = self.assign(
+            "ab_splat",
+            format!("tt.splat {source_pointer} : !tt.ptr<i32> -> {pointers}"),
+        );
+        let source_pointers = self.assign(
+            "ab_src",
+            format!("tt.addptr {source_pointers}, {lanes} : {pointers}, {words_i32}"),
+        );
+        let data = self.assign(
+            "ab_data",
+            format!("tt.load {source_pointers}, {mask} : {pointers}"),
+        );
+        let data = self.assign(
+            "ab_data",
+            format!("arith.extui {data} : {words_i32} to {words_i64}"),
+        );
+        let flags = self.assign(
+            "ab_splat",
+            format!("tt.splat {flag_high} : i64 -> {words_i64}"),
+        );
+        let halves = self.assign(
+            "ab_halves",
+            format!("arith.ori {data}, {flags} : {words_i64}"),
+        );
+        let lanes_wide = self.assign(
+            "ab_lanes",
+            format!("arith.extsi {lanes} : {words_i32} to {words_i64}"),
+        );
+        let half_bytes = self.constant_i64(8);
+        let half_bytes = self.assign(
+            "ab_splat",
+            format!("tt.splat {half_bytes} : i64 -> {words_i64}"),
+        );
+        let offsets = self.assign(
+            "ab_offsets",
+            format!("arith.muli {lanes_wide}, {half_bytes} : {words_i64}"),
+        );
+        let payload = self.offset_address(&slot, HEADER_BYTES);
+        let payload = self.assign("ab_splat", format!("tt.splat {payload} : i64 -> {words_i64}"));
+        let addresses = self.assign(
+            "ab_addresses",
+            format!("arith.addi {payload}, {offsets} : {words_i64}"),
+        );
+        let mask = self.assign(
+            "ab_mask",
+            format!("arith.extui {mask} : tensor<{lanes_count}xi1> to {words_i32}"),
+        );
+        self.assign(
+            "ab_stored",
+            format!(
+                "tt.elementwise_inline_asm \"{{ .reg .pred %ab_p; setp.ne.u32 %ab_p, $3, 0; @%ab_p st.relaxed.sys.global.u64 [$1], $2; mov.u32 $0, 0; }}\" {{constraints = \"=r,l,l,r\", packed_element = 1 : i32, pure = false}} {addresses}, {halves}, {mask} : {words_i64}, {words_i64}, {words_i32} -> {words_i32}"
+            ),
+        );
+        Ok(())
+    }
+
+    /// A failure site for `op` that is not a timed wait: the log and rank it records into.
+    fn failure_site(&mut self, op: Ptr<Operation>, log: String, rank: String) -> WaitBound {
+        let site = self.wait_sites.len();
+        let diagnostic = aboleth_ir::Diagnostic::at_op(self.ctx, op, "");
+        self.wait_sites.push(diagnostic.line);
+        let zero = self.constant_i64(0);
+        WaitBound {
+            log,
+            rank,
+            site,
+            timeout: zero.clone(),
+            start: zero,
+        }
+    }
+
+    /// Before a packet wait's loop: this rank's flag and data regions (from the tables'
+    /// entries for this rank), whether the flag at `flag` has a slot, and the slot.
+    pub(super) fn packet_wait(
+        &mut self,
+        op: Ptr<Operation>,
+        flag_table: Value,
+        data_table: Value,
+        flag: &str,
+        bound: Option<&WaitBound>,
+    ) -> Result<PacketWait, BridgeError> {
+        let (Some(bound), Some((_, rank))) = (bound, self.wait_log.clone()) else {
+            return Err(BridgeError::plain(format!(
+                "a wait of a kernel with packet signals (line {}) needs an endpoint created at the kernel's top level: its handle names this rank and its wait-failure log",
+                aboleth_ir::Diagnostic::at_op(self.ctx, op, "").line
+            )));
+        };
+        let descriptor_bytes = self.constant_i64(RemoteRegionDescriptor::SIZE_BYTES as i64);
+        let own_entry = self.binary_i64("arith.muli", &rank, &descriptor_bytes);
+        let flag_table = self.i64(flag_table)?;
+        let data_table = self.i64(data_table)?;
+        let flag_descriptor = self.binary_i64("arith.addi", &flag_table, &own_entry);
+        let data_descriptor = self.binary_i64("arith.addi", &data_table, &own_entry);
+        let (flag_base, flag_length, transport) = self.descriptor_fields(&flag_descriptor);
+        let (data_base, data_length, _) = self.descriptor_fields(&data_descriptor);
+        let offset = self.binary_i64("arith.subi", flag, &flag_base);
+        let above = self.assign(
+            "ab_in",
+            format!("arith.cmpi uge, {flag}, {flag_base} : i64"),
+        );
+        let eight = self.constant_i64(8);
+        let end = self.binary_i64("arith.addi", &offset, &eight);
+        let below = self.assign(
+            "ab_in",
+            format!("arith.cmpi ule, {end}, {flag_length} : i64"),
+        );
+        let seven = self.constant_i64(7);
+        let misalignment = self.binary_i64("arith.andi", &offset, &seven);
+        let zero = self.constant_i64(0);
+        let aligned = self.assign(
+            "ab_in",
+            format!("arith.cmpi eq, {misalignment}, {zero} : i64"),
+        );
+        let in_region = self.assign("ab_in", format!("arith.andi {above}, {below} : i1"));
+        let in_region = self.assign("ab_in", format!("arith.andi {in_region}, {aligned} : i1"));
+        let has_slots = self.has_packet_slots(&transport);
+        let yes = self.assign("ab_true", "arith.constant true".into());
+        let lacking = self.assign("ab_missing", format!("arith.xori {has_slots}, {yes} : i1"));
+        let missing = self.assign(
+            "ab_missing",
+            format!("arith.andi {in_region}, {lacking} : i1"),
+        );
+        let own = self.assign("ab_peer", format!("arith.trunci {rank} : i64 to i32"));
+        self.exit_if_packet_slots_missing(bound, &missing, flag, own);
+        let slot = self.packet_slot(&flag_base, &flag_length, &offset);
+        Ok(PacketWait {
+            in_region,
+            slot,
+            data_base,
+            data_length,
+            flag: flag.to_owned(),
+        })
+    }
+
+    /// Inside a packet wait's loop: thread 0 unpacks the flag's slot when a whole transfer has
+    /// landed there (see the module comment).
+    pub(super) fn unpack_packets(&mut self, wait: &PacketWait) {
+        self.emit(format!("scf.if {} {{", wait.in_region));
+        let header: Vec<String> = (0..4)
+            .map(|half| {
+                let address = self.offset_address(&wait.slot, half * 8);
+                self.leader_load_u64(&address)
+            })
+            .collect();
+        let thirty_two = self.constant_i64(32);
+        let low_mask = self.constant_i64(0xffff_ffff);
+        let flag_word = self.binary_i64("arith.shrui", &header[0], &thirty_two);
+        let mut valid = self.assign("ab_true", "arith.constant true".into());
+        for half in &header[1..] {
+            let carried = self.binary_i64("arith.shrui", half, &thirty_two);
+            let same = self.assign(
+                "ab_same",
+                format!("arith.cmpi eq, {carried}, {flag_word} : i64"),
+            );
+            valid = self.assign("ab_valid", format!("arith.andi {valid}, {same} : i1"));
+        }
+        let destination_offset = self.binary_i64("arith.andi", &header[0], &low_mask);
+        let bytes = self.binary_i64("arith.andi", &header[1], &low_mask);
+        let value_high = self.binary_i64("arith.andi", &header[2], &low_mask);
+        let zero = self.constant_i64(0);
+        let limit = self.constant_i64(PACKET_PUT_BYTES_LIMIT as i64);
+        let seven = self.constant_i64(7);
+        let ragged = self.binary_i64("arith.andi", &bytes, &seven);
+        let end = self.binary_i64("arith.addi", &destination_offset, &bytes);
+        for condition in [
+            format!("arith.cmpi ne, {bytes}, {zero} : i64"),
+            format!("arith.cmpi ule, {bytes}, {limit} : i64"),
+            format!("arith.cmpi eq, {ragged}, {zero} : i64"),
+            format!("arith.cmpi ule, {end}, {} : i64", wait.data_length),
+        ] {
+            let holds = self.assign("ab_valid", condition);
+            valid = self.assign("ab_valid", format!("arith.andi {valid}, {holds} : i1"));
+        }
+        self.emit(format!("scf.if {valid} {{"));
+        let three = self.constant_i64(3);
+        let packets = self.binary_i64("arith.shrui", &bytes, &three);
+        let one = self.constant_i64(1);
+        let payload = self.offset_address(&wait.slot, HEADER_BYTES);
+        let packet_bytes = self.constant_i64(Packet::SIZE_BYTES as i64);
+        // Every payload packet must carry the flag in both halves.
+        let landed = self.fresh("ab_landed");
+        let index = self.fresh("ab_packet_index");
+        let all = self.fresh("ab_all");
+        let start = self.assign("ab_true", "arith.constant true".into());
+        self.emit(format!(
+            "{landed} = scf.for {index} = {zero} to {packets} step {one} iter_args({all} = {start}) -> (i1)  : i64 {{"
+        ));
+        let (low, high) = self.payload_halves(&payload, &index, &packet_bytes);
+        let mut both = all.clone();
+        for half in [&low, &high] {
+            let carried = self.binary_i64("arith.shrui", half, &thirty_two);
+            let same = self.assign(
+                "ab_same",
+                format!("arith.cmpi eq, {carried}, {flag_word} : i64"),
+            );
+            both = self.assign("ab_all", format!("arith.andi {both}, {same} : i1"));
+        }
+        self.emit(format!("scf.yield {both} : i1"));
+        self.emit("}".into());
+        self.emit(format!("scf.if {landed} {{"));
+        let destination = self.binary_i64("arith.addi", &wait.data_base, &destination_offset);
+        let copy_index = self.fresh("ab_packet_index");
+        self.emit(format!(
+            "scf.for {copy_index} = {zero} to {packets} step {one} : i64 {{"
+        ));
+        let (low, high) = self.payload_halves(&payload, &copy_index, &packet_bytes);
+        let low = self.assign("ab_word", format!("arith.trunci {low} : i64 to i32"));
+        let high = self.assign("ab_word", format!("arith.trunci {high} : i64 to i32"));
+        let eight = self.constant_i64(8);
+        let step = self.binary_i64("arith.muli", &copy_index, &eight);
+        let target = self.binary_i64("arith.addi", &destination, &step);
+        let store = Self::leader_block(
+            "@%ab_leader st.global.u32 [$1], $2; @%ab_leader st.global.u32 [$1+4], $3;",
+        );
+        self.asm(
+            &store,
+            &[(&target, "i64", 'l'), (&low, "i32", 'r'), (&high, "i32", 'r')],
+        );
+        self.emit("}".into());
+        // The flag, released after the copy (the other threads' acquire polls then see the
+        // data), then the slot marked consumed.
+        let high_shifted = self.binary_i64("arith.shli", &value_high, &thirty_two);
+        let value = self.binary_i64("arith.ori", &high_shifted, &flag_word);
+        let publish = Self::leader_block(
+            "@%ab_leader st.release.sys.global.u64 [$1], $2; @%ab_leader st.relaxed.sys.global.u64 [$3], 0; @%ab_leader st.relaxed.sys.global.u64 [$3+8], 0;",
+        );
+        self.asm(
+            &publish,
+            &[
+                (&wait.flag, "i64", 'l'),
+                (&value, "i64", 'l'),
+                (&wait.slot, "i64", 'l'),
+            ],
+        );
+        self.emit("}".into());
+        self.emit("}".into());
+        self.emit("}".into());
+    }
+
+    /// Thread 0's loads of the two halves of payload packet `index` (i64 each).
+    fn payload_halves(&mut self, payload: &str, index: &str, packet_bytes: &str) -> (String, String) {
+        let offset = self.binary_i64("arith.muli", index, packet_bytes);
+        let address = self.binary_i64("arith.addi", payload, &offset);
+        let low = self.leader_load_u64(&address);
+        let high_address = self.offset_address(&address, 8);
+        let high = self.leader_load_u64(&high_address);
+        (low, high)
+    }
+}
