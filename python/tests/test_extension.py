@@ -31,7 +31,7 @@ def test_a_module_without_aboleth_calls_comes_back_unchanged_with_a_summary():
                                           "config"]} == {
         "bridge": "v1", "aboleth_version": aboleth.__version__, "changed": False, "aboleth_calls": 0,
         "functions": ["matmul"], "config": {"target": "mlx5", "passes_off": False, "disabled_passes": [],
-                                             "immediate_signals": False}
+                                             "immediate_signals": False, "packet_signals": False}
     }
 
 

@@ -118,7 +118,8 @@ def test_the_stage_receives_the_ttir_stage_output():
         hook_module._run_stage = original
     assert seen["text"] == captured["ttir"]
     assert seen["config"] == {"target": "proxy", "passes_off": False, "disabled_passes": [],
-                              "immediate_signals": False, "source_name": "alltoall.ttir"}
+                              "immediate_signals": False, "packet_signals": False,
+                              "source_name": "alltoall.ttir"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -160,11 +160,11 @@ def test_write_with_immediate_signals_ride_on_their_puts_and_the_wait_drains_rec
     assert count_arrivals_compiled(True)[1]["wqes"] == 4
 
 
-def chains_and_waits_ptx(packet_signals: bool) -> str:
+def chains_and_waits_ptx(packet_signals: bool, chunk: int = 64) -> str:
     aboleth.install(target="p2p", packet_signals=packet_signals)
     try:
         kernel = compile_kernel(ptx_kernels.chains_and_waits, ptx_kernels.CHAINS_AND_WAITS_SIGNATURE,
-                                {"CHUNK": 64, "RANK": 0, "RANKS": 2})
+                                {"CHUNK": chunk, "RANK": 0, "RANKS": 2})
     finally:
         aboleth.uninstall()
     assert kernel.asm["cubin"]  # ptxas accepted it
@@ -177,10 +177,18 @@ def test_packet_signals_travel_in_their_puts_and_the_waits_unpack_them():
     # thread) and the header; no barrier and no release flag store on the sending side.
     assert count(ptx, "@%ab_p st.relaxed.sys.global.u64") == 4
     assert "bar.sync" not in ptx
-    # Each wait: thread 0 reads its flag's slot and, once a whole transfer landed, copies it,
-    # releases the flag and marks the slot consumed: one release store per wait.
-    assert count(ptx, "ld.relaxed.sys.global.u64") >= 4 * 6
+    # Each wait: thread 0 reads its flag's slot (2 header packets and the 8 packets of a 64-byte
+    # chunk, 16-byte loads issued back to back) and, once a whole transfer landed, copies it
+    # from registers, releases the flag and marks the slot consumed: one release store per wait.
+    assert count(ptx, "ld.relaxed.sys.global.v2.u64") == 4 * (2 + 8)
     assert count(ptx, "st.release.sys.global.u64") == 4
     plain = chains_and_waits_ptx(packet_signals=False)
     assert count(plain, "@%ab_p st.relaxed.sys.global.u64") == 0
     assert count(plain, "st.release.sys.global.u64") == 4  # the four release flag stores
+
+
+def test_the_largest_packet_puts_are_unpacked_in_groups_and_reloaded():
+    # 512-byte chunks: 64 packets per transfer, checked in 4 groups of 16, then loaded again to copy.
+    ptx = chains_and_waits_ptx(packet_signals=True, chunk=512)
+    assert count(ptx, "ld.relaxed.sys.global.v2.u64") == 4 * (2 + 64 + 64)
+    assert count(ptx, "st.release.sys.global.u64") == 4

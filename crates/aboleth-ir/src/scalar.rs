@@ -219,63 +219,165 @@ pub fn inside_if(ctx: &Context, op: Ptr<Operation>) -> bool {
     false
 }
 
-/// True when `value` is computed from `root` (through any ops' operands).
+/// True when `value` is computed from `root` (through any ops' operands). Each op is visited
+/// once, so shared subexpressions cost nothing extra.
 pub fn depends_on(ctx: &Context, value: Value, root: Value) -> bool {
-    if value == root {
-        return true;
+    let mut pending = vec![value];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(current) = pending.pop() {
+        if current == root {
+            return true;
+        }
+        if !seen.insert(current) {
+            continue;
+        }
+        if let Some(op) = current.defining_op() {
+            pending.extend(op.deref(ctx).operands());
+        }
     }
-    let Some(op) = value.defining_op() else {
-        return false;
-    };
-    let operands: Vec<Value> = op.deref(ctx).operands().collect();
-    operands
-        .into_iter()
-        .any(|operand| depends_on(ctx, operand, root))
+    false
 }
 
-/// True when distinct values of `induction` (a loop variable advancing by `step`, when
-/// known) give distinct values of `value`: `value` is `induction` under additions and
-/// subtractions of terms that do not depend on it, multiplications by a nonzero constant,
-/// widening casts, and a division of `induction` itself by a constant that divides `step`
-/// (`i / 2` over `i = 0, 2, 4, ...`).
-pub fn varies_injectively_with(
+/// What is known of a loop variable: its constant bounds and step, when they are constants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InductionRange {
+    /// First value.
+    pub lower: Option<i64>,
+    /// Bound (exclusive).
+    pub upper: Option<i64>,
+    /// Increment.
+    pub step: Option<i64>,
+}
+
+impl InductionRange {
+    /// The bounds and step of `for_op`'s variable.
+    pub fn of_loop(ctx: &Context, for_op: Ptr<Operation>) -> InductionRange {
+        let operand = |index| constant_value(ctx, for_op.deref(ctx).get_operand(index));
+        InductionRange {
+            lower: operand(0),
+            upper: operand(1),
+            step: operand(2),
+        }
+    }
+
+    /// Whether every value the variable takes fits a signed integer of `width` bits.
+    fn fits(&self, width: u32) -> bool {
+        let (Some(lower), Some(upper)) = (self.lower, self.upper) else {
+            return false;
+        };
+        if width >= 64 {
+            return true;
+        }
+        let limit = (1i64 << (width - 1)) - 1;
+        lower >= -limit - 1 && upper.saturating_sub(1) <= limit
+    }
+
+    /// How far apart its extreme values are (`upper - lower`), when known.
+    fn span(&self) -> Option<i64> {
+        self.upper?.checked_sub(self.lower?)
+    }
+}
+
+/// How deep [`varies_injectively_with`] follows an expression before it answers "no".
+const INJECTIVITY_DEPTH_MAX: u32 = 32;
+
+/// True when `value` does not change across the iterations of `for_op`: defined outside it, a
+/// constant, or pure arithmetic (`ab.binop`, `ab.cast`) on such values.
+pub fn loop_invariant(ctx: &Context, value: Value, for_op: Ptr<Operation>) -> bool {
+    fn invariant(ctx: &Context, value: Value, for_op: Ptr<Operation>, depth: u32) -> bool {
+        if !defined_inside(ctx, value, for_op) || constant_value(ctx, value).is_some() {
+            return true;
+        }
+        let Some(op) = value.defining_op() else {
+            return false; // the loop's own variable, or a nested loop's
+        };
+        depth < INJECTIVITY_DEPTH_MAX
+            && matches!(op_name(ctx, op).as_str(), "ab.binop" | "ab.cast")
+            && op
+                .deref(ctx)
+                .operands()
+                .all(|operand| invariant(ctx, operand, for_op, depth + 1))
+    }
+    invariant(ctx, value, for_op, 0)
+}
+
+/// True when distinct iterations of `for_op` give distinct values of `value` (modulo its
+/// width): `value` is the loop variable under additions and subtractions of loop-invariant
+/// terms ([`loop_invariant`]), multiplications by a constant that is odd or small enough that
+/// the products do not wrap, a narrowing cast of the variable itself whose width holds the whole
+/// range (the Triton bridge's i32 loops), widening casts, and a division of the variable itself
+/// by a positive constant that divides a positive step, from a non-negative start (`i / 2` over
+/// `i = 0, 2, 4, ...`). Anything else, or an expression deeper than 32 ops, is "no".
+pub fn varies_injectively_with(ctx: &Context, value: Value, for_op: Ptr<Operation>) -> bool {
+    let induction = crate::walk::region_block(ctx, for_op, 0)
+        .deref(ctx)
+        .get_argument(0);
+    let range = InductionRange::of_loop(ctx, for_op);
+    injective(ctx, value, induction, for_op, range, 0)
+}
+
+fn injective(
     ctx: &Context,
     value: Value,
     induction: Value,
-    step: Option<i64>,
+    for_op: Ptr<Operation>,
+    range: InductionRange,
+    depth: u32,
 ) -> bool {
     if value == induction {
         return true;
     }
+    if depth >= INJECTIVITY_DEPTH_MAX {
+        return false;
+    }
     let Some(op) = value.defining_op() else {
         return false;
     };
+    let varies = |varying: Value| injective(ctx, varying, induction, for_op, range, depth + 1);
+    let invariant = |other: Value| loop_invariant(ctx, other, for_op);
     match op_name(ctx, op).as_str() {
         "ab.cast" => {
             let input = op.deref(ctx).get_operand(0);
-            integer_width(ctx, value) >= integer_width(ctx, input)
-                && varies_injectively_with(ctx, input, induction, step)
+            let widens = integer_width(ctx, value) >= integer_width(ctx, input);
+            let narrows_the_range = input == induction
+                && integer_width(ctx, value).is_some_and(|width| range.fits(width));
+            (widens && varies(input)) || narrows_the_range
         }
         "ab.binop" => {
             let binary = Operation::get_op::<BinaryOp>(op, ctx).expect("name matched");
             let lhs = op.deref(ctx).get_operand(0);
             let rhs = op.deref(ctx).get_operand(1);
-            let varies = |varying: Value| varies_injectively_with(ctx, varying, induction, step);
-            let one_side = |varying: Value, other: Value| {
-                varies(varying) && !depends_on(ctx, other, induction)
+            let width = integer_width(ctx, value).unwrap_or(64);
+            // Multiplying by `c` is one-to-one modulo 2^width when `c` is odd, or when no two
+            // values of the range are a multiple of 2^width / |c| apart.
+            let scales = |factor: Option<i64>| {
+                factor.is_some_and(|c| {
+                    c != 0
+                        && (c % 2 != 0
+                            || range
+                                .span()
+                                .and_then(|span| span.checked_mul(c.checked_abs()?))
+                                .is_some_and(|extent| {
+                                    width >= 64 || extent < (1i64 << (width - 1))
+                                }))
+                })
             };
             match binary.operator(ctx) {
-                BinaryOperator::Add => one_side(lhs, rhs) || one_side(rhs, lhs),
-                BinaryOperator::Sub => one_side(lhs, rhs) || one_side(rhs, lhs),
+                BinaryOperator::Add | BinaryOperator::Sub => {
+                    (varies(lhs) && invariant(rhs)) || (varies(rhs) && invariant(lhs))
+                }
                 BinaryOperator::Mul => {
-                    (varies(lhs) && constant_value(ctx, rhs).is_some_and(|c| c != 0))
-                        || (varies(rhs) && constant_value(ctx, lhs).is_some_and(|c| c != 0))
+                    (varies(lhs) && scales(constant_value(ctx, rhs)))
+                        || (varies(rhs) && scales(constant_value(ctx, lhs)))
                 }
                 BinaryOperator::Div => {
                     lhs == induction
-                        && constant_value(ctx, rhs)
-                            .zip(step)
-                            .is_some_and(|(divisor, step)| divisor != 0 && step % divisor == 0)
+                        && range.lower.is_some_and(|lower| lower >= 0)
+                        && constant_value(ctx, rhs).zip(range.step).is_some_and(
+                            |(divisor, step)| {
+                                divisor > 0 && step > 0 && step.checked_rem(divisor) == Some(0)
+                            },
+                        )
                 }
                 _ => false,
             }

@@ -49,9 +49,11 @@ transport_op_without_result!(
     /// `gpu.wait_flag %ptr, %value [order: "acquire"|"volatile"]`: spin until `*ptr >= value`.
     /// `volatile` is the library form: a volatile poll followed by a `gpu.fence`.
     /// With `%flag_table, %endpoint_table` it also drains the receive CQ (write-with-immediate);
-    /// with `%flag_table, %data_table [packets]` it also unpacks the flag's packet slot
-    /// (flag-in-data): when the slot holds a complete transfer whose value is `>= value`, the
-    /// payload is copied to `%data_table[rank]` at the header's offset and the flag is set.
+    /// with `%flag_table, %data_table [packets, packet_bytes_max]` it also unpacks the flag's
+    /// packet slot (flag-in-data): whenever the slot holds a complete transfer (both header
+    /// packets and every payload packet carry the header's flag, whatever its value), thread 0
+    /// copies the payload to `%data_table[rank]` at the header's offset, releases the flag with
+    /// the header's value and marks the slot consumed; the poll then compares the flag as usual.
     GpuWaitFlagOp, "gpu.wait_flag");
 transport_op_without_result!(
     /// `gpu.store %ptr, %value`: a plain local store (compute writing a buffer).

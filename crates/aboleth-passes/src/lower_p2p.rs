@@ -26,6 +26,8 @@ use aboleth_ir::{
     walk::{all_ops, kernels, region_block},
 };
 
+use aboleth_ir::{ab::ops::operand, pliron::linked_list::LinkedList, scalar::constant_value};
+
 use crate::comm::{endpoint_of, put_predicate, signal_after, signal_operation};
 use crate::lower_common::{
     ReceiveSide, emit_fence, lower_wait_signal_receiving, put_operands, riding_signal_of_put,
@@ -55,6 +57,17 @@ fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
         .then(|| packet_signal_candidate(ctx, op))
         .flatten()
     });
+    // The longest packet put of the kernel: what its waits must be able to unpack.
+    let packet_bytes_max = all_ops(ctx, kernel)
+        .into_iter()
+        .filter(|op| {
+            op_name(ctx, *op) == "ab.signal"
+                && publication_of(ctx, *op) == Some(Publication::FlagInData)
+        })
+        .filter_map(|signal| signal_after(ctx, signal)?.defining_op())
+        .filter_map(|put| constant_value(ctx, put.deref(ctx).get_operand(operand::put::BYTES)))
+        .max()
+        .unwrap_or(0);
     if let Some((flag_table, _)) = packet_tables {
         // The staging slots follow the flag region: whoever allocates it (the runtime, the
         // simulator) reads which argument names it here.
@@ -132,14 +145,26 @@ fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
                 }
             }
             "ab.drain" | "ab.fence" => emit_fence(ctx, &mut builder, "sys"),
-            "ab.wait_signal" => lower_wait_signal_receiving(
-                ctx,
-                op,
-                packet_tables.map(|(flag_table, data_table)| ReceiveSide::Packets {
-                    flag_table,
-                    data_table,
-                }),
-            ),
+            "ab.wait_signal" => {
+                lower_wait_signal_receiving(
+                    ctx,
+                    op,
+                    packet_tables.map(|(flag_table, data_table)| ReceiveSide::Packets {
+                        flag_table,
+                        data_table,
+                    }),
+                );
+                if packet_tables.is_some() {
+                    // The poll it became (just before it): how long a transfer it unpacks.
+                    let poll = op
+                        .deref(ctx)
+                        .get_prev()
+                        .filter(|poll| op_name(ctx, *poll) == "gpu.wait_flag");
+                    if let Some(poll) = poll {
+                        attrs::set_int(ctx, poll, "packet_bytes_max", packet_bytes_max);
+                    }
+                }
+            }
             _ => continue,
         }
         erase.push(op);

@@ -46,7 +46,7 @@ use aboleth_ir::{
     ab::{attributes::SignalOperation, ops::operand},
     pliron::{linked_list::LinkedList, value::Value},
     scalar::{constant_value, enclosing_loops, varies_injectively_with},
-    walk::{kernels, region_block},
+    walk::kernels,
 };
 
 use crate::batching::is_pure_scalar;
@@ -208,8 +208,10 @@ pub fn immediate_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Opti
 /// - the put's byte count is a constant multiple of 8 up to
 ///   [`aboleth_abi::packet::PACKET_PUT_BYTES_LIMIT`] and its destination an element of an
 ///   `ab.remote` on a kernel-parameter table (the receiver unpacks into its own entry);
-/// - inside loops, the flag's index varies injectively with every enclosing loop's induction
-///   variable, so no two iterations reuse a slot the receiver may not have unpacked yet.
+/// - it is in at most one loop, and then the flag's index varies injectively with that loop's
+///   variable ([`varies_injectively_with`]), so no two iterations reuse a slot the receiver may
+///   not have unpacked yet (nested loops would need the index injective over all of them
+///   together, which is not checked: they are refused).
 pub fn packet_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Option<(Value, Value)> {
     use aboleth_abi::packet::{PACKET_PAYLOAD_BYTES, PACKET_PUT_BYTES_LIMIT};
     if signal_operation(ctx, signal) != SignalOperation::Set {
@@ -234,51 +236,82 @@ pub fn packet_signal_candidate(ctx: &Context, signal: Ptr<Operation>) -> Option<
     }
     let data_table = remote_table(ctx, destination)?;
     let index = riding.flag_at.deref(ctx).get_operand(1);
-    let loops_covered = enclosing_loops(ctx, signal).into_iter().all(|for_op| {
-        let induction = region_block(ctx, for_op, 0).deref(ctx).get_argument(0);
-        let step = constant_value(ctx, for_op.deref(ctx).get_operand(2));
-        varies_injectively_with(ctx, index, induction, step)
-    });
+    let loops_covered = match enclosing_loops(ctx, signal).as_slice() {
+        [] => true,
+        [for_op] => varies_injectively_with(ctx, index, *for_op),
+        _ => false,
+    };
     loops_covered.then_some((riding.flag_table, data_table))
 }
 
-/// The signals of `kernel` that travel as packets: none unless every put has its own signal;
-/// else each [`packet_signal_candidate`] on the first (flag table, data table) found (the wait
-/// unpacks into one destination region), except those whose flag index is the same value or
-/// constant as another's (two transfers in one slot; the loop condition covers iterations).
+/// The signals of `kernel` that travel as packets, all or none, so that no slot can receive
+/// two transfers in one launch as far as the compiler can see (the program promises the rest):
+/// - every put has its own signal ([`every_put_has_its_own_signal`]);
+/// - every signal of the kernel whose flag may lie in the flag region is a
+///   [`packet_signal_candidate`] on one (flag table, data table) (a release store or an add to
+///   the same flag would race with the unpacking wait's store of the flag);
+/// - either there is one candidate (in at most one loop, whose iterations use distinct slots),
+///   or every candidate sits outside loops with a distinct constant flag index.
 fn packet_signals_of(ctx: &Context, kernel: Ptr<Operation>) -> Vec<Ptr<Operation>> {
     if !every_put_has_its_own_signal(ctx, kernel) {
         return Vec::new();
     }
+    let signals: Vec<Ptr<Operation>> = all_ops(ctx, kernel)
+        .into_iter()
+        .filter(|op| op_name(ctx, *op) == "ab.signal")
+        .collect();
     let mut tables = None;
-    let mut candidates: Vec<(Ptr<Operation>, Value)> = Vec::new();
-    for op in all_ops(ctx, kernel) {
-        if op_name(ctx, op) != "ab.signal" {
+    let mut indices = Vec::new();
+    for signal in &signals {
+        let Some(found) = packet_signal_candidate(ctx, *signal) else {
+            // Another signal: it must name another flag region (a kernel-parameter table other
+            // than the packets' flag table), which is only known once a candidate was found.
             continue;
+        };
+        if *tables.get_or_insert(found) != found {
+            return Vec::new();
         }
-        if let Some(found) = packet_signal_candidate(ctx, op)
-            && *tables.get_or_insert(found) == found
-        {
-            let flag_at = op
-                .deref(ctx)
-                .get_operand(operand::signal::FLAG)
-                .defining_op()
-                .expect("candidates' flags are ab.at");
-            candidates.push((op, flag_at.deref(ctx).get_operand(1)));
+        let flag_at = signal
+            .deref(ctx)
+            .get_operand(operand::signal::FLAG)
+            .defining_op()
+            .expect("candidates' flags are ab.at");
+        indices.push((*signal, flag_at.deref(ctx).get_operand(1)));
+    }
+    let Some((flag_table, _)) = tables else {
+        return Vec::new();
+    };
+    let others_elsewhere = signals
+        .iter()
+        .filter(|signal| !indices.iter().any(|(candidate, _)| candidate == *signal))
+        .all(|signal| {
+            let flag = signal.deref(ctx).get_operand(operand::signal::FLAG);
+            flag.defining_op()
+                .filter(|at| op_name(ctx, *at) == "ab.at")
+                .and_then(|at| remote_table(ctx, at))
+                .is_some_and(|table| table != flag_table)
+        });
+    if !others_elsewhere {
+        return Vec::new();
+    }
+    if indices.len() > 1 {
+        let constants: Vec<Option<i64>> = indices
+            .iter()
+            .map(|(signal, index)| {
+                enclosing_loops(ctx, *signal)
+                    .is_empty()
+                    .then(|| constant_value(ctx, *index))
+                    .flatten()
+            })
+            .collect();
+        let distinct = constants.iter().enumerate().all(|(position, constant)| {
+            constant.is_some_and(|value| !constants[..position].contains(&Some(value)))
+        });
+        if !distinct {
+            return Vec::new();
         }
     }
-    let same_index = |a: Value, b: Value| {
-        a == b || constant_value(ctx, a).is_some_and(|c| constant_value(ctx, b) == Some(c))
-    };
-    candidates
-        .iter()
-        .filter(|(op, index)| {
-            !candidates
-                .iter()
-                .any(|(other, other_index)| other != op && same_index(*index, *other_index))
-        })
-        .map(|(op, _)| *op)
-        .collect()
+    indices.into_iter().map(|(signal, _)| signal).collect()
 }
 
 /// Whether every `ab.put` of `kernel` is directly followed by a signal that rides on it: then no

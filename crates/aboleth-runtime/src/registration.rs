@@ -93,7 +93,9 @@ impl Region {
         let end_bytes = u128::from(self.offset_bytes)
             + u128::from(self.length_bytes)
             + u128::from(staging_bytes);
-        if !self.length_bytes.is_multiple_of(aboleth_abi::packet::FLAG_BYTES)
+        if !self
+            .length_bytes
+            .is_multiple_of(aboleth_abi::packet::FLAG_BYTES)
             || end_bytes > u128::from(self.registration.length_bytes)
         {
             return Err(RuntimeError::PacketSlotsDoNotFit {
@@ -303,7 +305,13 @@ mod tests {
         let registration = registration(16 + 2 * 1056);
         let flags = Region::new("flags", &registration, 0, 16).unwrap();
         assert!(!flags.has_packet_slots());
-        assert!(flags.clone().with_packet_slots().unwrap().has_packet_slots());
+        assert!(
+            flags
+                .clone()
+                .with_packet_slots()
+                .unwrap()
+                .has_packet_slots()
+        );
         let late = Region::new("flags", &registration, 8, 16).unwrap();
         assert_eq!(
             late.with_packet_slots().unwrap_err().to_string(),

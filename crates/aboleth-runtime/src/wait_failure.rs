@@ -382,7 +382,9 @@ mod tests {
         );
         assert_eq!(
             record(WAIT_KIND_PACKET_SLOTS_MISSING).describe(),
-            format!("{prefix}did not wait: a packet signal names the flag at 0x1000 on rank 0, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank")
+            format!(
+                "{prefix}did not wait: a packet signal names the flag at 0x1000 on rank 0, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
+            )
         );
         assert!(record(99).describe().contains("unknown wait kind 99"));
     }

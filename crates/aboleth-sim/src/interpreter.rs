@@ -741,7 +741,12 @@ impl<'k> World<'k> {
                         length_bytes: allocation.length_bytes,
                         rkey: allocation.rkey,
                         peer_rank: peer,
-                        transport: transport as u32,
+                        transport: transport as u32
+                            | if kernel.packet_staging_regions.contains(name) {
+                                aboleth_abi::region::REGION_FLAG_PACKET_SLOTS
+                            } else {
+                                0
+                            },
                         region_index: index as u32,
                     }
                 })
@@ -2920,6 +2925,15 @@ impl<'k> World<'k> {
                 ),
             ));
         }
+        if !destination.offset_bytes.is_multiple_of(4) || !source.is_multiple_of(4) {
+            return Err(self.program_error(
+                thread,
+                format!(
+                    "packet put at {at} copies from {source:#x} to byte {} of its region: packets carry 4-byte words, so both must be 4-byte aligned",
+                    destination.offset_bytes
+                ),
+            ));
+        }
         let payload = self.load(thread, rank, source, length_bytes)?;
         let packets = encode_slot(destination.offset_bytes, value, &payload)
             .map_err(|e| self.program_error(thread, format!("packet put at {at}: {e}")))?;
@@ -2937,14 +2951,20 @@ impl<'k> World<'k> {
                 ),
             ));
         }
+        // Each 8-byte half is its own store (single-copy atomic); the two halves of a packet may
+        // become visible in either order, which is why each carries the flag.
         for (index, packet) in packets.iter().enumerate() {
-            self.store(
-                thread,
-                peer,
-                slot_address + (index * aboleth_abi::packet::Packet::SIZE_BYTES) as u64,
-                &packet.to_bytes(),
-                StoreOrder::Relaxed,
-            )?;
+            let bytes = packet.to_bytes();
+            let address = slot_address + (index * aboleth_abi::packet::Packet::SIZE_BYTES) as u64;
+            for (half, half_bytes) in bytes.chunks(8).enumerate() {
+                self.store(
+                    thread,
+                    peer,
+                    address + 8 * half as u64,
+                    half_bytes,
+                    StoreOrder::Relaxed,
+                )?;
+            }
         }
         let put = Rc::new(PutRecord {
             rank,
@@ -3003,6 +3023,12 @@ impl<'k> World<'k> {
         };
         if offset % FLAG_BYTES != 0 || offset + FLAG_BYTES > flags.length_bytes {
             return Ok(None);
+        }
+        if !flags.has_packet_slots() {
+            return Err(self.program_error(
+                thread,
+                "a packet wait's flag region has no packet slots (REGION_FLAG_PACKET_SLOTS)".into(),
+            ));
         }
         Ok(Some(PacketSlot {
             slot_address: flags.base_address
@@ -3075,7 +3101,8 @@ impl<'k> World<'k> {
                 ),
             ));
         }
-        // The receiving CTA's stores, then its barrier: later loads of the program see them.
+        // As the generated code does: thread 0 stores the payload, releases the flag (ordering
+        // its payload stores before it for every acquire poll), then marks the slot consumed.
         self.store(
             thread,
             rank,
@@ -3088,7 +3115,7 @@ impl<'k> World<'k> {
             rank,
             flag_address,
             &header.value.to_le_bytes(),
-            StoreOrder::Relaxed,
+            StoreOrder::Release,
         )?;
         self.store(
             thread,
@@ -3097,7 +3124,6 @@ impl<'k> World<'k> {
             &CONSUMED_HEADER.to_bytes(),
             StoreOrder::Relaxed,
         )?;
-        self.flush(thread)?;
         if let Some(transfer) = self.packet_transfers.remove(&(rank, slot.slot_address)) {
             let time = self.threads[thread].clock_nanoseconds;
             self.deliver(rank, flag_address, transfer.signal, time);

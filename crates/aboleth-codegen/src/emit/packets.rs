@@ -6,11 +6,14 @@
 //! recognisable alone and no ordering between the stores is needed), and thread 0 stores the
 //! two header packets. No barrier, fence or flag store.
 //!
-//! Receiver: thread 0 of the waiting program reads the flag's slot on each poll; once both
-//! header packets and every payload packet carry the header's flag, it copies the payload into
-//! this rank's data region, publishes the flag with `st.release.sys` (so the other threads'
-//! acquire polls see the data) and zeroes the first header packet (consumed). The other threads
-//! only poll the flag, so no barrier sits in the divergent poll loop.
+//! Receiver: thread 0 of the waiting program reads the flag's slot on each poll, in one
+//! straight-line statement whose loads issue back to back (`unpack_ptx`); once both header
+//! packets and every payload packet carry the header's flag, it copies the payload into this
+//! rank's data region, publishes the flag with `st.release.sys` (so the other threads' acquire
+//! polls see the data) and zeroes the first header packet (consumed). The other threads only
+//! poll the flag, so no barrier or warp-synchronous instruction sits in the divergent poll loop.
+//! Transfers longer than the kernel's longest packet put (`packet_bytes_max` on the wait) are
+//! not unpacked: every packet put of a kernel is the same program's.
 //!
 //! Both sides check the region's `REGION_FLAG_PACKET_SLOTS` first: without slots after the flag
 //! region they record `WAIT_KIND_PACKET_SLOTS_MISSING` in the wait-failure log and exit instead
@@ -41,15 +44,11 @@ pub(super) struct PacketWait {
     data_length: String,
     /// The flag (i64).
     flag: String,
+    /// The most payload packets a transfer of this kernel carries.
+    payload_packets_max: u64,
 }
 
 impl Generator<'_> {
-    /// A relaxed system-scope load of the u64 at `address` by thread 0 of the program; the
-    /// other threads get 0 (and never act on it).
-    fn leader_load_u64(&mut self, address: &str) -> String {
-        self.assign("ab_packet", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader ld.relaxed.sys.global.u64 $0, [$1]; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {address} : i64 -> i64"))
-    }
-
     /// (base, length, transport word) of the region descriptor at `descriptor` (i64 each).
     fn descriptor_fields(&mut self, descriptor: &str) -> (String, String, String) {
         let base = self.load_field(
@@ -75,10 +74,7 @@ impl Generator<'_> {
         let bit = self.constant_i64(i64::from(REGION_FLAG_PACKET_SLOTS));
         let masked = self.binary_i64("arith.andi", transport, &bit);
         let zero = self.constant_i64(0);
-        self.assign(
-            "ab_slots",
-            format!("arith.cmpi ne, {masked}, {zero} : i64"),
-        )
+        self.assign("ab_slots", format!("arith.cmpi ne, {masked}, {zero} : i64"))
     }
 
     /// The slot of the flag at byte `flag_offset` of a flag region at `base` of `length` bytes:
@@ -246,7 +242,10 @@ impl Generator<'_> {
             format!("arith.muli {lanes_wide}, {half_bytes} : {words_i64}"),
         );
         let payload = self.offset_address(&slot, HEADER_BYTES);
-        let payload = self.assign("ab_splat", format!("tt.splat {payload} : i64 -> {words_i64}"));
+        let payload = self.assign(
+            "ab_splat",
+            format!("tt.splat {payload} : i64 -> {words_i64}"),
+        );
         let addresses = self.assign(
             "ab_addresses",
             format!("arith.addi {payload}, {offsets} : {words_i64}"),
@@ -333,127 +332,127 @@ impl Generator<'_> {
         let own = self.assign("ab_peer", format!("arith.trunci {rank} : i64 to i32"));
         self.exit_if_packet_slots_missing(bound, &missing, flag, own);
         let slot = self.packet_slot(&flag_base, &flag_length, &offset);
+        let payload_bytes_max = aboleth_ir::attrs::get_int(self.ctx, op, "packet_bytes_max")
+            .map_or(PACKET_PUT_BYTES_LIMIT, |bytes| {
+                bytes.clamp(8, PACKET_PUT_BYTES_LIMIT as i64) as u64
+            });
         Ok(PacketWait {
             in_region,
             slot,
             data_base,
             data_length,
             flag: flag.to_owned(),
+            payload_packets_max: payload_bytes_max.div_ceil(8),
         })
     }
 
     /// Inside a packet wait's loop: thread 0 unpacks the flag's slot when a whole transfer has
-    /// landed there (see the module comment).
+    /// landed there (see the module comment), in one straight-line PTX statement
+    /// ([`unpack_ptx`]) so that its loads issue back to back.
     pub(super) fn unpack_packets(&mut self, wait: &PacketWait) {
         self.emit(format!("scf.if {} {{", wait.in_region));
-        let header: Vec<String> = (0..4)
-            .map(|half| {
-                let address = self.offset_address(&wait.slot, half * 8);
-                self.leader_load_u64(&address)
-            })
-            .collect();
-        let thirty_two = self.constant_i64(32);
-        let low_mask = self.constant_i64(0xffff_ffff);
-        let flag_word = self.binary_i64("arith.shrui", &header[0], &thirty_two);
-        let mut valid = self.assign("ab_true", "arith.constant true".into());
-        for half in &header[1..] {
-            let carried = self.binary_i64("arith.shrui", half, &thirty_two);
-            let same = self.assign(
-                "ab_same",
-                format!("arith.cmpi eq, {carried}, {flag_word} : i64"),
-            );
-            valid = self.assign("ab_valid", format!("arith.andi {valid}, {same} : i1"));
-        }
-        let destination_offset = self.binary_i64("arith.andi", &header[0], &low_mask);
-        let bytes = self.binary_i64("arith.andi", &header[1], &low_mask);
-        let value_high = self.binary_i64("arith.andi", &header[2], &low_mask);
-        let zero = self.constant_i64(0);
-        let limit = self.constant_i64(PACKET_PUT_BYTES_LIMIT as i64);
-        let seven = self.constant_i64(7);
-        let ragged = self.binary_i64("arith.andi", &bytes, &seven);
-        let end = self.binary_i64("arith.addi", &destination_offset, &bytes);
-        for condition in [
-            format!("arith.cmpi ne, {bytes}, {zero} : i64"),
-            format!("arith.cmpi ule, {bytes}, {limit} : i64"),
-            format!("arith.cmpi eq, {ragged}, {zero} : i64"),
-            format!("arith.cmpi ule, {end}, {} : i64", wait.data_length),
-        ] {
-            let holds = self.assign("ab_valid", condition);
-            valid = self.assign("ab_valid", format!("arith.andi {valid}, {holds} : i1"));
-        }
-        self.emit(format!("scf.if {valid} {{"));
-        let three = self.constant_i64(3);
-        let packets = self.binary_i64("arith.shrui", &bytes, &three);
-        let one = self.constant_i64(1);
-        let payload = self.offset_address(&wait.slot, HEADER_BYTES);
-        let packet_bytes = self.constant_i64(Packet::SIZE_BYTES as i64);
-        // Every payload packet must carry the flag in both halves.
-        let landed = self.fresh("ab_landed");
-        let index = self.fresh("ab_packet_index");
-        let all = self.fresh("ab_all");
-        let start = self.assign("ab_true", "arith.constant true".into());
-        self.emit(format!(
-            "{landed} = scf.for {index} = {zero} to {packets} step {one} iter_args({all} = {start}) -> (i1)  : i64 {{"
-        ));
-        let (low, high) = self.payload_halves(&payload, &index, &packet_bytes);
-        let mut both = all.clone();
-        for half in [&low, &high] {
-            let carried = self.binary_i64("arith.shrui", half, &thirty_two);
-            let same = self.assign(
-                "ab_same",
-                format!("arith.cmpi eq, {carried}, {flag_word} : i64"),
-            );
-            both = self.assign("ab_all", format!("arith.andi {both}, {same} : i1"));
-        }
-        self.emit(format!("scf.yield {both} : i1"));
-        self.emit("}".into());
-        self.emit(format!("scf.if {landed} {{"));
-        let destination = self.binary_i64("arith.addi", &wait.data_base, &destination_offset);
-        let copy_index = self.fresh("ab_packet_index");
-        self.emit(format!(
-            "scf.for {copy_index} = {zero} to {packets} step {one} : i64 {{"
-        ));
-        let (low, high) = self.payload_halves(&payload, &copy_index, &packet_bytes);
-        let low = self.assign("ab_word", format!("arith.trunci {low} : i64 to i32"));
-        let high = self.assign("ab_word", format!("arith.trunci {high} : i64 to i32"));
-        let eight = self.constant_i64(8);
-        let step = self.binary_i64("arith.muli", &copy_index, &eight);
-        let target = self.binary_i64("arith.addi", &destination, &step);
-        let store = Self::leader_block(
-            "@%ab_leader st.global.u32 [$1], $2; @%ab_leader st.global.u32 [$1+4], $3;",
-        );
+        let ptx = unpack_ptx(wait.payload_packets_max);
         self.asm(
-            &store,
-            &[(&target, "i64", 'l'), (&low, "i32", 'r'), (&high, "i32", 'r')],
-        );
-        self.emit("}".into());
-        // The flag, released after the copy (the other threads' acquire polls then see the
-        // data), then the slot marked consumed.
-        let high_shifted = self.binary_i64("arith.shli", &value_high, &thirty_two);
-        let value = self.binary_i64("arith.ori", &high_shifted, &flag_word);
-        let publish = Self::leader_block(
-            "@%ab_leader st.release.sys.global.u64 [$1], $2; @%ab_leader st.relaxed.sys.global.u64 [$3], 0; @%ab_leader st.relaxed.sys.global.u64 [$3+8], 0;",
-        );
-        self.asm(
-            &publish,
+            &ptx,
             &[
-                (&wait.flag, "i64", 'l'),
-                (&value, "i64", 'l'),
                 (&wait.slot, "i64", 'l'),
+                (&wait.data_base, "i64", 'l'),
+                (&wait.data_length, "i64", 'l'),
+                (&wait.flag, "i64", 'l'),
             ],
         );
         self.emit("}".into());
-        self.emit("}".into());
-        self.emit("}".into());
     }
+}
 
-    /// Thread 0's loads of the two halves of payload packet `index` (i64 each).
-    fn payload_halves(&mut self, payload: &str, index: &str, packet_bytes: &str) -> (String, String) {
-        let offset = self.binary_i64("arith.muli", index, packet_bytes);
-        let address = self.binary_i64("arith.addi", payload, &offset);
-        let low = self.leader_load_u64(&address);
-        let high_address = self.offset_address(&address, 8);
-        let high = self.leader_load_u64(&high_address);
-        (low, high)
+/// Payload packets one group of loads covers: their halves stay in registers.
+const UNPACK_GROUP_PACKETS: u64 = 16;
+
+/// Thread 0's unpacking of a slot (`$1` the slot, `$2`/`$3` this rank's data region start and
+/// length, `$4` the flag), for transfers of up to `payload_packets_max` packets, unrolled:
+/// 1. the two header packets (one 16-byte load each; each 8-byte half is single-copy atomic):
+///    valid when their four flag words agree and the length and destination are in range;
+/// 2. every payload packet the header announces, in groups of [`UNPACK_GROUP_PACKETS`] loads
+///    issued back to back, checked to carry the flag in both halves;
+/// 3. only when all did: the payload copied to the data region (from the registers when one
+///    group holds it all, else loaded again: landed packets do not change), the flag released
+///    with the header's value, and the first header packet zeroed (consumed).
+///
+/// No loop and no label (the statement may be duplicated by the compiler); every effect is
+/// predicated, so the other threads run it as no-ops.
+fn unpack_ptx(payload_packets_max: u64) -> String {
+    use std::fmt::Write;
+    let group = payload_packets_max.clamp(1, UNPACK_GROUP_PACKETS);
+    let mut ptx = String::from("{ .reg .pred %ab_lead, %ab_hv, %ab_bad, %ab_t, %ab_q, %ab_go; ");
+    ptx += ".reg .u32 %ab_tid, %ab_f, %ab_x, %ab_bytes, %ab_off, %ab_hi, %ab_count; ";
+    ptx += ".reg .u64 %ab_h0, %ab_h1, %ab_h2, %ab_h3, %ab_d, %ab_end, %ab_w, %ab_value";
+    for index in 0..group {
+        let _ = write!(ptx, ", %ab_a{index}, %ab_b{index}");
     }
+    ptx += "; ";
+    ptx += "mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_lead, %ab_tid, 0; ";
+    ptx += "mov.u64 %ab_h0, 0; mov.u64 %ab_h1, 0; mov.u64 %ab_h2, 0; mov.u64 %ab_h3, 0; ";
+    ptx += "@%ab_lead ld.relaxed.sys.global.v2.u64 {%ab_h0, %ab_h1}, [$1]; ";
+    ptx += "@%ab_lead ld.relaxed.sys.global.v2.u64 {%ab_h2, %ab_h3}, [$1+16]; ";
+    ptx += "shr.u64 %ab_w, %ab_h0, 32; cvt.u32.u64 %ab_f, %ab_w; mov.pred %ab_hv, %ab_lead; ";
+    for half in ["%ab_h1", "%ab_h2", "%ab_h3"] {
+        let _ = write!(
+            ptx,
+            "shr.u64 %ab_w, {half}, 32; cvt.u32.u64 %ab_x, %ab_w; setp.eq.and.u32 %ab_hv, %ab_x, %ab_f, %ab_hv; "
+        );
+    }
+    let _ = write!(
+        ptx,
+        "cvt.u32.u64 %ab_off, %ab_h0; cvt.u32.u64 %ab_bytes, %ab_h1; cvt.u32.u64 %ab_hi, %ab_h2;          setp.ne.and.u32 %ab_hv, %ab_bytes, 0, %ab_hv; setp.le.and.u32 %ab_hv, %ab_bytes, {limit}, %ab_hv;          and.b32 %ab_x, %ab_bytes, 7; setp.eq.and.u32 %ab_hv, %ab_x, 0, %ab_hv;          and.b32 %ab_x, %ab_off, 3; setp.eq.and.u32 %ab_hv, %ab_x, 0, %ab_hv;          cvt.u64.u32 %ab_end, %ab_off; cvt.u64.u32 %ab_w, %ab_bytes; add.u64 %ab_end, %ab_end, %ab_w;          setp.le.and.u64 %ab_hv, %ab_end, $3, %ab_hv;          shr.u32 %ab_count, %ab_bytes, 3; setp.ne.u32 %ab_bad, 0, 0; ",
+        limit = payload_packets_max * 8,
+    );
+    let load = |ptx: &mut String, packet: u64, slot: u64, predicate: &str| {
+        let _ = write!(
+            ptx,
+            "setp.lt.and.u32 %ab_q, {packet}, %ab_count, {predicate}; @%ab_q ld.relaxed.sys.global.v2.u64 {{%ab_a{slot}, %ab_b{slot}}}, [$1+{offset}]; ",
+            offset = HEADER_BYTES + packet * Packet::SIZE_BYTES as u64,
+        );
+    };
+    for start in (0..payload_packets_max).step_by(group as usize) {
+        let end = (start + group).min(payload_packets_max);
+        for packet in start..end {
+            load(&mut ptx, packet, packet - start, "%ab_hv");
+        }
+        for packet in start..end {
+            let slot = packet - start;
+            let _ = write!(ptx, "setp.lt.and.u32 %ab_q, {packet}, %ab_count, %ab_hv; ");
+            for half in ["a", "b"] {
+                let _ = write!(
+                    ptx,
+                    "shr.u64 %ab_w, %ab_{half}{slot}, 32; cvt.u32.u64 %ab_x, %ab_w; setp.ne.and.u32 %ab_t, %ab_x, %ab_f, %ab_q; or.pred %ab_bad, %ab_bad, %ab_t; "
+                );
+            }
+        }
+    }
+    ptx += "not.pred %ab_go, %ab_bad; and.pred %ab_go, %ab_go, %ab_hv; ";
+    ptx += "cvt.u64.u32 %ab_d, %ab_off; add.u64 %ab_d, %ab_d, $2; ";
+    let reload = payload_packets_max > group;
+    for start in (0..payload_packets_max).step_by(group as usize) {
+        let end = (start + group).min(payload_packets_max);
+        if reload {
+            for packet in start..end {
+                load(&mut ptx, packet, packet - start, "%ab_go");
+            }
+        }
+        for packet in start..end {
+            let slot = packet - start;
+            let _ = write!(
+                ptx,
+                "setp.lt.and.u32 %ab_q, {packet}, %ab_count, %ab_go;                  cvt.u32.u64 %ab_x, %ab_a{slot}; @%ab_q st.global.u32 [%ab_d+{low}], %ab_x;                  cvt.u32.u64 %ab_x, %ab_b{slot}; @%ab_q st.global.u32 [%ab_d+{high}], %ab_x; ",
+                low = packet * 8,
+                high = packet * 8 + 4,
+            );
+        }
+    }
+    ptx += "cvt.u64.u32 %ab_value, %ab_hi; shl.b64 %ab_value, %ab_value, 32; cvt.u64.u32 %ab_w, %ab_f; or.b64 %ab_value, %ab_value, %ab_w; ";
+    ptx += "@%ab_go st.release.sys.global.u64 [$4], %ab_value; ";
+    ptx +=
+        "@%ab_go st.relaxed.sys.global.u64 [$1], 0; @%ab_go st.relaxed.sys.global.u64 [$1+8], 0; ";
+    ptx += "mov.u32 $0, 0; }";
+    ptx
 }
