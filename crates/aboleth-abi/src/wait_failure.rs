@@ -65,6 +65,11 @@ pub const WAIT_KIND_POST_LOCK: u32 = 4;
 /// (a flag, or the start of its region) on `peer_rank` has no packet slots
 /// (`REGION_FLAG_PACKET_SLOTS` clear), so it stored and read nothing and gave up at once.
 pub const WAIT_KIND_PACKET_SLOTS_MISSING: u32 = 5;
+/// Not a wait: an mlx5 endpoint handle (at `flag_address`, to `peer_rank`) asks for what the
+/// generated code does not do yet: `expected_value` is its `cq_collapsed` (the code polls a
+/// collapsed CQ, 1) and `observed_value` its `flags` (`ENDPOINT_FLAG_HOST_RINGS_DOORBELL`: the
+/// code rings the doorbell itself). The program gave up before posting anything.
+pub const WAIT_KIND_UNSUPPORTED_ENDPOINT: u32 = 6;
 
 /// One failed wait (64 B).
 #[repr(C, align(64))]

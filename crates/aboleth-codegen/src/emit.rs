@@ -703,6 +703,9 @@ impl Generator<'_> {
                     );
                     self.wait_log = Some((log, rank));
                 }
+                if self.target == Target::Mlx5 {
+                    self.exit_unless_supported_mlx5_endpoint(op, &address);
+                }
                 self.define(
                     op,
                     Repr::Scalar {
@@ -1237,6 +1240,54 @@ impl Generator<'_> {
             ],
         );
         self.emit("}".into());
+    }
+
+    /// mlx5: the generated code polls a collapsed CQ and rings the doorbell itself. A handle
+    /// that says otherwise (`cq_collapsed` 0, `ENDPOINT_FLAG_HOST_RINGS_DOORBELL`) makes every
+    /// thread record `WAIT_KIND_UNSUPPORTED_ENDPOINT` and exit before posting anything, instead
+    /// of waiting on CQEs that land elsewhere or ringing a doorbell the host owns.
+    fn exit_unless_supported_mlx5_endpoint(&mut self, op: Ptr<Operation>, handle: &str) {
+        use aboleth_abi::EndpointHandle;
+        use core::mem::offset_of;
+        let log = self.load_field(
+            handle,
+            offset_of!(EndpointHandle, wait_failure_log_address) as u64,
+            64,
+        );
+        let rank = self.load_field(handle, offset_of!(EndpointHandle, local_rank) as u64, 32);
+        let peer = self.load_field(handle, offset_of!(EndpointHandle, peer_rank) as u64, 32);
+        let peer = self.assign("ab_peer", format!("arith.trunci {peer} : i64 to i32"));
+        let flags = self.load_field(handle, offset_of!(EndpointHandle, flags) as u64, 32);
+        let collapsed =
+            self.load_field(handle, offset_of!(EndpointHandle, cq_collapsed) as u64, 32);
+        let host_bit = self.constant_i64(i64::from(
+            aboleth_abi::endpoint::ENDPOINT_FLAG_HOST_RINGS_DOORBELL,
+        ));
+        let host_rings = self.binary_i64("arith.andi", &flags, &host_bit);
+        let zero = self.constant_i64(0);
+        let one = self.constant_i64(1);
+        let host = self.assign(
+            "ab_unsupported",
+            format!("arith.cmpi ne, {host_rings}, {zero} : i64"),
+        );
+        let separate_cq = self.assign(
+            "ab_unsupported",
+            format!("arith.cmpi ne, {collapsed}, {one} : i64"),
+        );
+        let unsupported = self.assign(
+            "ab_unsupported",
+            format!("arith.ori {host}, {separate_cq} : i1"),
+        );
+        let bound = self.failure_site(op, log, rank);
+        let report = WaitReport {
+            waiting: unsupported.clone(),
+            address: handle.to_owned(),
+            expected: collapsed,
+            seen: flags,
+            peer,
+            kind: aboleth_abi::wait_failure::WAIT_KIND_UNSUPPORTED_ENDPOINT,
+        };
+        self.record_failure_if(&bound, &unsupported, &zero, &report);
     }
 
     /// `%globaltimer` (nanoseconds), read after `after` (a data dependency keeps it in place).

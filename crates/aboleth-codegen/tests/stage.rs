@@ -118,6 +118,17 @@ fn the_seed_alltoall_compiles_for_mlx5() {
             .ttir
             .contains("ld.acquire.sys.global.u32 %ab_w, [$1]")
     );
+    // Before posting, the handle's CQ layout and doorbell owner are checked: a handle the code
+    // does not support makes the program record WAIT_KIND_UNSUPPORTED_ENDPOINT and exit.
+    let kind = aboleth_abi::wait_failure::WAIT_KIND_UNSUPPORTED_ENDPOINT;
+    assert!(
+        output
+            .ttir
+            .contains(&format!("arith.constant {kind} : i32")),
+        "no unsupported-endpoint check"
+    );
+    let p2p = run_stage(&text, &options(Target::P2p)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!p2p.ttir.contains(&format!("arith.constant {kind} : i32")));
 }
 
 #[test]

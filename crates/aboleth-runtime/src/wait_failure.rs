@@ -126,7 +126,7 @@ impl WaitFailureRecord {
         };
         use aboleth_abi::wait_failure::{
             WAIT_KIND_COMPLETION, WAIT_KIND_PACKET_SLOTS_MISSING, WAIT_KIND_POST_LOCK,
-            WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE,
+            WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE, WAIT_KIND_UNSUPPORTED_ENDPOINT,
         };
         let (address, expected, seen) =
             (self.flag_address, self.expected_value, self.observed_value);
@@ -146,6 +146,9 @@ impl WaitFailureRecord {
             WAIT_KIND_POST_LOCK => {
                 format!("for the post lock at {address:#x} of its queue to {peer} (still held)")
             }
+            WAIT_KIND_UNSUPPORTED_ENDPOINT => format!(
+                "did not post: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and flags = {seen:#x}, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
+            ),
             WAIT_KIND_PACKET_SLOTS_MISSING => format!(
                 "did not wait: a packet signal names the flag at {address:#x} on {peer}, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
             ),
@@ -384,6 +387,12 @@ mod tests {
             record(WAIT_KIND_PACKET_SLOTS_MISSING).describe(),
             format!(
                 "{prefix}did not wait: a packet signal names the flag at 0x1000 on rank 0, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
+            )
+        );
+        assert_eq!(
+            record(aboleth_abi::wait_failure::WAIT_KIND_UNSUPPORTED_ENDPOINT).describe(),
+            format!(
+                "{prefix}did not post: the mlx5 endpoint handle at 0x1000 to rank 0 has cq_collapsed = 96 and flags = 0x20, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
             )
         );
         assert!(record(99).describe().contains("unknown wait kind 99"));

@@ -264,7 +264,12 @@ impl Generator<'_> {
     }
 
     /// A failure site for `op` that is not a timed wait: the log and rank it records into.
-    fn failure_site(&mut self, op: Ptr<Operation>, log: String, rank: String) -> WaitBound {
+    pub(super) fn failure_site(
+        &mut self,
+        op: Ptr<Operation>,
+        log: String,
+        rank: String,
+    ) -> WaitBound {
         let site = self.wait_sites.len();
         let diagnostic = aboleth_ir::Diagnostic::at_op(self.ctx, op, "");
         self.wait_sites.push(diagnostic.line);
