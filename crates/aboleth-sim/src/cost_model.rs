@@ -18,6 +18,7 @@
 //! | `nic_wire_one_way_latency_nanoseconds` | 1500 ns | assumed |
 //! | `nic_cqe_write_nanoseconds` | 300 ns | assumed (one posted PCIe write of 64 B) |
 //! | `gpu_global_store_nanoseconds` | 5 ns | assumed |
+//! | `gpu_system_load_nanoseconds` | 600 ns | assumed (an `ld.relaxed.sys` from local HBM, past L1; dependent loads pay it one after another) |
 //! | `gpu_scope_atomic_nanoseconds` | 300 ns | assumed (anchors §9: "a few hundred ns uncontended") |
 //! | `fence_gpu_nanoseconds` | 200 ns | assumed |
 //! | `fence_sys_nanoseconds` | 800 ns | assumed |
@@ -84,6 +85,9 @@ pub struct CostModel {
     pub nic_cqe_write_nanoseconds: u64,
     /// A GPU store to its own global memory becoming visible GPU-wide.
     pub gpu_global_store_nanoseconds: u64,
+    /// A system-scope load from the GPU's own memory (packet unpacking pays one per round of
+    /// loads issued together).
+    pub gpu_system_load_nanoseconds: u64,
     /// A GPU-scope atomic on L2.
     pub gpu_scope_atomic_nanoseconds: u64,
     /// `fence.acq_rel.gpu` / `__threadfence()`.
@@ -111,6 +115,7 @@ impl Default for CostModel {
             nic_wire_one_way_latency_nanoseconds: 1500,
             nic_cqe_write_nanoseconds: 300,
             gpu_global_store_nanoseconds: 5,
+            gpu_system_load_nanoseconds: 600,
             gpu_scope_atomic_nanoseconds: 300,
             fence_gpu_nanoseconds: 200,
             fence_sys_nanoseconds: 800,

@@ -3128,8 +3128,14 @@ impl<'k> World<'k> {
             let time = self.threads[thread].clock_nanoseconds;
             self.deliver(rank, flag_address, transfer.signal, time);
         }
+        // As the generated code does it: the header, then the payload packets checked in groups
+        // of 16 loads issued together, then (past one group) loaded again to copy.
         let cost = &self.options.cost_model;
-        let nanoseconds = cost.gpu_global_store_nanoseconds * (2 + payload.len() as u64 / 8);
+        let packets = payload.len() as u64 / 8;
+        let groups = packets.div_ceil(16);
+        let load_rounds = 1 + groups + if groups > 1 { groups } else { 0 };
+        let nanoseconds = cost.gpu_system_load_nanoseconds * load_rounds
+            + cost.gpu_global_store_nanoseconds * (2 + 2 * packets);
         self.advance_clock(thread, nanoseconds);
         Ok(())
     }
