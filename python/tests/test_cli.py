@@ -50,7 +50,7 @@ def test_the_aboleth_ir_shows_the_planning_decisions():
 def test_ptx_for_p2p_has_the_release_store_and_the_acquire_poll():
     result = seed("--target", "p2p", "--emit", "ptx")
     assert result.returncode == 0, result.stderr
-    assert "st.release.sys.global.u64" in result.stdout and "fence.acq_rel.sys" in result.stdout
+    assert "st.release.sys.global.u64" in result.stdout and "ld.acquire.sys.global.u64" in result.stdout
 
 
 def test_ptx_for_mlx5_has_the_byte_swapped_wqe_stores_and_one_doorbell():

@@ -42,7 +42,7 @@ def test_the_seed_alltoall_is_compiled_for_p2p_and_its_calls_are_gone():
     summary = json.loads(summary)
     assert summary["changed"] is True and summary["aboleth_calls"] == 9 and summary["kernel"] == "alltoall"
     assert 'libname = "aboleth"' not in new_text
-    assert "st.release.sys.global.u64" in new_text and "fence.acq_rel.sys" in new_text
+    assert "st.release.sys.global.u64" in new_text and "ld.acquire.sys.global.u64" in new_text
     assert summary["counts"]["fences"] == {"cta": 0, "gpu": 0, "sys": 0}
     assert "p2p.signal" in summary["aboleth_ir"]
 

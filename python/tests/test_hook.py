@@ -66,16 +66,14 @@ def test_the_seed_kernel_compiles_to_cubin_for_p2p_with_the_planned_orderings_on
     kernel = compile_kernel(seed_kernels.alltoall, SEED_SIGNATURE, SEED_CONSTEXPRS)
     assert kernel.asm["cubin"]
     ptx = "\n".join(ptx_lines(kernel))
-    # The signal is one release store by one elected thread; the wait relaxed polls and one
-    # acquire fence (the PTX acquire pattern).
+    # The signal is one release store by one elected thread; the wait one acquire poll.
     assert ptx.count("st.release.sys.global.u64") == 1
     assert "setp.eq.u32 %ab_leader, %ab_tid, 0;" in ptx
-    assert ptx.count("ld.relaxed.sys.global.u64") >= 1 and "ld.volatile" not in ptx  # LLVM may peel the poll
-    assert "ld.acquire.sys.global.u64" not in ptx and ptx.count("fence.acq_rel.sys") == 1
+    assert ptx.count("ld.acquire.sys.global.u64") >= 1 and "ld.volatile" not in ptx  # LLVM may peel the poll
     # The wait is bounded: it reads %globaltimer and records a failure in the log.
     assert "%globaltimer" in ptx and "exit;" in kernel.asm["ptx"]
-    # Nothing stronger than planned: no fence but the wait's one acquire fence, no volatile stores.
-    assert "fence.sc.sys" not in ptx and ptx.count("fence.acq_rel") == 1 and "st.volatile" not in ptx
+    # Nothing stronger than planned: no fences, no volatile stores.
+    assert "fence.sc.sys" not in ptx and "fence.acq_rel" not in ptx and "st.volatile" not in ptx
     summary = json.loads(kernel.metadata.aboleth) if isinstance(kernel.metadata.aboleth, str) else kernel.metadata.aboleth
     assert summary["changed"] is True
 

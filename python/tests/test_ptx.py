@@ -81,8 +81,7 @@ def test_no_async_copy_of_data_guarded_by_a_wait_is_issued_above_the_wait():
     ttgir = gemm_ttgir(guarded=True)
     assert "ttg.async_copy_global_to_local" not in ttgir
     lines = ttgir.splitlines()
-    # The wait's acquire fence, after its relaxed polls.
-    poll = next(index for index, line in enumerate(lines) if "fence.acq_rel.sys" in line)
+    poll = next(index for index, line in enumerate(lines) if "ld.acquire.sys.global.u64" in line)
     loads = [index for index, line in enumerate(lines)
              if "tt.load" in line and ("tensor<64x32" in line or "tensor<32x64" in line)]
     assert loads and all(index > poll for index in loads)

@@ -929,11 +929,8 @@ impl Generator<'_> {
         let flag = self.use_as(self.operand(op, 0), "!tt.ptr<i64>")?;
         let expected = self.i64(self.operand(op, 1))?;
         let acquire = attrs::get_string(self.ctx, op, "order").as_deref() == Some("acquire");
-        // Acquire as the PTX acquire pattern: relaxed polls, then one `fence.acq_rel.sys` once the
-        // flag is seen (an `ld.acquire` is a load and a fence, so polling with it fences on every
-        // poll).
         let load = if acquire {
-            "ld.relaxed.sys.global.u64 $0, [$1];"
+            "ld.acquire.sys.global.u64 $0, [$1];"
         } else {
             "ld.volatile.global.u64 $0, [$1];"
         };
@@ -987,10 +984,6 @@ impl Generator<'_> {
         self.emit("} do {".into());
         self.emit("scf.yield".into());
         self.emit("}".into());
-        if acquire {
-            let dummy = self.constant_i64(0);
-            self.asm("fence.acq_rel.sys; mov.u32 $0, 0;", &[(&dummy, "i64", 'l')]);
-        }
         Ok(())
     }
 

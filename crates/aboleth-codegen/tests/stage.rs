@@ -43,8 +43,7 @@ fn the_seed_alltoall_compiles_for_p2p() {
     assert!(output.summary.changed);
     assert!(!output.ttir.contains("libname = \"aboleth\""));
     assert!(output.ttir.contains("st.release.sys.global.u64"));
-    assert!(output.ttir.contains("fence.acq_rel.sys"));
-    assert!(!output.ttir.contains("ld.acquire.sys.global.u64"));
+    assert!(output.ttir.contains("ld.acquire.sys.global.u64"));
 }
 
 #[test]

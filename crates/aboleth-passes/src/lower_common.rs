@@ -650,8 +650,7 @@ fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result
     })
 }
 
-/// Lowers `ab.wait_signal` to a flag poll: acquire when planned (relaxed polls and one
-/// `fence.acq_rel.sys` in generated code), else the library's
+/// Lowers `ab.wait_signal` to a flag poll: `ld.acquire.sys` when planned, else the library's
 /// volatile poll followed by a GPU fence.
 pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>) {
     lower_wait_signal_receiving(ctx, op, None);

@@ -24,10 +24,10 @@
 //!   (`aboleth_abi::packet`) into a staging slot of the flag; no barrier, fence or flag store.
 //!   Every `ab.wait_signal` of such a kernel also checks its flag's slot and unpacks it.
 //!
-//! The matching `ab.wait_signal`s are marked `order = "acquire"`: relaxed polls and one
-//! system-scope acquire fence once the flag is seen pair with the publishing release (or the
-//! NIC's in-order write). Without this pass, the lowering publishes library-style (`Fenced`)
-//! and waits with a volatile poll followed by a GPU-scope fence.
+//! The matching `ab.wait_signal`s are marked `order = "acquire"`: an `ld.acquire.sys` poll
+//! pairs with the publishing release (or the NIC's in-order write), so no fence follows it.
+//! Without this pass, the lowering publishes library-style (`Fenced`) and waits with a
+//! volatile poll followed by a fence.
 
 use aboleth_ir::{
     Diagnostic,
