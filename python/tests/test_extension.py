@@ -111,3 +111,11 @@ def test_the_gil_is_released_while_rust_works():
     # Held GIL: at most a switch interval's worth (~5 ms). Released: most of the window, less
     # when other processes load the machine; 50 ms separates the two whatever the load.
     assert inside >= 50, (inside, window)
+
+
+def test_packet_staging_bytes_follow_the_slot_layout_and_refuse_ragged_regions():
+    assert aboleth.packet_staging_bytes(16) == 2 * 1056
+    assert aboleth.packet_staging_bytes(24) == 8 + 3 * 1056  # padded to 16 bytes first
+    for length in (12, 2**62):
+        with pytest.raises(ValueError, match="whole 8-byte flags"):
+            aboleth.packet_staging_bytes(length)

@@ -1,9 +1,9 @@
 //! Flag-in-data packets (NVLink): the staging slots a `p2p.put_packets` writes and a packet
-//! wait unpacks, defined once for the lowering, the simulator and (later) the code generator.
+//! wait unpacks, defined once for the lowering, the simulator and the code generator.
 //!
 //! A packet is NCCL's LL16 unit: 16 bytes carrying 8 bytes of payload as two 4-byte halves, each
 //! followed by the 32-bit flag (the low half of the signal's value). The sender writes every
-//! packet with one relaxed 16-byte store and nothing else: no barrier, no fence, no flag store.
+//! packet as two relaxed 8-byte stores and nothing else: no barrier, no fence, no flag store.
 //! The receiver knows a packet has landed when both of its flag words equal the flag, because an
 //! aligned 8-byte store is single-copy atomic (16 bytes are not guaranteed to be, hence two
 //! flags).

@@ -70,6 +70,11 @@ pub const WAIT_KIND_PACKET_SLOTS_MISSING: u32 = 5;
 /// collapsed CQ, 1) and `observed_value` its `flags` (`ENDPOINT_FLAG_HOST_RINGS_DOORBELL`: the
 /// code rings the doorbell itself). The program gave up before posting anything.
 pub const WAIT_KIND_UNSUPPORTED_ENDPOINT: u32 = 6;
+/// Not a wait: a packet put to `peer_rank` it cannot send, so it sent nothing and gave up at
+/// once: its flag (`flag_address`) is not an aligned word of the flag region, its value's low 32
+/// bits (`observed_value`) are 0 (a zeroed slot would look landed), or its destination offset
+/// (`expected_value`) or source is not 4-byte aligned or the offset is past 4 GiB.
+pub const WAIT_KIND_PACKET_UNSENDABLE: u32 = 7;
 
 /// One failed wait (64 B).
 #[repr(C, align(64))]

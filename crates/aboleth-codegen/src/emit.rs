@@ -1274,9 +1274,20 @@ impl Generator<'_> {
             "ab_unsupported",
             format!("arith.cmpi ne, {collapsed}, {one} : i64"),
         );
-        let unsupported = self.assign(
+        let either = self.assign(
             "ab_unsupported",
             format!("arith.ori {host}, {separate_cq} : i1"),
+        );
+        // Only mlx5 handles (a kernel's endpoint to its own rank is p2p).
+        let transport = self.load_field(handle, offset_of!(EndpointHandle, transport) as u64, 32);
+        let mlx5 = self.constant_i64(aboleth_abi::TransportKind::Mlx5 as i64);
+        let is_mlx5 = self.assign(
+            "ab_unsupported",
+            format!("arith.cmpi eq, {transport}, {mlx5} : i64"),
+        );
+        let unsupported = self.assign(
+            "ab_unsupported",
+            format!("arith.andi {either}, {is_mlx5} : i1"),
         );
         let bound = self.failure_site(op, log, rank);
         let report = WaitReport {

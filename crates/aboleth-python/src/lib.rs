@@ -34,8 +34,16 @@ fn version() -> &'static str {
 /// packet_staging_bytes(length) -> int: the bytes a flag region of `length` bytes needs after
 /// it for packet slots (`world.region(..., packet_slots=True)`).
 #[pyfunction]
-fn packet_staging_bytes(length: u64) -> u64 {
-    aboleth_abi::packet::staging_bytes(length)
+fn packet_staging_bytes(length: u64) -> PyResult<u64> {
+    use aboleth_abi::packet::{FLAG_BYTES, SLOT_BYTES};
+    if !length.is_multiple_of(FLAG_BYTES) || (length / FLAG_BYTES).checked_mul(SLOT_BYTES).is_none()
+    {
+        return Err(PyValueError::new_err(format!(
+            "aboleth: packet_staging_bytes({length}): a flag region holds whole 8-byte flags, at most {} of them",
+            u64::MAX / SLOT_BYTES
+        )));
+    }
+    Ok(aboleth_abi::packet::staging_bytes(length))
 }
 
 /// run_stage(ttir_text, config_json) -> (ttir_text, summary_json)

@@ -181,6 +181,30 @@ pub enum RuntimeError {
         /// The registration's length.
         registration_length_bytes: u64,
     },
+    /// A region declared with packet slots does not start 16-byte aligned.
+    #[error(
+        "region '{name}' cannot carry packet slots: it starts at {address:#x}, and packet slots are read with 16-byte loads; place it at a 16-byte-aligned offset of its registration"
+    )]
+    PacketSlotsMisaligned {
+        /// The region.
+        name: String,
+        /// Its first byte.
+        address: u64,
+    },
+    /// The packet staging area after a flag region overlaps another region.
+    #[error(
+        "the packet slots after region '{name}' ([{start:#x}, {end:#x})) overlap region '{other}'; leave aboleth.packet_staging_bytes(length) bytes after the flag region free"
+    )]
+    PacketSlotsOverlap {
+        /// The flag region.
+        name: String,
+        /// Its staging area.
+        start: u64,
+        /// End of its staging area.
+        end: u64,
+        /// The region inside it.
+        other: String,
+    },
     /// Ranks disagree on whether a region carries packet slots.
     #[error(
         "region '{name}' carries packet slots on rank {rank} but not on rank {other_rank}: declare it the same way (world.region(..., packet_slots=True)) on every rank"
@@ -346,6 +370,8 @@ impl RuntimeError {
             | Self::RegionOutOfBounds { .. }
             | Self::PacketSlotsDoNotFit { .. }
             | Self::PacketSlotsMismatch { .. }
+            | Self::PacketSlotsMisaligned { .. }
+            | Self::PacketSlotsOverlap { .. }
             | Self::EmptyRegion { .. }
             | Self::InvalidRegionName { .. }
             | Self::RegionKeyMismatch { .. }

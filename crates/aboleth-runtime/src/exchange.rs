@@ -279,6 +279,27 @@ pub fn check_region_lists(local_rank: u32, lists: &[Vec<RegionRecord>]) -> Runti
     Ok(())
 }
 
+/// Checks that no region of `records` (one rank's list, in its own address space) lies in the
+/// packet staging area after a flag region with packet slots: the peers' packets would land in it.
+pub fn check_packet_staging_overlaps(records: &[RegionRecord]) -> RuntimeResult<()> {
+    for flags in records.iter().filter(|record| record.packet_slots) {
+        let start = flags.address + flags.length_bytes;
+        let end = start + aboleth_abi::packet::staging_bytes(flags.length_bytes);
+        if let Some(other) = records
+            .iter()
+            .find(|other| other.address < end && start < other.address + other.length_bytes)
+        {
+            return Err(RuntimeError::PacketSlotsOverlap {
+                name: flags.name.clone(),
+                start,
+                end,
+                other: other.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The region tables of one rank, in host memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegionTables {
@@ -503,6 +524,26 @@ mod tests {
         let mut trailing = encode_region_records(&list);
         trailing.push(0);
         assert!(decode_region_records(&trailing, 1).is_err());
+    }
+
+    #[test]
+    fn packet_slots_may_not_overlap_another_region() {
+        // flags at +0x300 (256 B, packet slots after it), recv at +0x100: apart.
+        let mut list = lists(1).remove(0);
+        check_packet_staging_overlaps(&list).unwrap();
+        // recv moved right after flags: inside its staging area.
+        list[0].address = list[1].address + 256;
+        let error = check_packet_staging_overlaps(&list).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("the packet slots after region 'flags' ([0x10000400, "),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("overlap region 'recv'"),
+            "{error}"
+        );
     }
 
     #[test]

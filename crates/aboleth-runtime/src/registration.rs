@@ -89,6 +89,16 @@ impl Region {
     /// and [`aboleth_abi::packet::staging_bytes`] more bytes of the registration after it hold
     /// their staging slots (exchanged as [`aboleth_abi::region::REGION_FLAG_PACKET_SLOTS`]).
     pub fn with_packet_slots(mut self) -> RuntimeResult<Self> {
+        // Slots are read with 16-byte loads: they, and so the region, start 16-byte aligned.
+        if !self
+            .address()
+            .is_multiple_of(aboleth_abi::packet::Packet::SIZE_BYTES as u64)
+        {
+            return Err(RuntimeError::PacketSlotsMisaligned {
+                name: self.name.clone(),
+                address: self.address(),
+            });
+        }
         let staging_bytes = aboleth_abi::packet::staging_bytes(self.length_bytes);
         let end_bytes = u128::from(self.offset_bytes)
             + u128::from(self.length_bytes)
@@ -315,7 +325,12 @@ mod tests {
         let late = Region::new("flags", &registration, 8, 16).unwrap();
         assert_eq!(
             late.with_packet_slots().unwrap_err().to_string(),
-            "region 'flags' cannot carry packet slots: it needs whole 8-byte flags (16 bytes given) and 2112 bytes of staging after it, up to byte 2136 of its registration, which has 2128; allocate aboleth.packet_staging_bytes(16) more bytes after the region"
+            "region 'flags' cannot carry packet slots: it starts at 0x70000008, and packet slots are read with 16-byte loads; place it at a 16-byte-aligned offset of its registration"
+        );
+        let late = Region::new("flags", &registration, 16, 16).unwrap();
+        assert_eq!(
+            late.with_packet_slots().unwrap_err().to_string(),
+            "region 'flags' cannot carry packet slots: it needs whole 8-byte flags (16 bytes given) and 2112 bytes of staging after it, up to byte 2144 of its registration, which has 2128; allocate aboleth.packet_staging_bytes(16) more bytes after the region"
         );
         let ragged = Region::new("flags", &registration, 0, 12).unwrap();
         assert!(ragged.with_packet_slots().is_err());

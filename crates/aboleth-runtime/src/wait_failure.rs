@@ -125,8 +125,9 @@ impl WaitFailureRecord {
             format!("rank {}", self.peer_rank)
         };
         use aboleth_abi::wait_failure::{
-            WAIT_KIND_COMPLETION, WAIT_KIND_PACKET_SLOTS_MISSING, WAIT_KIND_POST_LOCK,
-            WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE, WAIT_KIND_UNSUPPORTED_ENDPOINT,
+            WAIT_KIND_COMPLETION, WAIT_KIND_PACKET_SLOTS_MISSING, WAIT_KIND_PACKET_UNSENDABLE,
+            WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE,
+            WAIT_KIND_UNSUPPORTED_ENDPOINT,
         };
         let (address, expected, seen) =
             (self.flag_address, self.expected_value, self.observed_value);
@@ -148,6 +149,9 @@ impl WaitFailureRecord {
             }
             WAIT_KIND_UNSUPPORTED_ENDPOINT => format!(
                 "did not post: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and flags = {seen:#x}, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
+            ),
+            WAIT_KIND_PACKET_UNSENDABLE => format!(
+                "did not send: a packet put to {peer} names the flag at {address:#x} with value low bits {seen:#x} and destination offset {expected:#x}; packet signals need an aligned flag inside the flag region, a value whose low 32 bits are not 0, and a 4-byte-aligned source and destination offset below 4 GiB"
             ),
             WAIT_KIND_PACKET_SLOTS_MISSING => format!(
                 "did not wait: a packet signal names the flag at {address:#x} on {peer}, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
@@ -394,6 +398,11 @@ mod tests {
             format!(
                 "{prefix}did not post: the mlx5 endpoint handle at 0x1000 to rank 0 has cq_collapsed = 96 and flags = 0x20, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
             )
+        );
+        assert!(
+            record(aboleth_abi::wait_failure::WAIT_KIND_PACKET_UNSENDABLE)
+                .describe()
+                .contains("did not send: a packet put to rank 0 names the flag at 0x1000")
         );
         assert!(record(99).describe().contains("unknown wait kind 99"));
     }

@@ -653,6 +653,7 @@ impl World {
                 packet_slots: region.has_packet_slots(),
             });
         }
+        crate::exchange::check_packet_staging_overlaps(&records)?;
         self.device.make_current()?;
         let gathered =
             self.all_gather("aboleth/exchange/regions", &encode_region_records(&records))?;

@@ -369,6 +369,7 @@ struct PacketSlot {
     data_base_address: u64,
     data_length_bytes: u64,
     check_payload_flags: bool,
+    payload_bytes_max: u64,
 }
 
 #[derive(Debug)]
@@ -2590,11 +2591,13 @@ impl<'k> World<'k> {
                         flag_table,
                         data_table,
                         check_payload_flags,
+                        payload_bytes_max,
                     }) => {
                         packet_slot = self
                             .packet_slot_of(thread, address, *flag_table, *data_table)?
                             .map(|slot| PacketSlot {
                                 check_payload_flags: *check_payload_flags,
+                                payload_bytes_max: *payload_bytes_max,
                                 ..slot
                             });
                         if let Some(slot) = packet_slot {
@@ -2934,6 +2937,14 @@ impl<'k> World<'k> {
                 ),
             ));
         }
+        if aboleth_abi::packet::packet_flag(value) == 0 {
+            return Err(self.program_error(
+                thread,
+                format!(
+                    "packet signal at {at} sets value {value}, whose low 32 bits are 0: a zeroed slot carries that flag already, so its packets would look landed; packet signals need values whose low 32 bits are not 0"
+                ),
+            ));
+        }
         let payload = self.load(thread, rank, source, length_bytes)?;
         let packets = encode_slot(destination.offset_bytes, value, &payload)
             .map_err(|e| self.program_error(thread, format!("packet put at {at}: {e}")))?;
@@ -3036,6 +3047,7 @@ impl<'k> World<'k> {
             data_base_address: data.base_address,
             data_length_bytes: data.length_bytes,
             check_payload_flags: true,
+            payload_bytes_max: aboleth_abi::packet::PACKET_PUT_BYTES_LIMIT,
         }))
     }
 
@@ -3062,6 +3074,11 @@ impl<'k> World<'k> {
         let Some(header) = decode_header(&packet_at(0)?, &packet_at(1)?) else {
             return Ok(None);
         };
+        // Generated code unrolls the check for the kernel's longest packet put: a longer
+        // transfer (another rank's kernel put more) is never unpacked.
+        if u64::from(header.payload_bytes) > slot.payload_bytes_max {
+            return Ok(None);
+        }
         let mut payload = Vec::with_capacity(header.payload_bytes as usize);
         let payload_packets = u64::from(header.payload_bytes) / 8;
         for index in 0..payload_packets {
@@ -3101,8 +3118,8 @@ impl<'k> World<'k> {
                 ),
             ));
         }
-        // As the generated code does: thread 0 stores the payload, releases the flag (ordering
-        // its payload stores before it for every acquire poll), then marks the slot consumed.
+        // As the generated code does: thread 0 stores the payload, marks the slot consumed, then
+        // releases the flag (ordering both before it for every acquire poll).
         self.store(
             thread,
             rank,
@@ -3113,16 +3130,16 @@ impl<'k> World<'k> {
         self.store(
             thread,
             rank,
-            flag_address,
-            &header.value.to_le_bytes(),
-            StoreOrder::Release,
+            slot.slot_address,
+            &CONSUMED_HEADER.to_bytes(),
+            StoreOrder::Relaxed,
         )?;
         self.store(
             thread,
             rank,
-            slot.slot_address,
-            &CONSUMED_HEADER.to_bytes(),
-            StoreOrder::Relaxed,
+            flag_address,
+            &header.value.to_le_bytes(),
+            StoreOrder::Release,
         )?;
         if let Some(transfer) = self.packet_transfers.remove(&(rank, slot.slot_address)) {
             let time = self.threads[thread].clock_nanoseconds;

@@ -276,6 +276,8 @@ pub enum WaitReceives {
         /// Whether every payload packet's flags are checked before unpacking (always, unless
         /// the `unpack-without-checking-packets` mutation cleared `check_payload_flags`).
         check_payload_flags: bool,
+        /// The longest transfer it unpacks (`packet_bytes_max`, as generated code does).
+        payload_bytes_max: u64,
     },
 }
 
@@ -670,6 +672,10 @@ impl KernelBuilder<'_> {
                             check_payload_flags: attrs::get(ctx, op, "check_payload_flags")
                                 .is_none()
                                 || attrs::get_bool(ctx, op, "check_payload_flags"),
+                            payload_bytes_max: attrs::get_int(ctx, op, "packet_bytes_max")
+                                .map_or(aboleth_abi::packet::PACKET_PUT_BYTES_LIMIT, |bytes| {
+                                    bytes.max(0) as u64
+                                }),
                         }
                     } else {
                         WaitReceives::Immediates(tables.0, tables.1)

@@ -28,6 +28,11 @@ use core::mem::offset_of;
 
 use super::{BridgeError, Generator, Repr, WaitBound, WaitReport};
 
+// The PTX below reads packets as two little-endian u64 halves {payload, flag}.
+const _: () = assert!(offset_of!(Packet, payload_low) == 0 && offset_of!(Packet, flag_first) == 4);
+const _: () =
+    assert!(offset_of!(Packet, payload_high) == 8 && offset_of!(Packet, flag_second) == 12);
+
 /// Payload words (4 bytes) one packet put carries at most: the lanes of the store tensor.
 const PAYLOAD_WORDS: u64 = PACKET_PUT_BYTES_LIMIT / 4;
 /// Bytes of the header packets, where the payload halves start in a slot.
@@ -113,6 +118,51 @@ impl Generator<'_> {
         self.record_failure_if(bound, missing, &zero, &report);
     }
 
+    /// Records `WAIT_KIND_PACKET_UNSENDABLE` and exits unless the flag at byte `flag_offset` is
+    /// an aligned word of a flag region of `length` bytes, the flag word (the value's low half)
+    /// is not 0, and the destination offset and the source are 4-byte aligned with the offset
+    /// below 4 GiB: what the header and the receiver's stores can carry.
+    fn exit_if_packet_unsendable(
+        &mut self,
+        bound: &WaitBound,
+        [flag_offset, length, flag_word, destination_offset, source]: [&String; 5],
+        flag: &str,
+        peer: String,
+    ) {
+        let zero = self.constant_i64(0);
+        let seven = self.constant_i64(7);
+        let three = self.constant_i64(3);
+        let eight = self.constant_i64(8);
+        let misaligned_flag = self.binary_i64("arith.andi", flag_offset, &seven);
+        let flag_end = self.binary_i64("arith.addi", flag_offset, &eight);
+        let aligned_words = self.binary_i64("arith.ori", destination_offset, source);
+        let misaligned_words = self.binary_i64("arith.andi", &aligned_words, &three);
+        let high_mask = self.constant_i64(!0xffff_ffff_i64);
+        let far = self.binary_i64("arith.andi", destination_offset, &high_mask);
+        let mut bad = self.assign(
+            "ab_unsendable",
+            format!("arith.cmpi ugt, {flag_end}, {length} : i64"),
+        );
+        for condition in [
+            format!("arith.cmpi ne, {misaligned_flag}, {zero} : i64"),
+            format!("arith.cmpi eq, {flag_word}, {zero} : i64"),
+            format!("arith.cmpi ne, {misaligned_words}, {zero} : i64"),
+            format!("arith.cmpi ne, {far}, {zero} : i64"),
+        ] {
+            let holds = self.assign("ab_unsendable", condition);
+            bad = self.assign("ab_unsendable", format!("arith.ori {bad}, {holds} : i1"));
+        }
+        let report = WaitReport {
+            waiting: bad.clone(),
+            address: flag.to_owned(),
+            expected: destination_offset.to_string(),
+            seen: flag_word.to_string(),
+            peer,
+            kind: aboleth_abi::wait_failure::WAIT_KIND_PACKET_UNSENDABLE,
+        };
+        self.record_failure_if(bound, &bad, &zero, &report);
+    }
+
     /// `p2p.put_packets %ep, %flag, %dst, %src, %bytes, %value`.
     pub(super) fn p2p_put_packets(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let endpoint = self.i64(self.operand(op, 0))?;
@@ -153,13 +203,25 @@ impl Generator<'_> {
         let has_slots = self.has_packet_slots(&transport);
         let yes = self.assign("ab_true", "arith.constant true".into());
         let missing = self.assign("ab_missing", format!("arith.xori {has_slots}, {yes} : i1"));
-        self.exit_if_packet_slots_missing(&bound, &missing, &flag, peer);
+        self.exit_if_packet_slots_missing(&bound, &missing, &flag, peer.clone());
+        let low_mask = self.constant_i64(0xffff_ffff);
+        let flag_word = self.binary_i64("arith.andi", &value, &low_mask);
+        self.exit_if_packet_unsendable(
+            &bound,
+            [
+                &flag_offset,
+                &length,
+                &flag_word,
+                &destination_offset,
+                &source,
+            ],
+            &flag,
+            peer,
+        );
         let slot = self.packet_slot(&base, &length, &flag_offset);
 
         // Header: {destination offset, flag, length, flag}, {value's high half, flag, 0, flag}.
-        let low_mask = self.constant_i64(0xffff_ffff);
         let thirty_two = self.constant_i64(32);
-        let flag_word = self.binary_i64("arith.andi", &value, &low_mask);
         let flag_high = self.binary_i64("arith.shli", &flag_word, &thirty_two);
         let half = |this: &mut Self, low: &str| {
             let masked = this.binary_i64("arith.andi", low, &low_mask);
@@ -434,8 +496,9 @@ fn unpack_ptx(payload_packets_max: u64) -> String {
             }
         }
     }
-    ptx += "not.pred %ab_go, %ab_bad; and.pred %ab_go, %ab_go, %ab_hv; ";
     ptx += "cvt.u64.u32 %ab_d, %ab_off; add.u64 %ab_d, %ab_d, $2; ";
+    ptx += "cvt.u32.u64 %ab_x, %ab_d; and.b32 %ab_x, %ab_x, 3; setp.ne.u32 %ab_t, %ab_x, 0; or.pred %ab_bad, %ab_bad, %ab_t; ";
+    ptx += "not.pred %ab_go, %ab_bad; and.pred %ab_go, %ab_go, %ab_hv; ";
     let reload = payload_packets_max > group;
     for start in (0..payload_packets_max).step_by(group as usize) {
         let end = (start + group).min(payload_packets_max);
@@ -455,9 +518,11 @@ fn unpack_ptx(payload_packets_max: u64) -> String {
         }
     }
     ptx += "cvt.u64.u32 %ab_value, %ab_hi; shl.b64 %ab_value, %ab_value, 32; cvt.u64.u32 %ab_w, %ab_f; or.b64 %ab_value, %ab_value, %ab_w; ";
-    ptx += "@%ab_go st.release.sys.global.u64 [$4], %ab_value; ";
+    // The slot is marked consumed before the flag is released: whoever sees the flag (and may
+    // let the sender start its next transfer into this slot) sees the slot consumed.
     ptx +=
         "@%ab_go st.relaxed.sys.global.u64 [$1], 0; @%ab_go st.relaxed.sys.global.u64 [$1+8], 0; ";
+    ptx += "@%ab_go st.release.sys.global.u64 [$4], %ab_value; ";
     ptx += "mov.u32 $0, 0; }";
     ptx
 }
