@@ -348,7 +348,7 @@ pub enum RuntimeError {
         failures: String,
     },
     /// A GPU wait gave up; the kernels recorded why.
-    #[error("rank {rank}: {count} GPU wait(s) timed out: {first}")]
+    #[error("rank {rank}: {count} GPU wait(s) timed out or gave up: {first}")]
     WaitTimedOut {
         /// This rank.
         rank: u32,

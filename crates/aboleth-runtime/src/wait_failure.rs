@@ -148,25 +148,31 @@ impl WaitFailureRecord {
                 format!("for the post lock at {address:#x} of its queue to {peer} (still held)")
             }
             WAIT_KIND_UNSUPPORTED_ENDPOINT => format!(
-                "did not post: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and flags = {seen:#x}, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
+                "gave up: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and flags = {seen:#x}, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
             ),
             WAIT_KIND_PACKET_UNSENDABLE => format!(
-                "did not send: a packet put to {peer} names the flag at {address:#x} with value low bits {seen:#x} and destination offset {expected:#x}; packet signals need an aligned flag inside the flag region, a value whose low 32 bits are not 0, and a 4-byte-aligned source and destination offset below 4 GiB"
+                "gave up: a packet put to {peer} names the flag at {address:#x} with value low bits {seen:#x} and destination offset {expected:#x}; packet signals need an aligned flag inside the flag region, a value whose low 32 bits are not 0, and a 4-byte-aligned source and destination offset below 4 GiB"
             ),
             WAIT_KIND_PACKET_SLOTS_MISSING => format!(
-                "did not wait: a packet signal names the flag at {address:#x} on {peer}, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
+                "gave up: a packet signal or wait names the flag at {address:#x} on {peer}, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
             ),
             other => format!(
                 "on the word at {address:#x} (unknown wait kind {other}) for {expected} but last saw {seen}"
             ),
         };
+        // Kinds past the waits are refusals recorded before any waiting: no duration.
+        let (site, waited) =
+            if self.comparison >= aboleth_abi::wait_failure::WAIT_KIND_PACKET_SLOTS_MISSING {
+                ("site", String::new())
+            } else {
+                (
+                    "wait site",
+                    format!(" waited {:.3} ms", self.waited_nanoseconds as f64 / 1e6),
+                )
+            };
         format!(
-            "rank {} (block {}, thread {}, wait site {}) waited {:.3} ms {what}",
-            self.rank,
-            self.program_id,
-            self.thread_id,
-            self.site_id,
-            self.waited_nanoseconds as f64 / 1e6,
+            "rank {} (block {}, thread {}, {site} {}){waited} {what}",
+            self.rank, self.program_id, self.thread_id, self.site_id,
         )
     }
 }
@@ -365,6 +371,7 @@ mod tests {
             thread_id: 0,
         };
         let prefix = "rank 1 (block 0, thread 0, wait site 2) waited 200.000 ms ";
+        let refusal = "rank 1 (block 0, thread 0, site 2) ";
         assert_eq!(
             record(WAIT_KIND_QUEUE_SPACE).describe(),
             format!(
@@ -390,19 +397,19 @@ mod tests {
         assert_eq!(
             record(WAIT_KIND_PACKET_SLOTS_MISSING).describe(),
             format!(
-                "{prefix}did not wait: a packet signal names the flag at 0x1000 on rank 0, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
+                "{refusal}gave up: a packet signal or wait names the flag at 0x1000 on rank 0, whose region has no packet slots; declare the flag region with world.region(..., packet_slots=True) on every rank"
             )
         );
         assert_eq!(
             record(aboleth_abi::wait_failure::WAIT_KIND_UNSUPPORTED_ENDPOINT).describe(),
             format!(
-                "{prefix}did not post: the mlx5 endpoint handle at 0x1000 to rank 0 has cq_collapsed = 96 and flags = 0x20, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
+                "{refusal}gave up: the mlx5 endpoint handle at 0x1000 to rank 0 has cq_collapsed = 96 and flags = 0x20, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
             )
         );
         assert!(
             record(aboleth_abi::wait_failure::WAIT_KIND_PACKET_UNSENDABLE)
                 .describe()
-                .contains("did not send: a packet put to rank 0 names the flag at 0x1000")
+                .contains("(block 0, thread 0, site 2) gave up: a packet put to rank 0 names the flag at 0x1000")
         );
         assert!(record(99).describe().contains("unknown wait kind 99"));
     }
