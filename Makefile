@@ -42,6 +42,7 @@ demo: python-setup
 	@./target/release/aboleth sim examples/ir/count_arrivals.abo --ranks 4 --rounds 4 --schedules 20 --target mlx5 --immediate-signals --check
 	@echo
 	@echo "== the same 16 chains with --packet-signals, p2p: each set travels in its put's data as LL packets =="
+	@echo "== (no barrier or flag store per chain; the receiver unpacks, which costs more than it saves for 64-byte chunks) =="
 	@./target/release/aboleth sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target p2p --packet-signals --check
 	@echo
 	@echo "Everything above ran on the simulator (crates/aboleth-sim): no GPU, no NIC. mlx5 and proxy"
