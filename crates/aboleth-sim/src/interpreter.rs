@@ -1919,14 +1919,7 @@ impl<'k> World<'k> {
                         ),
                     )
                 })?;
-                let bytes = self.load(
-                    thread,
-                    rank,
-                    table + peer as u64 * REGION_DESCRIPTOR_BYTES,
-                    REGION_DESCRIPTOR_BYTES,
-                )?;
-                let descriptor =
-                    RemoteRegionDescriptor::from_bytes(&bytes.try_into().expect("32 bytes"));
+                let descriptor = self.region_descriptor(thread, table, peer as u64)?;
                 self.set(
                     thread,
                     *result,
@@ -2450,17 +2443,7 @@ impl<'k> World<'k> {
                 if self.integer(thread, *predicate)? == 0 {
                     return Ok(Step::Continue);
                 }
-                if destination.offset_bytes + length_bytes > destination.region_length_bytes {
-                    return Err(self.program_error(
-                        thread,
-                        format!(
-                            "copy at {} writes past the end of its region ({} + {length_bytes} > {} bytes)",
-                            self.site_of(rank, site),
-                            destination.offset_bytes,
-                            destination.region_length_bytes
-                        ),
-                    ));
-                }
+                self.check_inside_region(thread, "copy", site, &destination, length_bytes)?;
                 let payload = self.load(thread, rank, source, length_bytes)?;
                 let chunk = self.options.p2p_store_bytes.max(1) as usize;
                 for (index, piece) in payload.chunks(chunk).enumerate() {
@@ -2908,15 +2891,7 @@ impl<'k> World<'k> {
         let length_bytes = self.integer(thread, bytes)?.max(0) as u64;
         let value = self.integer(thread, value)?;
         let at = self.site_of(rank, site);
-        if destination.offset_bytes + length_bytes > destination.region_length_bytes {
-            return Err(self.program_error(
-                thread,
-                format!(
-                    "packet put at {at} writes past the end of its region ({} + {length_bytes} > {} bytes)",
-                    destination.offset_bytes, destination.region_length_bytes
-                ),
-            ));
-        }
+        self.check_inside_region(thread, "packet put", site, &destination, length_bytes)?;
         if flag.offset_bytes % FLAG_BYTES != 0
             || flag.offset_bytes + FLAG_BYTES > flag.region_length_bytes
         {
@@ -3002,6 +2977,48 @@ impl<'k> World<'k> {
         Ok(Step::Effect)
     }
 
+    /// A program error unless `length_bytes` from `destination` stay inside its region.
+    fn check_inside_region(
+        &self,
+        thread: usize,
+        what: &str,
+        site: usize,
+        destination: &RemotePointerValue,
+        length_bytes: u64,
+    ) -> Result<(), SimulationError> {
+        if destination.offset_bytes + length_bytes <= destination.region_length_bytes {
+            return Ok(());
+        }
+        Err(self.program_error(
+            thread,
+            format!(
+                "{what} at {} writes past the end of its region ({} + {length_bytes} > {} bytes)",
+                self.site_of(self.threads[thread].rank, site),
+                destination.offset_bytes,
+                destination.region_length_bytes
+            ),
+        ))
+    }
+
+    /// Entry `index` of the region-descriptor table at `table`, as `thread` sees it.
+    fn region_descriptor(
+        &self,
+        thread: usize,
+        table: u64,
+        index: u64,
+    ) -> Result<RemoteRegionDescriptor, SimulationError> {
+        let rank = self.threads[thread].rank;
+        let bytes = self.load(
+            thread,
+            rank,
+            table + index * REGION_DESCRIPTOR_BYTES,
+            REGION_DESCRIPTOR_BYTES,
+        )?;
+        Ok(RemoteRegionDescriptor::from_bytes(
+            &bytes.try_into().expect("32 bytes"),
+        ))
+    }
+
     /// The slot of the flag at local `address` when it lies in this rank's entry of `flag_table`
     /// (else the flag is not one packets can target, and the wait only polls it).
     fn packet_slot_of(
@@ -3015,17 +3032,7 @@ impl<'k> World<'k> {
         let rank = self.threads[thread].rank;
         let descriptor = |table: Register| -> Result<RemoteRegionDescriptor, SimulationError> {
             let table = self.integer(thread, table)? as u64;
-            let bytes = self
-                .memory
-                .read(
-                    rank,
-                    table + u64::from(rank) * RemoteRegionDescriptor::SIZE_BYTES as u64,
-                    RemoteRegionDescriptor::SIZE_BYTES as u64,
-                )
-                .map_err(|e| self.program_error(thread, format!("packet wait: {e}")))?;
-            Ok(RemoteRegionDescriptor::from_bytes(
-                bytes.as_slice().try_into().expect("descriptor bytes"),
-            ))
+            self.region_descriptor(thread, table, u64::from(rank))
         };
         let flags = descriptor(flag_table)?;
         let data = descriptor(data_table)?;

@@ -74,12 +74,15 @@ impl Generator<'_> {
         (base, length, transport)
     }
 
-    /// Whether the transport word says packet slots follow the region (i1).
-    fn has_packet_slots(&mut self, transport: &str) -> String {
+    /// Whether the transport word says no packet slots follow the region (i1).
+    fn lacks_packet_slots(&mut self, transport: &str) -> String {
         let bit = self.constant_i64(i64::from(REGION_FLAG_PACKET_SLOTS));
         let masked = self.binary_i64("arith.andi", transport, &bit);
         let zero = self.constant_i64(0);
-        self.assign("ab_slots", format!("arith.cmpi ne, {masked}, {zero} : i64"))
+        self.assign(
+            "ab_missing",
+            format!("arith.cmpi eq, {masked}, {zero} : i64"),
+        )
     }
 
     /// The slot of the flag at byte `flag_offset` of a flag region at `base` of `length` bytes:
@@ -200,9 +203,7 @@ impl Generator<'_> {
         let peer = self.load_field(&endpoint, offset_of!(EndpointHandle, peer_rank) as u64, 32);
         let peer = self.assign("ab_peer", format!("arith.trunci {peer} : i64 to i32"));
         let bound = self.failure_site(op, log, rank);
-        let has_slots = self.has_packet_slots(&transport);
-        let yes = self.assign("ab_true", "arith.constant true".into());
-        let missing = self.assign("ab_missing", format!("arith.xori {has_slots}, {yes} : i1"));
+        let missing = self.lacks_packet_slots(&transport);
         self.exit_if_packet_slots_missing(&bound, &missing, &flag, peer.clone());
         let low_mask = self.constant_i64(0xffff_ffff);
         let flag_word = self.binary_i64("arith.andi", &value, &low_mask);
@@ -389,9 +390,7 @@ impl Generator<'_> {
         );
         let in_region = self.assign("ab_in", format!("arith.andi {above}, {below} : i1"));
         let in_region = self.assign("ab_in", format!("arith.andi {in_region}, {aligned} : i1"));
-        let has_slots = self.has_packet_slots(&transport);
-        let yes = self.assign("ab_true", "arith.constant true".into());
-        let lacking = self.assign("ab_missing", format!("arith.xori {has_slots}, {yes} : i1"));
+        let lacking = self.lacks_packet_slots(&transport);
         let missing = self.assign(
             "ab_missing",
             format!("arith.andi {in_region}, {lacking} : i1"),
