@@ -1,4 +1,4 @@
-"""``python -m aboleth``: the command line for Python kernels (see :mod:`aboleth.cli`)."""
+"""``python -m aboleth``: the ``aboleth`` command (see :mod:`aboleth.cli`)."""
 
 import sys
 

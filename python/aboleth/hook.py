@@ -84,8 +84,9 @@ class Config:
     """What the aboleth stage compiles for: the transport and which passes run.
 
     ``disabled_passes`` is normalized to a sorted tuple without duplicates, so configurations that
-    mean the same compare (and salt the cache) the same. Pass names are checked by the Rust pass
-    registry once the pipeline runs there (issue 3), not here.
+    mean the same compare (and salt the cache) the same. The Rust pipeline checks the rest when
+    the configuration is made (``ValueError``): pass names, ``disabled_passes`` with
+    ``passes_off``, ``immediate_signals`` off mlx5, ``packet_signals`` off p2p.
     """
 
     target: str
@@ -117,6 +118,9 @@ class Config:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"aboleth: disabled_passes must hold pass names (strings), got {name!r}")
         object.__setattr__(self, "disabled_passes", tuple(sorted(set(names))))
+        # The Rust pipeline's rules (unknown passes, options that cannot take effect for the
+        # target), checked where the configuration is written rather than at the first compile.
+        _aboleth.check_config(self.to_json())
 
     def as_dict(self) -> Dict[str, Any]:
         """The configuration as the JSON object the Rust stage reads (without ``source_name``)."""

@@ -35,21 +35,8 @@ pub struct BridgeError {
 impl BridgeError {
     /// An error at a TTIR op: its Python source position when known, else its TTIR position.
     pub fn at(module: &TtirModule, id: OperationId, message: impl Into<String>) -> Self {
-        let message = message.into();
-        let position = match module.source_position(id) {
-            Some(position) => position.to_string(),
-            None => {
-                let position = module.text_position(id);
-                format!(
-                    "{}:{}:{}",
-                    module.file_name(),
-                    position.line,
-                    position.column
-                )
-            }
-        };
         BridgeError {
-            message: format!("{position}: error: {message}"),
+            message: format!("{}: error: {}", position_of(module, id), message.into()),
             not_built: false,
         }
     }
@@ -67,6 +54,23 @@ impl BridgeError {
         BridgeError {
             message: format!("error: {}", message.into()),
             not_built: false,
+        }
+    }
+}
+
+/// Where TTIR op `id` came from: its Python source position (`kernel.py:12:5`) when the TTIR
+/// carries one, else its position in the TTIR text.
+fn position_of(module: &TtirModule, id: OperationId) -> String {
+    match module.source_position(id) {
+        Some(position) => position.to_string(),
+        None => {
+            let position = module.text_position(id);
+            format!(
+                "{}:{}:{}",
+                module.file_name(),
+                position.line,
+                position.column
+            )
         }
     }
 }
@@ -144,8 +148,11 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
     };
     let ctx = &mut Context::new();
     let lifted_file = format!("{}.lifted.abo", options.source_name);
+    // The lifted text is verified as it is parsed: a rule it breaks at a line that stands for a
+    // TTIR op is the user's error (a negative byte count, a misaligned put), reported at their
+    // Python line; only text the lifter wrote wrongly is internal.
     let ab_module = parse_module(ctx, &lifted.text, &lifted_file)
-        .map_err(|diagnostic| internal(&lifted, diagnostic))?;
+        .map_err(|diagnostic| map_parse_diagnostic(&module, &lifted, diagnostic))?;
     let kernel = kernels(ctx, ab_module)
         .into_iter()
         .next()
@@ -193,11 +200,19 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
     })
 }
 
-fn internal(lifted: &lift::LiftedKernel, diagnostic: Diagnostic) -> BridgeError {
-    BridgeError::plain(format!(
-        "internal: the lifted kernel does not parse: {diagnostic}\n{}",
-        lifted.text
-    ))
+fn map_parse_diagnostic(
+    module: &TtirModule,
+    lifted: &lift::LiftedKernel,
+    diagnostic: Diagnostic,
+) -> BridgeError {
+    match lifted.ttir_operation_at_line(diagnostic.line) {
+        Some(id) => BridgeError::at(module, id, diagnostic.message),
+        None => BridgeError::plain(format!(
+            "internal: the lifted kernel does not parse: {diagnostic} (please report it with \
+             the kernel)\n{}",
+            lifted.text
+        )),
+    }
 }
 
 fn map_diagnostic(
@@ -214,14 +229,106 @@ fn map_diagnostic(
     }
 }
 
+/// Lines of the lifted text before the first op: the module, its block, the function and
+/// its entry block (the kernel parameters).
+const LIFTED_HEADER_LINES: u32 = 6;
+
+/// A Triton kernel lifted for the simulator (`aboleth sim KERNEL.py`): the `ab` text with the
+/// launch attributes, and the Python position each of its lines stands for, so that every
+/// diagnostic about it points at the user's line, not at the generated text.
+#[derive(Clone, Debug)]
+pub struct SimulationKernel {
+    /// The kernel's name.
+    pub name: String,
+    /// The lifted `ab` module, launch attributes on the kernel.
+    pub text: String,
+    /// `file:line:column` of the TTIR op each lifted line stands for, by lifted line.
+    positions: std::collections::BTreeMap<u32, String>,
+    /// `file:line:column` of the kernel's `def`, for lines that stand for no TTIR op (the
+    /// header and its parameters).
+    function_position: String,
+    /// Deprecation notes: `bind` keys that named a local variable instead of the parameter.
+    pub notes: Vec<String>,
+}
+
+impl SimulationKernel {
+    /// The user's position for line `line` of [`Self::text`]: the TTIR op's when the line
+    /// stands for one, the kernel's `def` for the header lines (parameters).
+    pub fn position_of_line(&self, line: u32) -> Option<&str> {
+        match self.positions.get(&line) {
+            Some(position) => Some(position),
+            None if (1..=LIFTED_HEADER_LINES).contains(&line) => Some(&self.function_position),
+            None => None,
+        }
+    }
+
+    /// `text` (a simulator message) with every `lifted_file:line:column` it quotes (or
+    /// `lifted_file (rank N):line:column`, per-rank compilations) replaced by the user's
+    /// position of that line (left as it is for lines the lifter added).
+    pub fn relocate(&self, text: &str, lifted_file: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find(lifted_file) {
+            out.push_str(&rest[..start]);
+            let mut prefix_length = lifted_file.len();
+            let tail = &rest[start + prefix_length..];
+            if let Some(rank) = tail.strip_prefix(" (rank ")
+                && let Some(close) = rank.find(')')
+                && rank[..close].chars().all(|c| c.is_ascii_digit())
+            {
+                prefix_length += " (rank ".len() + close + 1;
+            }
+            if !rest[start + prefix_length..].starts_with(':') {
+                out.push_str(&rest[start..start + prefix_length]);
+                rest = &rest[start + prefix_length..];
+                continue;
+            }
+            prefix_length += 1;
+            let prefix = &rest[start..start + prefix_length];
+            let after = &rest[start + prefix_length..];
+            let digits = after.chars().take_while(char::is_ascii_digit).count();
+            let line: Option<u32> = after[..digits].parse().ok();
+            let column_part = after[digits..].strip_prefix(':').unwrap_or("");
+            let column_digits = column_part.chars().take_while(char::is_ascii_digit).count();
+            match line.and_then(|line| self.position_of_line(line)) {
+                Some(position) if column_digits > 0 => {
+                    out.push_str(position);
+                    rest = &column_part[column_digits..];
+                }
+                _ => {
+                    out.push_str(prefix);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// `diagnostic` (located in [`Self::text`]) told at the user's position, or, for a line the
+    /// lifter added, said to be in the lifted IR of the kernel.
+    pub fn locate(&self, diagnostic: &Diagnostic) -> String {
+        match self.position_of_line(diagnostic.line) {
+            Some(position) => format!("{position}: error: {}", diagnostic.message),
+            None if diagnostic.line == 0 => diagnostic.to_string(),
+            None => format!(
+                "{}: error: {} (at line {} of the lifted Aboleth IR of kernel `{}`: \
+                 `aboleth compile ... --emit aboleth` prints it)",
+                diagnostic.file, diagnostic.message, diagnostic.line, self.name
+            ),
+        }
+    }
+}
+
 /// The lifted Aboleth IR of a TTIR kernel, with the simulator's launch attributes
 /// (`grid`, `regions`, `bind`, `init`: see `docs/PROGRAMMING_MODEL.md`) on the kernel, for
-/// `aboleth sim KERNEL.py`. Parameters are named after the TTIR values (`bind` uses them).
+/// `aboleth sim KERNEL.py`. Parameters are named after the kernel's parameters (`bind` uses
+/// them); see [`lift`] for values that are not parameters.
 pub fn lift_for_simulation(
     ttir: &str,
     source_name: &str,
     attributes: &[(&str, &str)],
-) -> Result<String, BridgeError> {
+) -> Result<SimulationKernel, BridgeError> {
     let module = TtirModule::parse(ttir, source_name).map_err(|error| BridgeError {
         message: error.to_string(),
         not_built: false,
@@ -231,9 +338,17 @@ pub fn lift_for_simulation(
             "{source_name}: the kernel has no aboleth calls: there is no communication to simulate"
         ))
     })?;
+    let mut notes = Vec::new();
     let rendered: Vec<String> = attributes
         .iter()
-        .map(|(name, value)| format!("{name}: builtin.string {:?}", value))
+        .map(|(name, value)| {
+            let value = if *name == "bind" {
+                bind_by_parameter_name(value, &lifted.parameters, &mut notes)
+            } else {
+                value.to_string()
+            };
+            format!("{name}: builtin.string {:?}", value)
+        })
         .collect();
     let marker = "-> ()> [] {";
     if !lifted.text.contains(marker) {
@@ -241,9 +356,58 @@ pub fn lift_for_simulation(
             "internal: the lifted kernel has no attribute list",
         ));
     }
-    Ok(lifted
+    // The attributes go on the function's header line, so no line number moves.
+    let text = lifted
         .text
-        .replacen(marker, &format!("-> ()> [{}] {{", rendered.join(", ")), 1))
+        .replacen(marker, &format!("-> ()> [{}] {{", rendered.join(", ")), 1);
+    let positions = lifted
+        .entry_lines
+        .iter()
+        .filter_map(|line| {
+            let id = lifted.ttir_operation_at_line(*line)?;
+            Some((*line, position_of(&module, id)))
+        })
+        .collect();
+    Ok(SimulationKernel {
+        name: lifted.name.clone(),
+        text,
+        positions,
+        function_position: position_of(&module, lifted.function),
+        notes,
+    })
+}
+
+/// `bind` with each key that names a parameter's local variable (`src` for `src =
+/// send.to(...)`) replaced by the parameter's name (`send`), and a deprecation note for each.
+fn bind_by_parameter_name(
+    bind: &str,
+    parameters: &[lift::Parameter],
+    notes: &mut Vec<String>,
+) -> String {
+    let entries: Vec<String> = bind
+        .split_whitespace()
+        .map(|entry| {
+            let Some((key, value)) = entry.split_once('=') else {
+                return entry.to_string();
+            };
+            let is_parameter = parameters.iter().any(|p| p.ab_name == key);
+            let renamed = parameters
+                .iter()
+                .find(|p| p.local_name.as_deref() == Some(key));
+            match renamed {
+                Some(parameter) if !is_parameter => {
+                    notes.push(format!(
+                        "bind key `{key}` names a local variable of the kernel; bind the kernel \
+                         parameter instead: `{}={value}` (local names are deprecated)",
+                        parameter.ab_name
+                    ));
+                    format!("{}={value}", parameter.ab_name)
+                }
+                _ => entry.to_string(),
+            }
+        })
+        .collect();
+    entries.join(" ")
 }
 
 /// Targets the stage accepts (`mlx5`, `proxy`, `p2p`).

@@ -5,8 +5,9 @@
 //! `docs/TRITON_BRIDGE.md`); the backward slice of their operands through scalar `arith` ops,
 //! `tt.get_program_id x`, scalar `tt.addptr` and scalar `tt.load`; and the `scf.for`/`scf.if`
 //! that contain lifted calls. Anything else an operand comes from (a reduction, a select, an
-//! `int_to_ptr`, a function argument) enters as an opaque kernel parameter named after the TTIR
-//! value. What it does not do: change the TTIR (that is [`crate::emit`]), or lift
+//! `int_to_ptr`, a function argument) enters as an opaque kernel parameter, named after the kernel
+//! parameter it is or reinterprets (`tt.int_to_ptr`, `tt.ptr_to_int`, `tt.bitcast` of one), else
+//! after the TTIR value. What it does not do: change the TTIR (that is [`crate::emit`]), or lift
 //! `scf.while`, `else` regions or loop-carried values other than tokens.
 //!
 //! The lifted text is parsed by `aboleth-ir`; [`LiftedKernel::entries`] lists, in the order the
@@ -52,9 +53,14 @@ pub struct Parameter {
     pub ttir_name: String,
     /// Its TTIR type (`i32`, `!tt.ptr<i64>`).
     pub ttir_type: String,
-    /// Its name in the lifted text: the TTIR name without `%` (`send_key`), prefixed with `a_`
-    /// when it would not be an identifier or would clash with lifted names.
+    /// Its name in the lifted text: the name of the kernel parameter it is (`send_key`), or is
+    /// a pointer reinterpretation of (`src = send.to(...)` with `send` an integer: `send`);
+    /// otherwise the TTIR name without `%`. Prefixed with `a_` when it would not be an
+    /// identifier or would clash with lifted names. `bind` (`aboleth sim KERNEL.py`) uses it.
     pub ab_name: String,
+    /// The TTIR name without `%` when it differs from `ab_name` (`src`): the local variable
+    /// that older `bind` strings named, still accepted with a deprecation note.
+    pub local_name: Option<String>,
 }
 
 /// The result of lifting one kernel.
@@ -125,6 +131,7 @@ pub fn lift(module: &TtirModule) -> Result<Option<LiftedKernel>, BridgeError> {
         function,
         needed: BTreeSet::new(),
         opaque: BTreeMap::new(),
+        opaque_definition: BTreeMap::new(),
         names: HashMap::new(),
         next_name: 0,
         text: String::new(),
@@ -260,6 +267,8 @@ struct Lifter<'m> {
     needed: BTreeSet<OperationId>,
     /// Opaque values: definition -> (TTIR name, type).
     opaque: BTreeMap<DefinitionKey, (String, String)>,
+    /// The definition behind each opaque value (to find the kernel parameter it stands for).
+    opaque_definition: BTreeMap<DefinitionKey, ValueDefinition>,
     /// Lifted value names by definition.
     names: HashMap<DefinitionKey, String>,
     next_name: usize,
@@ -367,6 +376,7 @@ impl Lifter<'_> {
                     } if self.module.operation(owner).name() == "scf.for" => work.push(owner),
                     _ => {
                         let type_text = self.type_of(operation, &operand, definition);
+                        self.opaque_definition.insert(key(definition), definition);
                         self.opaque
                             .entry(key(definition))
                             .or_insert((operand.clone(), type_text));
@@ -375,6 +385,40 @@ impl Lifter<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The kernel parameter (`%send`) an opaque value is, or reinterprets through one
+    /// `tt.int_to_ptr`, `tt.ptr_to_int` or `tt.bitcast` (same address, another type).
+    fn kernel_parameter_of(&self, definition: &ValueDefinition) -> Option<String> {
+        let parameter_name = |definition: ValueDefinition| match definition {
+            ValueDefinition::HeaderDefinition { operation, index }
+                if operation == self.function =>
+            {
+                self.module
+                    .operation(operation)
+                    .header_definitions()
+                    .get(index)
+                    .map(|declaration| declaration.name.clone())
+            }
+            _ => None,
+        };
+        if let Some(name) = parameter_name(*definition) {
+            return Some(name);
+        }
+        let ValueDefinition::Result { operation, .. } = *definition else {
+            return None;
+        };
+        let producer = self.module.operation(operation);
+        if !matches!(
+            producer.name(),
+            "tt.int_to_ptr" | "tt.ptr_to_int" | "tt.bitcast"
+        ) {
+            return None;
+        }
+        let [operand] = producer.operands() else {
+            return None;
+        };
+        parameter_name(self.module.find_definition(operation, operand)?)
     }
 
     /// The TTIR type of `value` (as used by `user`).
@@ -429,14 +473,27 @@ impl Lifter<'_> {
         // Parameters: opaque values, in a stable order.
         let opaque: Vec<(DefinitionKey, (String, String))> =
             self.opaque.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let opaque_definitions: Vec<ValueDefinition> = opaque
+            .iter()
+            .map(|(definition, _)| self.opaque_definition[definition])
+            .collect();
+        let opaque_names: BTreeSet<String> =
+            opaque.iter().map(|(_, (name, _))| name.clone()).collect();
         for (index, (definition, (name, type_text))) in opaque.into_iter().enumerate() {
             if !(type_text.starts_with("!tt.ptr") || type_text.starts_with('i')) {
                 return Err(BridgeError::plain(format!(
                     "the aboleth calls use `{name}` of type {type_text}: only integers and pointers can reach communication"
                 )));
             }
-            // Named after the TTIR value (what `bind` refers to in `aboleth sim KERNEL.py`).
-            let plain = sanitize(name.trim_start_matches('%'));
+            // Named after the kernel parameter it is or reinterprets (what `bind` refers to in
+            // `aboleth sim KERNEL.py`), else after the TTIR value.
+            let local = sanitize(name.trim_start_matches('%'));
+            // A reinterpretation yields the name to the parameter itself when that is also used.
+            let parameter = self
+                .kernel_parameter_of(&opaque_definitions[index])
+                .filter(|parameter| *parameter == name || !opaque_names.contains(parameter))
+                .map(|parameter| sanitize(parameter.trim_start_matches('%')));
+            let plain = parameter.unwrap_or_else(|| local.clone());
             let clashes = plain.starts_with(|c: char| c.is_ascii_digit())
                 || (plain.starts_with('l') && plain[1..].chars().all(|c| c.is_ascii_digit()))
                 || plain == "entry";
@@ -448,6 +505,7 @@ impl Lifter<'_> {
             self.parameters.push(Parameter {
                 ttir_name: name,
                 ttir_type: type_text,
+                local_name: (local != ab_name).then_some(local),
                 ab_name,
             });
         }

@@ -52,8 +52,36 @@ impl PipelineOptions {
         }
     }
 
-    /// Checks that every disabled name is a real pass.
+    /// Checks the configuration: every disabled name is a real pass, and no option is given
+    /// where it can have no effect (a user asking for something they cannot get must hear so):
+    /// `--disable-pass` with `--passes-off` (which skips every pass), `--immediate-signals`
+    /// off mlx5 (only mlx5 has write-with-immediate), `--packet-signals` off p2p (only NVLink
+    /// stores carry LL packets).
     pub fn validate(&self) -> Result<(), String> {
+        if self.passes_off && !self.disabled.is_empty() {
+            let names: Vec<&str> = self.disabled.iter().map(String::as_str).collect();
+            return Err(format!(
+                "disabling passes ({}) has no effect with passes off (--passes-off, \
+                 passes_off=True), which already skips every planning pass; give one or the other",
+                names.join(", ")
+            ));
+        }
+        if self.immediate_signals && self.target != Target::Mlx5 {
+            return Err(format!(
+                "immediate signals (--immediate-signals, immediate_signals=True) let mlx5 \
+                 signals ride on their puts as RDMA write-with-immediate; the {} transport has no \
+                 such operation: drop the option, or compile for mlx5",
+                self.target.name()
+            ));
+        }
+        if self.packet_signals && self.target != Target::P2p {
+            return Err(format!(
+                "packet signals (--packet-signals, packet_signals=True) let p2p signals travel \
+                 in their puts' data as LL packets over NVLink stores; the {} transport does not \
+                 store to peer memory: drop the option, or compile for p2p",
+                self.target.name()
+            ));
+        }
         for name in &self.disabled {
             if crate::registry::find(name).is_none() {
                 let known: Vec<&str> = PASSES.iter().map(|pass| pass.name).collect();

@@ -10,6 +10,10 @@
 //!   configuration or TTIR that does not parse raises `ValueError` (for the TTIR, with the
 //!   `file:line:column: error: ...` message), and a module with aboleth calls raises
 //!   `NotImplementedError` naming them, because lowering them is not built yet (issue 3).
+//! - `check_config(config_json)`: raises `ValueError` for a configuration the stage refuses;
+//! - `run_command_line(arguments, python_interpreter) -> int`: the whole `aboleth` command line
+//!   (`aboleth-cli`), which the package installs as the `aboleth` script and runs as
+//!   `python -m aboleth`;
 //! - the host runtime's classes ([`runtime`]): `TcpStoreBootstrap`, `World` (integer addresses;
 //!   `python/aboleth/runtime.py` wraps it for tensors), `Registration`, `Region`,
 //!   `ExchangedRegions`, `LocalRegion`, `DeviceTable`.
@@ -68,11 +72,27 @@ fn run_stage(py: Python<'_>, ttir_text: String, config_json: String) -> PyResult
         })
 }
 
+/// check_config(config_json) -> None: raises ValueError when the stage configuration is one
+/// the stage would refuse (unknown pass, an option that cannot take effect for the target).
+#[pyfunction]
+fn check_config(config_json: &str) -> PyResult<()> {
+    stage::check_config(config_json).map_err(|error| PyValueError::new_err(error.to_string()))
+}
+
+/// run_command_line(arguments, python_interpreter) -> int: the `aboleth` command line
+/// (`aboleth_cli::run_command_line`; `arguments[0]` is the program name), with Triton kernels
+/// compiled by `python_interpreter`. Prints to the process's standard output and error, and
+/// returns the exit status. The GIL is released while it runs.
+#[pyfunction]
+fn run_command_line(py: Python<'_>, arguments: Vec<String>, python_interpreter: String) -> i32 {
+    py.detach(move || aboleth_cli::run_command_line(arguments, Some(python_interpreter)))
+}
+
 /// The Rust side of aboleth's Triton bridge (see `docs/TRITON_BRIDGE.md`).
 #[pymodule(name = "_aboleth")]
 mod python_module {
     #[pymodule_export]
-    use super::{packet_staging_bytes, run_stage, version};
+    use super::{check_config, packet_staging_bytes, run_command_line, run_stage, version};
 
     #[pymodule_export]
     use crate::runtime::{

@@ -149,15 +149,11 @@ pub fn aboleth_calls(module: &TtirModule) -> Vec<AbolethCall> {
         .collect()
 }
 
-/// Runs the stage on `ttir_text` (see the module documentation for what that means today).
-pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, StageError> {
-    let config = parse_config(config_json)?;
-    let module = TtirModule::parse(ttir_text, &config.source_name).map_err(StageError::Parse)?;
-    let functions: Vec<String> = module
-        .functions()
-        .filter_map(|id| module.operation(id).symbol().map(str::to_string))
-        .collect();
-    let calls = aboleth_calls(&module);
+/// The pipeline configuration `config` asks for, checked by
+/// `PipelineOptions::validate` (unknown passes, options that cannot take effect).
+fn pipeline_options(
+    config: &StageConfig,
+) -> Result<aboleth_passes::pipeline::PipelineOptions, StageError> {
     let target = match config.target {
         Target::Mlx5 => aboleth_ir::transport::Target::Mlx5,
         Target::Proxy => aboleth_ir::transport::Target::Proxy,
@@ -169,6 +165,25 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
     pipeline.immediate_signals = config.immediate_signals;
     pipeline.packet_signals = config.packet_signals;
     pipeline.validate().map_err(StageError::Config)?;
+    Ok(pipeline)
+}
+
+/// Checks a configuration without compiling anything (what `aboleth.Config` calls, so a bad
+/// configuration is refused where it is written, not at the first kernel's compilation).
+pub fn check_config(config_json: &str) -> Result<(), StageError> {
+    pipeline_options(&parse_config(config_json)?).map(|_| ())
+}
+
+/// Runs the stage on `ttir_text` (see the module documentation for what that means today).
+pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, StageError> {
+    let config = parse_config(config_json)?;
+    let module = TtirModule::parse(ttir_text, &config.source_name).map_err(StageError::Parse)?;
+    let functions: Vec<String> = module
+        .functions()
+        .filter_map(|id| module.operation(id).symbol().map(str::to_string))
+        .collect();
+    let calls = aboleth_calls(&module);
+    let pipeline = pipeline_options(&config)?;
     let output = aboleth_codegen::run_stage(
         ttir_text,
         &aboleth_codegen::StageOptions {
