@@ -21,29 +21,32 @@ setup:
 SEED_LAUNCH = --kernel alltoall --grid ranks-1 --rank-constexpr RANK --constexpr BYTES=256 \
   --signature endpoints=*i64,recv=*i64,flags=*i64,send=i64,send_key=i32,my_flags=*i64,epoch=i64 \
   --regions "send=ranks*256 recv=ranks*256 flags=ranks*8" --init "send=random" \
-  --bind "endpoints=endpoints recv=regions:recv flags=regions:flags src=local:send send_key=lkey:send my_flags=local:flags epoch=value:epoch"
+  --bind "endpoints=endpoints recv=regions:recv flags=regions:flags send=local:send send_key=lkey:send my_flags=local:flags epoch=value:epoch"
+
+# The demo runs the `aboleth` command the Python package installs (the same command line as the
+# cargo-built binary: every verb, .abo and .py inputs).
+ABOLETH = $(VENV)/bin/aboleth
 
 demo: python-setup
-	$(CARGO) build --release -q -p aboleth-cli
-	@VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
+	@VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --release
 	@echo "== the seed's tier-2 all-to-all: what the passes decide (examples/ir/alltoall.abo) =="
-	@./target/release/aboleth plan examples/ir/alltoall.abo
+	@$(ABOLETH) plan examples/ir/alltoall.abo
 	@echo
 	@echo "== the seed's Triton kernel (examples/triton/alltoall.py), compiled by stock Triton 3.6 on this CPU =="
 	@echo "== for each rank, run on 8 simulated ranks, 4 launches, 20 random schedules per lowering, checked =="
 	@for target in mlx5 proxy p2p; do \
-	  ABOLETH_PYTHON=$(VENV)/bin/python ./target/release/aboleth sim examples/triton/alltoall.py --target $$target \
+	  $(ABOLETH) sim examples/triton/alltoall.py --target $$target \
 	    --ranks 8 --rounds 4 --schedules 20 --check $(SEED_LAUNCH) || exit 1; \
 	  echo; done
 	@echo "== 16 put+signal chains to one peer (examples/ir/stream_put_signal_16.abo), mlx5 =="
-	@./target/release/aboleth sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target mlx5 --check
+	@$(ABOLETH) sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target mlx5 --check
 	@echo
 	@echo "== arrival counters with --immediate-signals (examples/ir/count_arrivals.abo), mlx5: each add-1 rides on its put =="
-	@./target/release/aboleth sim examples/ir/count_arrivals.abo --ranks 4 --rounds 4 --schedules 20 --target mlx5 --immediate-signals --check
+	@$(ABOLETH) sim examples/ir/count_arrivals.abo --ranks 4 --rounds 4 --schedules 20 --target mlx5 --immediate-signals --check
 	@echo
 	@echo "== the same 16 chains with --packet-signals, p2p: each set travels in its put's data as LL packets =="
 	@echo "== (no barrier or flag store per chain; the receiver unpacks, which costs more than it saves for 64-byte chunks) =="
-	@./target/release/aboleth sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target p2p --packet-signals --check
+	@$(ABOLETH) sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target p2p --packet-signals --check
 	@echo
 	@echo "Everything above ran on the simulator (crates/aboleth-sim): no GPU, no NIC. mlx5 and proxy"
 	@echo "are simulated and cross-checked against rdma-core's layouts, not run on hardware here; simulated"
@@ -72,6 +75,7 @@ test: setup lint
 
 bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-passes --test filetests
+	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-cli --test command_line_goldens
 
 fuzz:
 	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-ir --test fuzz_parser -- --nocapture

@@ -12,17 +12,24 @@ that was there before (if any), then inserts a stage ``aboleth`` right after ``t
    unchanged if the text came back unchanged, or the new text parsed back into the module's
    MLIR context otherwise.
 
-Today step 3 raises ``NotImplementedError`` for any kernel with aboleth calls: lowering them is
-issue 3. The re-parse path is plumbing, exercised by the tests with a substitute Rust call.
+The Rust stage compiles the communication for the configured transport (``docs/TRITON_BRIDGE.md``);
+its errors are ``ValueError`` at the kernel's Python line.
 
 Cache: Triton 3.6 does not put the hook in its cache key, and a cache hit skips the hook. So while
 installed, ``triton.knobs.cache.dir`` points at ``<previous cache dir>/aboleth-<salt>``, where the
 salt hashes the bridge version, the Rust build and the aboleth Python sources (``cache_salt``),
 and the configuration (target, passes off, disabled passes): changing any of them recompiles, and
 the same configuration hits the cache. Called with no arguments (Triton 3.7's contract) the hook
-returns ``(key, hash)`` with the same salt. Not covered in 3.6: a ``@triton.jit`` kernel's
-in-memory cache (``JITFunction.device_caches``), keyed only by specialization and options; a
-kernel already launched in this process under another configuration is not recompiled.
+returns ``(key, hash)`` with the same salt. A ``@triton.jit`` function's in-memory cache
+(``JITFunction.device_caches``) is keyed only by specialization and options, so the installation
+also chains Triton's ``jit_post_compile_hook``: a function whose kernel went through the stage
+with aboleth calls keeps one set of in-memory caches per configuration, and the set of the
+configuration in force is the one Triton looks in. A kernel launched under one configuration and
+then under another is compiled again (or found in the disk cache of that configuration); coming
+back to the first finds its kernel in memory. When no configuration is in force (after the last
+block), functions keep the caches of the last one, so a kernel compiled in a block can be
+launched after it. Entering and leaving ``compilation()`` costs a few dictionary operations (the
+salt is memoized and the build digest computed once per process).
 
 Threads: one lock guards install, uninstall and the configuration; each compilation reads the
 configuration once, when the hook runs, so its stage uses one configuration. The configuration is
@@ -34,6 +41,7 @@ restores both.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -43,6 +51,7 @@ import os
 import pathlib
 import tempfile
 import threading
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from triton import knobs
@@ -135,33 +144,27 @@ class Config:
         return json.dumps(data, sort_keys=True)
 
 
-@functools.lru_cache(maxsize=8)
-def _build_digest_of(files: Tuple[Tuple[str, int, int], ...]) -> str:
-    digest = hashlib.sha256()
-    for path, _, _ in files:
-        digest.update(path.encode())
-        digest.update(pathlib.Path(path).read_bytes())
-    return digest.hexdigest()
-
-
+@functools.lru_cache(maxsize=1)
 def _build_digest() -> str:
     """A digest of the Rust extension module's bytes and the aboleth Python sources.
 
     Triton does not hash third-party builtins into its cache key (``DependenciesFinder`` skips
     them), so a change to ``aboleth.language`` or to the Rust side must reach the key through the
-    salt. Recomputed only when a file's size or modification time changes.
+    salt. Computed once per process: the extension and the modules this process imported do not
+    change under it (a rebuild takes effect in the next process, which computes a new digest).
     """
-    paths = [pathlib.Path(_aboleth.__file__).resolve()] + sorted(_PACKAGE_DIRECTORY.glob("*.py"))
-    files = []
-    for path in paths:
-        status = path.stat()
-        files.append((str(path), status.st_mtime_ns, status.st_size))
-    return _build_digest_of(tuple(files))
+    digest = hashlib.sha256()
+    for path in [pathlib.Path(_aboleth.__file__).resolve()] + sorted(_PACKAGE_DIRECTORY.glob("*.py")):
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=64)
 def cache_salt(config: Config) -> str:
     """The salt for ``config``: 20 hex digits of a SHA-256 over the bridge version, the Rust
-    version, the build digest (extension module and Python sources) and the configuration."""
+    version, the build digest (extension module and Python sources) and the configuration.
+    Memoized: entering ``compilation()`` around every launch costs a dictionary lookup."""
     material = json.dumps(
         {
             "bridge": BRIDGE_VERSION,
@@ -223,6 +226,17 @@ class _Installation:
 
         hook.__qualname__ = hook.__name__ = "aboleth_stages_hook"
         self.hook = hook
+        self.previous_post_compile_hook = knobs.runtime.jit_post_compile_hook
+
+        def post_compile_hook(**kwargs: Any) -> Any:
+            previous = self.previous_post_compile_hook
+            result = previous(**kwargs) if previous is not None else None
+            if self.active:
+                _remember_stage_function(kwargs)
+            return result
+
+        post_compile_hook.__qualname__ = post_compile_hook.__name__ = "aboleth_post_compile_hook"
+        self.post_compile_hook = post_compile_hook
 
     def _call(self, args: Tuple[Any, ...]) -> Any:
         previous = self.previous_hook
@@ -258,6 +272,53 @@ _config: Optional[Config] = None
 # The configuration given to install(), and the active compilation() blocks in entry order.
 _explicit_config: Optional[Config] = None
 _contexts: List[Tuple[object, Config]] = []
+
+
+# JIT functions with kernels compiled through the aboleth stage. Triton 3.6 keys a function's
+# in-memory kernel cache (``JITFunction.device_caches``) by specialization and options only, so
+# each of these functions keeps one set of caches per configuration (by salt), and the set in
+# ``device_caches`` is the one of the configuration in force: see ``_select_kernel_caches``.
+_stage_functions: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_CACHES_BY_SALT = "_aboleth_kernel_caches_by_salt"
+_CACHES_SALT = "_aboleth_kernel_caches_salt"
+
+
+def _remember_stage_function(kwargs: Dict[str, Any]) -> None:
+    """Triton's ``jit_post_compile_hook``: remembers the compiled function when its kernel went
+    through the aboleth stage with aboleth calls (its metadata carries the stage's summary)."""
+    info = kwargs.get("fn")
+    function = getattr(info, "jit_function", None)
+    if function is None or function in _stage_functions:
+        return
+    device = (kwargs.get("compile") or {}).get("device")
+    caches = function.device_caches.get(device) if device is not None else None
+    kernel = caches[0].get(kwargs.get("key")) if caches else None
+    metadata = getattr(kernel, "metadata", None)
+    if metadata is not None and not hasattr(metadata, STAGE):
+        return  # no aboleth calls: the configuration does not change its binary
+    with _lock:
+        config = _config
+        if config is None or function in _stage_functions:
+            return
+        setattr(function, _CACHES_BY_SALT, {})
+        setattr(function, _CACHES_SALT, cache_salt(config))
+        _stage_functions.add(function)
+
+
+def _select_kernel_caches(salt: str) -> None:
+    """Puts in each remembered function's ``device_caches`` the caches of the configuration
+    with ``salt``, keeping the others aside: a kernel launched under another configuration is
+    compiled again, and coming back to a configuration finds its kernels. Holds the lock."""
+    for function in list(_stage_functions):
+        current = getattr(function, _CACHES_SALT, None)
+        if current == salt:
+            continue
+        caches_by_salt = getattr(function, _CACHES_BY_SALT)
+        caches_by_salt[current] = function.device_caches
+        replacement = caches_by_salt.pop(salt, None)
+        function.device_caches = replacement if replacement is not None else collections.defaultdict(
+            function.create_binder)
+        setattr(function, _CACHES_SALT, salt)
 
 
 def _add_stage(args: Tuple[Any, ...], config: Config) -> None:
@@ -328,12 +389,16 @@ def _apply() -> None:
     with _lock:
         config = _contexts[-1][1] if _contexts else _explicit_config
         if config is None:
+            # Kernels compiled under the last configuration stay in their functions' caches, so
+            # a kernel compiled inside a block can still be launched after it.
             installation = _installation
             if installation is None:
                 return
             installation.active = False
             if knobs.runtime.add_stages_inspection_hook is installation.hook:
                 knobs.runtime.add_stages_inspection_hook = installation.previous_hook
+            if knobs.runtime.jit_post_compile_hook is installation.post_compile_hook:
+                knobs.runtime.jit_post_compile_hook = installation.previous_post_compile_hook
             installation.saved_cache.restore()
             _installation = None
             _config = None
@@ -341,9 +406,38 @@ def _apply() -> None:
         if _installation is None:
             installation = _Installation(knobs.runtime.add_stages_inspection_hook, _SavedCacheDir.capture())
             knobs.runtime.add_stages_inspection_hook = installation.hook
+            knobs.runtime.jit_post_compile_hook = installation.post_compile_hook
             _installation = installation
+        if config == _config:
+            return
         _config = config
-        knobs.cache.dir = os.path.join(_installation.saved_cache.base, f"aboleth-{cache_salt(config)}")
+        salt = cache_salt(config)
+        directory = os.path.join(_installation.saved_cache.base, f"aboleth-{salt}")
+        if knobs.cache.dir != directory:
+            knobs.cache.dir = directory
+        _select_kernel_caches(salt)
+
+
+@functools.lru_cache(maxsize=64, typed=True)
+def _make_config_cached(target: Any, passes_off: Any, disabled_passes: Tuple[Any, ...], immediate_signals: Any,
+                        packet_signals: Any) -> Config:
+    return Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
+                  immediate_signals=immediate_signals, packet_signals=packet_signals)
+
+
+def _make_config(target: Any, passes_off: Any, disabled_passes: Any, immediate_signals: Any,
+                 packet_signals: Any) -> Config:
+    """``Config(...)``, memoized for the common case (hashable arguments, passes as a sequence of
+    names), so that ``compilation()`` around every launch does not check the same configuration
+    again. Anything else goes to ``Config`` itself, which refuses it."""
+    if not isinstance(disabled_passes, str):
+        try:
+            return _make_config_cached(target, passes_off, tuple(disabled_passes), immediate_signals, packet_signals)
+        except TypeError as error:
+            if "unhashable" not in str(error):
+                raise
+    return Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
+                  immediate_signals=immediate_signals, packet_signals=packet_signals)
 
 
 def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
@@ -358,9 +452,8 @@ def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[
     changing anything.
     """
     global _explicit_config
-    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
-                    immediate_signals=immediate_signals, packet_signals=packet_signals)
-    cache_salt(config)  # reads the build files now, outside the lock
+    config = _make_config(target, passes_off, disabled_passes, immediate_signals, packet_signals)
+    cache_salt(config)  # reads the build files on first use, outside the lock
     with _lock:
         _explicit_config = config
         _apply()
@@ -405,9 +498,8 @@ def compilation(*, target: str, passes_off: bool = False, disabled_passes: Seque
     removed. Blocks may end in any order (several threads may use them at once), but the
     configuration is process-wide: threads compiling at the same time should agree on it.
     """
-    config = Config(target=target, passes_off=passes_off, disabled_passes=disabled_passes,
-                    immediate_signals=immediate_signals, packet_signals=packet_signals)
-    cache_salt(config)
+    config = _make_config(target, passes_off, disabled_passes, immediate_signals, packet_signals)
+    cache_salt(config)  # reads the build files on first use, outside the lock
     entry = (object(), config)
     with _lock:
         _contexts.append(entry)

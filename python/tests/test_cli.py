@@ -1,5 +1,7 @@
-"""`python -m aboleth compile KERNEL.py` (what `aboleth compile KERNEL.py` runs): statistics and
-Aboleth IR for every target, PTX for p2p, and usage errors that name the argument."""
+"""The `aboleth` command on Triton kernels (`python -m aboleth`, the package's `aboleth` script and
+the cargo-built binary are one command line): statistics and Aboleth IR for every target, PTX,
+simulation, diagnostics at the kernel's Python line, bind keys by parameter name, and one-line
+errors that name the argument."""
 
 import json
 import os
@@ -7,6 +9,8 @@ import pathlib
 import re
 import subprocess
 import sys
+
+import pytest
 
 SEED = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton" / "alltoall.py")
 SIGNATURE = "endpoints=*i64,recv=*i64,flags=*i64,send=i64,send_key=i32,my_flags=*i64,epoch=i64"
@@ -62,21 +66,21 @@ def test_ptx_for_mlx5_has_the_byte_swapped_wqe_stores_and_one_doorbell():
 
 def test_a_missing_type_names_the_parameter():
     result = run("--kernel", "alltoall", "--target", "p2p", "--signature", "endpoints=*i64")
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.startswith("aboleth: error: --signature: give a type (e.g. recv=*i64 or recv=i32) or a "
                                     "--constexpr value for: recv, flags, send, send_key, my_flags, epoch, BYTES, RANK")
 
 
 def test_an_unknown_kernel_lists_the_kernels_of_the_file():
     result = run("--kernel", "nope", "--target", "p2p")
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "no kernel named `nope` (found: alltoall" in result.stderr
 
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 SEED_LAUNCH = ["--grid", "ranks-1", "--rank-constexpr", "RANK", "--constexpr", "BYTES=256", "--signature", SIGNATURE,
                "--regions", "send=ranks*256 recv=ranks*256 flags=ranks*8",
-               "--bind", "endpoints=endpoints recv=regions:recv flags=regions:flags src=local:send "
+               "--bind", "endpoints=endpoints recv=regions:recv flags=regions:flags send=local:send "
                          "send_key=lkey:send my_flags=local:flags epoch=value:epoch",
                "--init", "send=random"]
 
@@ -96,11 +100,84 @@ def test_aboleth_sim_runs_the_seed_triton_kernel_compiled_per_rank_on_simulated_
         assert f"alltoall on {target}: 3 ranks, 5 schedule(s) x 2 configurations, seed 0: validated" in result.stdout
 
 
-def test_aboleth_sim_of_a_python_kernel_names_an_unbound_argument():
-    launch = [argument.replace("src=local:send ", "") for argument in SEED_LAUNCH]
+def test_aboleth_sim_of_a_python_kernel_names_an_unbound_parameter_at_the_kernel():
+    launch = [argument.replace("send=local:send ", "") for argument in SEED_LAUNCH]
     result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", "p2p", "--ranks", "2", *launch)
     assert result.returncode == 1
-    assert "argument `src` is not bound; add `src=...` to the kernel's `bind` attribute" in result.stderr
+    # The parameter's name (`send`), not the local variable's (`src = send.to(...)`), at the `def`.
+    assert result.stderr.strip() == (f"{SEED}:13:0: error: cannot simulate: argument `send` is not bound; add "
+                                     "`send=...` to the kernel's `bind` attribute")
+
+
+def test_bind_keys_naming_a_local_variable_still_work_with_a_deprecation_note():
+    launch = [argument.replace("send=local:send ", "src=local:send ") for argument in SEED_LAUNCH]
+    result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", "p2p", "--ranks", "2",
+                            "--schedules", "2", "--check", *launch)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == (f"{SEED}: warning: bind key `src` names a local variable of the kernel; bind the "
+                                     "kernel parameter instead: `send=local:send` (local names are deprecated)")
+
+
+def test_simulator_reports_point_at_the_kernels_python_lines():
+    # A lowering broken on purpose deadlocks in the wait for the send buffer: line 24 of the seed.
+    result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", "proxy", "--ranks", "2",
+                            "--schedules", "1", "--mutate", "signal-before-data", *SEED_LAUNCH)
+    assert result.returncode == 0, result.stderr
+    assert f"waits at {SEED}:24:17 (proxy.wait_completion)" in result.stdout, result.stdout
+    assert ".lifted.abo" not in result.stdout
+
+
+NEGATIVE_BYTES = str(pathlib.Path(__file__).resolve().parent / "user_errors.py")
+
+
+@pytest.mark.parametrize("verb", ["compile", "sim"])
+def test_a_user_error_in_a_kernel_is_located_at_its_line_and_not_called_internal(verb):
+    arguments = ["--kernel", "negative_bytes", "--target", "p2p", "--signature", SIGNATURE, "--constexpr", "RANK=0"]
+    if verb == "sim":
+        arguments += ["--regions", "send=ranks*256 recv=ranks*256 flags=ranks*8", "--bind",
+                      "endpoints=endpoints recv=regions:recv flags=regions:flags send=local:send send_key=lkey:send "
+                      "my_flags=local:flags epoch=value:epoch"]
+    else:
+        arguments += ["--emit", "ptx"]
+    result = subprocess.run([sys.executable, "-m", "aboleth", verb, NEGATIVE_BYTES, *arguments],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"{NEGATIVE_BYTES}:14:79: error: ab.put of -5 bytes: the byte count must not be "
+                                     "negative")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--signature", SIGNATURE.replace("endpoints=*i64", "endpoints=*q64")],
+     "--signature: `endpoints=*q64`: `*q64` is not a Triton type; use one of i1, i8, i16, i32, i64, u8, u16, u32, "
+     "u64, fp16, bf16, fp32, fp64, or `*` and a type for a pointer (*i64, *i8, *fp32)"),
+    (["--signature", SIGNATURE + ",recv=*i32"], "--signature: `recv` is given twice; give each parameter once"),
+    (["--signature", SIGNATURE, "--constexpr", "BYTES=abc"],
+     "--constexpr: `BYTES=abc`: the value must be an integer, a float or true/false"),
+    (["--signature", SIGNATURE, "--num-warps", "3"],
+     "--num-warps 3: warps per program must be a power of two from 1 to 32"),
+    (["--signature", SIGNATURE + ",BYTES=i32", "--constexpr", "BYTES=256"],
+     "`BYTES` is given both a --signature type and a --constexpr value; give one"),
+])
+def test_command_line_mistakes_are_one_line_errors(arguments, message):
+    result = run("--kernel", "alltoall", "--target", "p2p", "--constexpr", "RANK=1", *arguments)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == f"aboleth: error: {message}"
+
+
+def test_the_python_package_has_every_verb_of_the_command_line():
+    for arguments, expected in [(["passes"], "batch-commands"),
+                                (["plan", "examples/ir/alltoall.abo"], "plan for examples/ir/alltoall.abo"),
+                                (["opt", "examples/ir/alltoall.abo", "--target", "p2p"], "p2p."),
+                                (["sim", "examples/ir/alltoall.abo", "--schedules", "2", "--check"], "validated")]:
+        result = subprocess.run([sys.executable, "-m", "aboleth", *arguments], capture_output=True, text=True,
+                                timeout=300, cwd=REPOSITORY)
+        assert result.returncode == 0, result.stderr
+        assert expected in result.stdout
+    script = pathlib.Path(sys.executable).with_name("aboleth")
+    result = subprocess.run([str(script), "sim", SEED, "--kernel", "alltoall", "--target", "p2p", "--ranks", "2", "--schedules", "2",
+                             "--check", *SEED_LAUNCH], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "alltoall on p2p: 2 ranks, 2 schedule(s) x 2 configurations, seed 0: validated" in result.stdout
 
 
 def test_aboleth_compile_hands_python_kernels_to_the_python_package():

@@ -6,8 +6,8 @@
 //! [`run_command_line`] is the whole command: the `aboleth` binary calls it, and so does the
 //! Python package's `aboleth` script (and `python -m aboleth`) through the extension module, so
 //! there is one front door. Each subcommand parses its input, runs the library, and prints;
-//! errors are printed as `file:line:column: error: message` and exit with status 1 (usage
-//! errors: 2). A closed standard output (`aboleth opt ... | head -1`) ends the command quietly.
+//! errors are printed as `file:line:column: error: message` and exit with status 1 (arguments
+//! that do not parse: 2, as clap reports them). A closed standard output (`aboleth opt ... | head -1`) ends the command quietly.
 //! No compiler logic lives here.
 
 use std::collections::BTreeSet;
@@ -163,7 +163,7 @@ enum Command {
         #[arg(long)]
         no_lowering: bool,
     },
-    /// Compile an .abo file, or a Triton kernel in a .py file (through `python -m aboleth`,
+    /// Compile an .abo file, or a Triton kernel in a .py file (through the Python package,
     /// no GPU needed), and emit IR, PTX or statistics.
     Compile {
         /// The input file (.abo, or .py with --kernel and --signature).
@@ -253,7 +253,8 @@ enum Command {
 }
 
 /// Runs the command line `arguments` (the first one is the program name) and returns the exit
-/// status: 0 on success, 1 when the input or a check failed, 2 for a usage error. Triton
+/// status: 0 on success, 1 when the input, an option or a check failed, 2 when the arguments
+/// do not parse. Triton
 /// kernels (`.py`) are compiled by `python_interpreter` (default: `ABOLETH_PYTHON`, else
 /// `.venv/bin/python` when present, else `python3`).
 pub fn run_command_line<I, T>(arguments: I, python_interpreter: Option<String>) -> i32
