@@ -4,6 +4,7 @@ that parses new TTIR back into the module."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -377,3 +378,27 @@ def test_a_kernel_compiled_inside_a_compilation_block_goes_through_the_stage():
     assert not aboleth.is_installed()
     with aboleth.compilation(target="p2p"):
         assert compile_kernel(seed_kernels.alltoall, SEED_SIGNATURE, SEED_CONSTEXPRS).asm["cubin"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(target="p2p", immediate_signals=True),
+     "immediate signals (--immediate-signals, immediate_signals=True) let mlx5 signals ride on their puts as RDMA "
+     "write-with-immediate; the p2p transport has no such operation: drop the option, or compile for mlx5"),
+    (dict(target="mlx5", packet_signals=True),
+     "packet signals (--packet-signals, packet_signals=True) let p2p signals travel in their puts' data as LL "
+     "packets over NVLink stores; the mlx5 transport does not store to peer memory: drop the option, or compile "
+     "for p2p"),
+    (dict(target="proxy", passes_off=True, disabled_passes=["batch-commands"]),
+     "disabling passes (batch-commands) has no effect with passes off (--passes-off, passes_off=True), which "
+     "already skips every planning pass; give one or the other"),
+    (dict(target="proxy", disabled_passes=["no-such-pass"]), "unknown pass 'no-such-pass' in --disable-pass"),
+])
+def test_a_configuration_that_cannot_take_effect_is_refused_where_it_is_written(arguments, message):
+    for make in (aboleth.Config, aboleth.install, aboleth.compilation):
+        with pytest.raises(ValueError) as raised:
+            with contextlib.ExitStack() as stack:
+                made = make(**arguments)
+                if make is aboleth.compilation:
+                    stack.enter_context(made)
+        assert message in str(raised.value)
+    assert not aboleth.is_installed()
