@@ -10,8 +10,10 @@
   ``region``, ``exchange_regions`` (a ``RegionTable`` whose device tables are torch tensors),
   ``compilation()``, ``barrier``, ``check_waits``, ``close``. torch is imported only where needed.
 
-What is not here yet: Triton code generation for the mlx5 and proxy targets (the stage raises
-``NotImplementedError`` naming the op), bounded waits in generated code, the device library.
+- the ``aboleth`` command (``aboleth/cli.py``; also ``python -m aboleth``): the Rust command line,
+  every verb, for ``.abo`` files and Triton kernels.
+
+What is not here yet: the NVSHMEM-shaped device library, and a runtime for mlx5 (no NIC here).
 """
 
 from ._aboleth import packet_staging_bytes

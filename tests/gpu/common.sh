@@ -25,3 +25,21 @@ export PYTHONUNBUFFERED=1
 # torchrun, or the module it runs where the entry point is not on PATH.
 launcher=torchrun
 command -v torchrun >/dev/null || launcher="python3 -m torch.distributed.run"
+# Ranks outnumbering the GPUs share them under CUDA MPS: without it their kernels time-slice and
+# every spin-wait measures the scheduler. Call before the launcher; MPS stops when the script ends.
+mps_note=""
+start_mps_if_ranks_share_gpus() {
+    local gpus
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if [ "${gpus:-0}" -ge "$nproc" ]; then
+        return
+    fi
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    local control=nvidia-cuda-mps-control
+    [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && control=/usr/local/nvidia/bin/nvidia-cuda-mps-control
+    "$control" -d && trap "echo quit | $control" EXIT
+    mps_note=" ($nproc ranks on $gpus GPU(s) under CUDA MPS: not NVLink)"
+    machine=${MACHINE:-nvidia-h200-${nproc}ranks-mps}
+    echo "started CUDA MPS: $nproc ranks share $gpus GPU(s)"
+}

@@ -7,9 +7,9 @@
 //! - `packet_staging_bytes(length) -> int`: staging bytes after a flag region of packet signals;
 //! - `run_stage(ttir_text: str, config_json: str) -> (str, str)`: the `aboleth` stage
 //!   ([`stage::run_stage`]), run with the GIL released. Errors become Python exceptions: a bad
-//!   configuration or TTIR that does not parse raises `ValueError` (for the TTIR, with the
-//!   `file:line:column: error: ...` message), and a module with aboleth calls raises
-//!   `NotImplementedError` naming them, because lowering them is not built yet (issue 3).
+//!   configuration, TTIR that does not parse, or communication that cannot be compiled raises
+//!   `ValueError` with the `file:line:column: error: ...` message at the kernel's line; a request
+//!   whose code generation does not exist raises `NotImplementedError`.
 //! - `check_config(config_json)`: raises `ValueError` for a configuration the stage refuses;
 //! - `run_command_line(arguments, python_interpreter) -> int`: the whole `aboleth` command line
 //!   (`aboleth-cli`), which the package installs as the `aboleth` script and runs as
@@ -57,9 +57,10 @@ fn packet_staging_bytes(length: u64) -> PyResult<u64> {
 /// `passes_off` (bool), `disabled_passes` (list of pass names) and `source_name` (the file name
 /// that TTIR positions are reported under). The GIL is released while it runs.
 ///
-/// Today: a module without aboleth extern calls comes back unchanged with a JSON summary; a module
-/// with some raises NotImplementedError naming each call and its source position (lowering is
-/// issue 3). Raises ValueError for a bad configuration or TTIR that does not parse.
+/// A module without aboleth extern calls comes back unchanged with a JSON summary; a module with
+/// some comes back with the communication compiled for the target. Raises ValueError for a bad
+/// configuration, TTIR that does not parse or communication that cannot be compiled (located at
+/// the kernel's Python line).
 #[pyfunction]
 fn run_stage(py: Python<'_>, ttir_text: String, config_json: String) -> PyResult<(String, String)> {
     py.detach(move || stage::run_stage(&ttir_text, &config_json))

@@ -1,15 +1,14 @@
 //! The `aboleth` Triton stage as the Rust side sees it: TTIR text and a configuration in, TTIR
 //! text and a JSON summary out (`docs/TRITON_BRIDGE.md`, "The stage").
 //!
-//! What it does today: reads the configuration JSON, parses the TTIR with [`aboleth_ttir`], and
-//! finds the `tt.extern_elementwise` calls whose `libname` is `aboleth`. With none, it returns the
-//! text unchanged and a summary. With some, it fails with [`StageError::NotBuilt`], naming each
-//! call and its Python source position: lifting the calls into the `ab` dialect, running the
-//! pipeline and generating TTIR for the transport are issue 3, not built yet.
+//! What it does: reads and checks the configuration JSON, parses the TTIR with [`aboleth_ttir`],
+//! and hands it to [`aboleth_codegen::run_stage`], which lifts the `tt.extern_elementwise` calls
+//! whose `libname` is `aboleth`, runs the pipeline and generates TTIR for the transport. With no
+//! such call the text comes back unchanged with a summary.
 //!
 //! What it does not do: any compiler work (that belongs to `aboleth-ttir`, `aboleth-ir` and
-//! `aboleth-passes`), any Python (the module in `lib.rs` converts errors into Python exceptions),
-//! or checking pass names (the pass registry will, once the pipeline runs here).
+//! `aboleth-passes`), or any Python (the module in `lib.rs` converts errors into Python
+//! exceptions).
 
 use std::fmt;
 
