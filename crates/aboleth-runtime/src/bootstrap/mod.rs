@@ -28,14 +28,34 @@
 //! the TCPStore protocol has no authentication, and the digest (FNV-1a) is not cryptographic.
 //! Rank 0 also refuses to start on a store that already holds a session it did not create.
 //!
+//! Limits. `WORLD_SIZE` must be 1 to [`MAX_WORLD_SIZE`] (65536) and `RANK` below it: both are
+//! checked by [`BootstrapConfig::from_lookup`] and again by [`TcpStoreBootstrap::connect`]
+//! before anything proportional to them is allocated or sent, and the error names the variable,
+//! its value, the limit and the fix.
+//!
+//! Collectives. A rank publishes its record (`collective/{n}/{rank}`), appends its rank number to
+//! the collective's arrival list, and adds one to its count; the rank that brings the count to
+//! `WORLD_SIZE` sets the collective's `complete` key, which is all the others wait for. So no wait
+//! request carries one key per rank, and an `all_gather` reads the records in a few MULTI_GETs
+//! once they are all there. Rank 0 deletes the shared keys of collective `n - 1` at the end of
+//! collective `n` (each rank deletes its own record), when every rank is known to be done with
+//! them.
+//!
 //! Timeouts. Every blocking operation has a deadline (`ABOLETH_BOOTSTRAP_TIMEOUT_S`, default
 //! 300 s, measured from the start of the operation; for [`TcpStoreBootstrap::connect`], from
-//! its start). Waiting is done in short slices, between which a rank polls the job's alerts: a
-//! rank that fails a collective posts an "abort" alert naming the missing ranks, so every other
-//! rank fails promptly with the same diagnosis instead of a lost connection. A rank that times
-//! out names the ranks whose keys are missing. Rank 0, when it hosts the store, keeps it up after
-//! a failure for at most [`FAILURE_LINGER`] so the others can read that alert, and at a normal
-//! close until every other rank has disconnected (at most the bootstrap timeout).
+//! its start) that bounds the whole operation, not each peer or request: every store reply is
+//! awaited until the deadline at most (plus [`DEADLINE_GRACE`] for the replies already asked
+//! for when it passes), so an operation and its diagnosis end within the timeout plus half a
+//! second whatever `WORLD_SIZE` is; reporting a failure to the other ranks adds at most another
+//! [`DEADLINE_GRACE`] (and [`FAILURE_LINGER`] on a store-hosting rank 0). Waiting is done in short slices, between which a rank polls the job's
+//! alerts: a rank that fails a collective posts an "abort" alert naming the missing ranks, so
+//! every other rank fails promptly with the same diagnosis instead of a lost connection. A rank
+//! that times out reads the arrival list once and names the missing ranks: the first
+//! [`NAMED_MISSING_RANKS`] (8), then how many more of how many ("ranks 1, 2, 3, 4, 5, 6, 7, 8
+//! and 4991 more (4999 of 5000) did not arrive"), so the message stays short at any world size.
+//! Rank 0, when it hosts the store, keeps it up after a failure for at most [`FAILURE_LINGER`]
+//! so the others can read that alert, and at a normal close until every other rank has
+//! disconnected (at most the bootstrap timeout).
 //!
 //! What it does not do: tolerate rank failures (one missing rank fails the whole rendezvous),
 //! authenticate, or move large data (values are limited to torch's 8 MiB).
@@ -68,8 +88,9 @@ pub const NAMED_MISSING_RANKS: usize = 8;
 /// Refused processes a timeout message describes; the others are counted.
 const NAMED_REFUSALS: usize = 3;
 /// How long past an operation's deadline a rank may spend on replies already asked for (the
-/// cancellation of the last wait, the read of the arrival list that names the missing ranks).
-/// Every operation therefore ends within its timeout plus this, whatever `WORLD_SIZE` is.
+/// cancellation of the last wait, the read of the arrival list that names the missing ranks),
+/// and how long posting a failure alert may take. Every operation therefore ends within its
+/// timeout plus this, whatever `WORLD_SIZE` is (see the module comment for failure reports).
 pub const DEADLINE_GRACE: Duration = Duration::from_millis(500);
 /// Records one MULTI_GET reads when an `all_gather` collects the other ranks' contributions.
 const GATHER_KEYS_PER_REQUEST: usize = 1024;
