@@ -122,7 +122,7 @@ def test_a_rank_that_never_arrives_is_a_timeout_named_and_the_gil_is_released(bo
     counter = threading.Thread(target=count)
     counter.start()
     try:
-        with pytest.raises(TimeoutError, match=r"rank\(s\) 1 never arrived"):
+        with pytest.raises(TimeoutError, match=r"rank 1 of 2 did not arrive"):
             aboleth.TcpStoreBootstrap.from_env()
     finally:
         done.set()

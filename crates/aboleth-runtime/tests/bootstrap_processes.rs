@@ -154,7 +154,7 @@ fn a_missing_rank_is_named_by_every_rank_within_the_timeout() {
     for outcome in finish_all(processes) {
         assert!(!outcome.success, "{outcome:#?}");
         assert!(
-            outcome.stderr.contains("rank(s) 2 never arrived"),
+            outcome.stderr.contains("rank 2 of 3 did not arrive"),
             "rank {} does not name rank 2: {outcome:#?}",
             outcome.rank
         );
@@ -186,11 +186,40 @@ fn a_wrong_job_token_is_refused_and_named() {
     // Rank 0 keeps waiting for a legitimate rank 1, then names it and the refusal.
     assert!(!host.success, "{host:#?}");
     assert!(
-        host.stderr.contains("rank(s) 1 never arrived")
+        host.stderr.contains("rank 1 of 2 did not arrive")
             && host
                 .stderr
                 .contains("a process claiming rank 1 was refused"),
         "{host:#?}"
     );
     assert!(host.elapsed < timeout + REPORT_SLACK, "{host:#?}");
+}
+
+#[test]
+fn a_huge_world_size_is_refused_at_once_naming_the_variable_and_the_limit() {
+    // Before the limit, WORLD_SIZE=10^7 ran out of time and memory (1.5 GB) instead.
+    let outcome = finish(start_rank(free_port(), 0, 10_000_000, "job-huge", "3"));
+    assert!(!outcome.success, "{outcome:#?}");
+    assert!(
+        outcome.stderr.contains(
+            "environment variable WORLD_SIZE=\"10000000\" is invalid: expected a number of ranks from 1 to 65536 (the bootstrap's limit); set WORLD_SIZE to the number of processes in the job"
+        ),
+        "{outcome:#?}"
+    );
+    assert!(outcome.elapsed < Duration::from_secs(1), "{outcome:#?}");
+}
+
+#[test]
+fn a_large_world_with_one_rank_started_fails_within_twice_the_timeout() {
+    let timeout = Duration::from_secs(1);
+    let outcome = finish(start_rank(free_port(), 0, 5000, "job-large", "1"));
+    assert!(!outcome.success, "{outcome:#?}");
+    assert!(
+        outcome.stderr.contains(
+            "barrier \"rendezvous\" timed out after 1.0 s: ranks 1, 2, 3, 4, 5, 6, 7, 8 and 4991 more (4999 of 5000) did not arrive; check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE"
+        ),
+        "{outcome:#?}"
+    );
+    assert!(outcome.stderr.len() < 1000, "{outcome:#?}");
+    assert!(outcome.elapsed < 2 * timeout, "{outcome:#?}");
 }

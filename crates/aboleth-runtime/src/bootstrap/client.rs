@@ -2,6 +2,9 @@
 //! `torch.distributed.TCPStore`) or ours ([`super::server::TcpStoreServer`]); both speak the
 //! protocol of [`super::protocol`]. It connects with retries until a deadline, validates and
 //! pings like torch's own client, and offers the key/value operations the bootstrap needs.
+//! Every reply is awaited for at most the reply timeout in all (not per read), and never past
+//! the deadline set with [`TcpStoreClient::set_deadline`], so that a caller running several
+//! requests under one deadline is bounded by it.
 //!
 //! What it does not do: share one connection between threads (every operation takes `&mut
 //! self`), reconnect after a failure (a connection that failed mid-request is marked broken,
@@ -66,6 +69,18 @@ pub enum StoreError {
         /// What arrived.
         detail: String,
     },
+    /// No (complete) reply came in time.
+    #[error(
+        "TCPStore at {address}: no reply to {operation} within {waited_seconds:.1} s; the process hosting the store (rank 0 or torchrun's agent) is stopped or overloaded, or raise ABOLETH_BOOTSTRAP_TIMEOUT_S"
+    )]
+    ReplyTimeout {
+        /// `host:port`.
+        address: String,
+        /// The operation, with its key.
+        operation: String,
+        /// Seconds waited for the reply.
+        waited_seconds: f64,
+    },
     /// An earlier failure left the connection unusable.
     #[error(
         "TCPStore connection to {address} is unusable after an earlier failure; create a new bootstrap"
@@ -109,7 +124,30 @@ pub struct TcpStoreClient {
     address: String,
     key_prefix: String,
     reply_timeout: Duration,
+    deadline: Option<Instant>,
     broken: bool,
+}
+
+/// Reads from the stream until `deadline` in all: before every read it sets the socket's
+/// timeout to the time left, since `set_read_timeout` alone bounds each read call, not a reply
+/// that arrives a few bytes at a time.
+struct DeadlineReader<'a> {
+    stream: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl io::Read for DeadlineReader<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "reply deadline passed",
+            ));
+        }
+        self.stream.set_read_timeout(Some(remaining))?;
+        self.stream.read(buffer)
+    }
 }
 
 /// Shortest read timeout we ask for: `set_read_timeout(Some(0))` is an error.
@@ -142,11 +180,14 @@ impl TcpStoreClient {
             attempts += 1;
             let last_error = match Self::connect_once(host, port, deadline) {
                 Ok(stream) => {
+                    // A store that stops reading must not block a request forever either.
+                    let _ = stream.set_write_timeout(Some(reply_timeout.max(MINIMUM_READ_TIMEOUT)));
                     let mut client = Self {
                         stream,
                         address: address.clone(),
                         key_prefix: wire_key_prefix(key_prefix),
                         reply_timeout,
+                        deadline: None,
                         broken: false,
                     };
                     let remaining = deadline.saturating_duration_since(Instant::now());
@@ -284,22 +325,46 @@ impl TcpStoreClient {
         })
     }
 
+    /// Bounds every later reply wait, in addition to the reply timeout, by `deadline`; `None`
+    /// lifts the bound. A caller running several requests under one deadline sets it once.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// When a reply awaited from now must be complete.
+    fn reply_deadline(&self) -> Instant {
+        let deadline = Instant::now() + self.reply_timeout.max(MINIMUM_READ_TIMEOUT);
+        self.deadline.map_or(deadline, |bound| deadline.min(bound))
+    }
+
     fn receive<T>(
         &mut self,
         operation: &str,
-        read: impl FnOnce(&mut TcpStream) -> io::Result<T>,
+        read: impl FnOnce(&mut DeadlineReader<'_>) -> io::Result<T>,
     ) -> Result<T, StoreError> {
-        let timeout = self.reply_timeout.max(MINIMUM_READ_TIMEOUT);
-        let result = self
-            .stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| read(&mut self.stream));
+        let started = Instant::now();
+        let deadline = self.reply_deadline();
+        let result = read(&mut DeadlineReader {
+            stream: &mut self.stream,
+            deadline,
+        });
         result.map_err(|source| {
             self.broken = true;
-            StoreError::Io {
-                address: self.address.clone(),
-                operation: operation.to_owned(),
-                source,
+            if matches!(
+                source.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                StoreError::ReplyTimeout {
+                    address: self.address.clone(),
+                    operation: operation.to_owned(),
+                    waited_seconds: started.elapsed().as_secs_f64(),
+                }
+            } else {
+                StoreError::Io {
+                    address: self.address.clone(),
+                    operation: operation.to_owned(),
+                    source,
+                }
             }
         })
     }
@@ -315,6 +380,30 @@ impl TcpStoreClient {
         self.send(&format!("set {key:?}"), &request)
     }
 
+    /// Appends `value` to the value at `key` (missing counts as empty), waking waiters.
+    pub fn append(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let full = self.full_key(key)?;
+        check_value(key, value)?;
+        let request = RequestBuilder::new(QueryType::Append)
+            .bytes(full.as_bytes())
+            .bytes(value)
+            .finish();
+        self.send(&format!("append {key:?}"), &request)
+    }
+
+    /// The values of `keys` in one request, without waiting (a missing key reads as empty, as
+    /// torch's server answers).
+    pub fn multi_get(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, StoreError> {
+        let operation = describe_keys("multi_get", keys);
+        let request = self.key_list_request(QueryType::MultiGet, keys)?;
+        self.send(&operation, &request)?;
+        self.receive(&operation, |reader| {
+            (0..keys.len())
+                .map(|_| protocol::read_bytes(reader, MAX_VALUE_BYTES))
+                .collect()
+        })
+    }
+
     /// Adds `delta` to the decimal counter at `key` (missing counts as 0); returns the new value.
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
         let full = self.full_key(key)?;
@@ -324,7 +413,7 @@ impl TcpStoreClient {
             .i64(delta)
             .finish();
         self.send(&operation, &request)?;
-        self.receive(&operation, protocol::read_i64)
+        self.receive(&operation, |reader| protocol::read_i64(reader))
     }
 
     /// Stores `desired` if the key holds `expected` (or is missing and `expected` is empty);
@@ -355,7 +444,7 @@ impl TcpStoreClient {
         let operation = describe_keys("check", keys);
         let request = self.key_list_request(QueryType::Check, keys)?;
         self.send(&operation, &request)?;
-        let reply = self.receive(&operation, protocol::read_u8)?;
+        let reply = self.receive(&operation, |reader| protocol::read_u8(reader))?;
         match reply {
             code if code == CheckResponse::Ready as u8 => Ok(true),
             code if code == CheckResponse::NotReady as u8 => Ok(false),
@@ -369,6 +458,9 @@ impl TcpStoreClient {
         let operation = describe_keys("wait", keys);
         let request = self.key_list_request(QueryType::Wait, keys)?;
         self.send(&operation, &request)?;
+        let timeout = self.deadline.map_or(timeout, |bound| {
+            timeout.min(bound.saturating_duration_since(Instant::now()))
+        });
         let first = self
             .stream
             .set_read_timeout(Some(timeout.max(MINIMUM_READ_TIMEOUT)))
@@ -396,7 +488,7 @@ impl TcpStoreClient {
         self.send("cancel_wait", &cancel)?;
         let mut all_arrived = false;
         loop {
-            let code = self.receive("cancel_wait", protocol::read_u8)?;
+            let code = self.receive("cancel_wait", |reader| protocol::read_u8(reader))?;
             match code {
                 // The keys arrived while our cancel was in flight: the wait succeeded after all.
                 code if code == WaitResponse::StopWaiting as u8 && !all_arrived => {
@@ -435,14 +527,14 @@ impl TcpStoreClient {
             .bytes(full.as_bytes())
             .finish();
         self.send(&operation, &request)?;
-        Ok(self.receive(&operation, protocol::read_i64)? == 1)
+        Ok(self.receive(&operation, |reader| protocol::read_i64(reader))? == 1)
     }
 
     /// Number of keys in the whole store (every prefix).
     pub fn num_keys(&mut self) -> Result<i64, StoreError> {
         let request = RequestBuilder::new(QueryType::GetNumKeys).finish();
         self.send("getnumkeys", &request)?;
-        self.receive("getnumkeys", protocol::read_i64)
+        self.receive("getnumkeys", |reader| protocol::read_i64(reader))
     }
 
     fn key_list_request(&self, query: QueryType, keys: &[String]) -> Result<Vec<u8>, StoreError> {

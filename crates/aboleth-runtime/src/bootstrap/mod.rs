@@ -28,14 +28,34 @@
 //! the TCPStore protocol has no authentication, and the digest (FNV-1a) is not cryptographic.
 //! Rank 0 also refuses to start on a store that already holds a session it did not create.
 //!
+//! Limits. `WORLD_SIZE` must be 1 to [`MAX_WORLD_SIZE`] (65536) and `RANK` below it: both are
+//! checked by [`BootstrapConfig::from_lookup`] and again by [`TcpStoreBootstrap::connect`]
+//! before anything proportional to them is allocated or sent, and the error names the variable,
+//! its value, the limit and the fix.
+//!
+//! Collectives. A rank publishes its record (`collective/{n}/{rank}`), appends its rank number to
+//! the collective's arrival list, and adds one to its count; the rank that brings the count to
+//! `WORLD_SIZE` sets the collective's `complete` key, which is all the others wait for. So no wait
+//! request carries one key per rank, and an `all_gather` reads the records in a few MULTI_GETs
+//! once they are all there. Rank 0 deletes the shared keys of collective `n - 1` at the end of
+//! collective `n` (each rank deletes its own record), when every rank is known to be done with
+//! them.
+//!
 //! Timeouts. Every blocking operation has a deadline (`ABOLETH_BOOTSTRAP_TIMEOUT_S`, default
 //! 300 s, measured from the start of the operation; for [`TcpStoreBootstrap::connect`], from
-//! its start). Waiting is done in short slices, between which a rank polls the job's alerts: a
-//! rank that fails a collective posts an "abort" alert naming the missing ranks, so every other
-//! rank fails promptly with the same diagnosis instead of a lost connection. A rank that times
-//! out names the ranks whose keys are missing. Rank 0, when it hosts the store, keeps it up after
-//! a failure for at most [`FAILURE_LINGER`] so the others can read that alert, and at a normal
-//! close until every other rank has disconnected (at most the bootstrap timeout).
+//! its start) that bounds the whole operation, not each peer or request: every store reply is
+//! awaited until the deadline at most (plus [`DEADLINE_GRACE`] for the replies already asked
+//! for when it passes), so an operation and its diagnosis end within the timeout plus half a
+//! second whatever `WORLD_SIZE` is; reporting a failure to the other ranks adds at most another
+//! [`DEADLINE_GRACE`] (and [`FAILURE_LINGER`] on a store-hosting rank 0). Waiting is done in short slices, between which a rank polls the job's
+//! alerts: a rank that fails a collective posts an "abort" alert naming the missing ranks, so
+//! every other rank fails promptly with the same diagnosis instead of a lost connection. A rank
+//! that times out reads the arrival list once and names the missing ranks: the first
+//! [`NAMED_MISSING_RANKS`] (8), then how many more of how many ("ranks 1, 2, 3, 4, 5, 6, 7, 8
+//! and 4991 more (4999 of 5000) did not arrive"), so the message stays short at any world size.
+//! Rank 0, when it hosts the store, keeps it up after a failure for at most [`FAILURE_LINGER`]
+//! so the others can read that alert, and at a normal close until every other rank has
+//! disconnected (at most the bootstrap timeout).
 //!
 //! What it does not do: tolerate rank failures (one missing rank fails the whole rendezvous),
 //! authenticate, or move large data (values are limited to torch's 8 MiB).
@@ -52,6 +72,28 @@ use std::time::{Duration, Instant};
 
 pub use client::{StoreError, TcpStoreClient};
 pub use server::TcpStoreServer;
+
+/// Most ranks one bootstrap accepts (`WORLD_SIZE`); a larger value is refused by
+/// [`BootstrapConfig::from_lookup`] and [`TcpStoreBootstrap::connect`] before anything is
+/// allocated or sent. Why 65536: every rank holds one TCP connection to the single store (rank 0's
+/// server spends a thread on each), and a timeout reads the collective's arrival list (4 bytes
+/// a rank, 256 KiB at this limit) while `all_gather` returns a table of `WORLD_SIZE` entries:
+/// this bound keeps all of them small and a failure report fast, and is well above the
+/// number of GPUs of any job one store rendezvous serves today. A larger value is almost always
+/// a launcher mistake (a garbled or multiplied `WORLD_SIZE`).
+pub const MAX_WORLD_SIZE: u32 = 65536;
+/// Missing ranks a timeout message names; the others are counted, so that the message stays
+/// short whatever `WORLD_SIZE` is.
+pub const NAMED_MISSING_RANKS: usize = 8;
+/// Refused processes a timeout message describes; the others are counted.
+const NAMED_REFUSALS: usize = 3;
+/// How long past an operation's deadline a rank may spend on replies already asked for (the
+/// cancellation of the last wait, the read of the arrival list that names the missing ranks),
+/// and how long posting a failure alert may take. Every operation therefore ends within its
+/// timeout plus this, whatever `WORLD_SIZE` is (see the module comment for failure reports).
+pub const DEADLINE_GRACE: Duration = Duration::from_millis(500);
+/// Records one MULTI_GET reads when an `all_gather` collects the other ranks' contributions.
+const GATHER_KEYS_PER_REQUEST: usize = 1024;
 
 /// Default of `ABOLETH_BOOTSTRAP_TIMEOUT_S`, in seconds.
 pub const DEFAULT_TIMEOUT_SECONDS: f64 = 300.0;
@@ -118,10 +160,11 @@ pub enum BootstrapError {
         /// The store error.
         source: StoreError,
     },
-    /// Some ranks did not arrive in time.
+    /// Some ranks did not arrive in time. The message names the first [`NAMED_MISSING_RANKS`]
+    /// missing ranks and counts the others.
     #[error(
-        "rank {rank}: {operation} timed out after {timeout_seconds:.1} s: rank(s) {missing} never arrived{refusals}; start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or raise ABOLETH_BOOTSTRAP_TIMEOUT_S",
-        missing = format_ranks(missing_ranks),
+        "rank {rank}: {operation} timed out after {timeout_seconds:.1} s: {missing} did not arrive{refusals}; check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or raise ABOLETH_BOOTSTRAP_TIMEOUT_S",
+        missing = format_missing_ranks(missing_ranks, *world_size),
         refusals = format_refusals(refused_ranks)
     )]
     Timeout {
@@ -131,8 +174,10 @@ pub enum BootstrapError {
         operation: String,
         /// The timeout.
         timeout_seconds: f64,
-        /// Ranks whose keys are missing, ascending.
+        /// Ranks whose keys are missing, ascending (at most [`MAX_WORLD_SIZE`]).
         missing_ranks: Vec<u32>,
+        /// Number of ranks of the job.
+        world_size: u32,
         /// Missing ranks that were seen refused, with the reason.
         refused_ranks: BTreeMap<u32, String>,
     },
@@ -266,26 +311,70 @@ pub enum BootstrapError {
     },
 }
 
-fn format_ranks(ranks: &[u32]) -> String {
-    let mut text = String::new();
-    for (index, rank) in ranks.iter().enumerate() {
+/// `rank 2 of 3`, `ranks 1, 2 and 3 of 5`, or `ranks 1, 2, ..., 8 and 4991 more (4999 of
+/// 5000)`: at most [`NAMED_MISSING_RANKS`] ranks named, whatever their number.
+fn format_missing_ranks(missing_ranks: &[u32], world_size: u32) -> String {
+    let named = &missing_ranks[..missing_ranks.len().min(NAMED_MISSING_RANKS)];
+    let unnamed = missing_ranks.len() - named.len();
+    let mut text = String::from(if missing_ranks.len() == 1 {
+        "rank "
+    } else {
+        "ranks "
+    });
+    for (index, rank) in named.iter().enumerate() {
         if index > 0 {
-            text.push_str(", ");
+            text.push_str(if index + 1 == named.len() && unnamed == 0 {
+                " and "
+            } else {
+                ", "
+            });
         }
         let _ = write!(text, "{rank}");
+    }
+    if unnamed > 0 {
+        let _ = write!(
+            text,
+            " and {unnamed} more ({} of {world_size})",
+            missing_ranks.len()
+        );
+    } else {
+        let _ = write!(text, " of {world_size}");
     }
     text
 }
 
+/// The first [`NAMED_REFUSALS`] refusals with their reasons, then a count of the others.
 fn format_refusals(refused_ranks: &BTreeMap<u32, String>) -> String {
     let mut text = String::new();
-    for (rank, reason) in refused_ranks {
+    for (rank, reason) in refused_ranks.iter().take(NAMED_REFUSALS) {
         let _ = write!(
             text,
             " (a process claiming rank {rank} was refused: {reason})"
         );
     }
+    if refused_ranks.len() > NAMED_REFUSALS {
+        let _ = write!(
+            text,
+            " (and {} more processes claiming missing ranks were refused)",
+            refused_ranks.len() - NAMED_REFUSALS
+        );
+    }
     text
+}
+
+/// What `WORLD_SIZE` must be, for its error message.
+fn world_size_expected() -> String {
+    format!(
+        "a number of ranks from 1 to {MAX_WORLD_SIZE} (the bootstrap's limit); set WORLD_SIZE to the number of processes in the job (torchrun sets it to nnodes x nproc_per_node)"
+    )
+}
+
+/// What `RANK` must be, for its error message.
+fn rank_expected(world_size: u32) -> String {
+    format!(
+        "a rank from 0 to {} (below WORLD_SIZE={world_size}); give every process a distinct RANK",
+        world_size - 1
+    )
 }
 
 /// 64-bit FNV-1a followed by the splitmix64 finalizer (so that similar tokens get visibly
@@ -408,6 +497,28 @@ fn parse_variable<T: std::str::FromStr>(
 }
 
 impl BootstrapConfig {
+    /// Checks the fields that come from `WORLD_SIZE` and `RANK` (for a configuration built in
+    /// code rather than read by [`Self::from_lookup`], which checks them too): a world of 1 to
+    /// [`MAX_WORLD_SIZE`] ranks, and a rank inside it. The error names the variable the field
+    /// stands for.
+    pub fn validate(&self) -> Result<(), BootstrapError> {
+        if self.world_size == 0 || self.world_size > MAX_WORLD_SIZE {
+            return Err(BootstrapError::InvalidEnvironmentVariable {
+                name: "WORLD_SIZE",
+                value: self.world_size.to_string(),
+                expected: world_size_expected(),
+            });
+        }
+        if self.rank >= self.world_size {
+            return Err(BootstrapError::InvalidEnvironmentVariable {
+                name: "RANK",
+                value: self.rank.to_string(),
+                expected: rank_expected(self.world_size),
+            });
+        }
+        Ok(())
+    }
+
     /// Reads the configuration from the process environment (see [`Self::from_lookup`]).
     pub fn from_env() -> Result<Self, BootstrapError> {
         Self::from_lookup(&|name| std::env::var(name).ok())
@@ -437,29 +548,24 @@ impl BootstrapConfig {
                 expected: "a TCP port number (1-65535)".to_owned(),
             });
         }
-        let world_size: u32 = parse_variable(
-            "WORLD_SIZE",
-            &required(lookup, "WORLD_SIZE")?,
-            "a positive number of ranks",
-        )?;
-        if world_size == 0 {
+        // Checked here, before anything proportional to it is allocated or sent.
+        let world_size_text = required(lookup, "WORLD_SIZE")?;
+        let world_size: u32 =
+            parse_variable("WORLD_SIZE", &world_size_text, &world_size_expected())?;
+        if world_size == 0 || world_size > MAX_WORLD_SIZE {
             return Err(BootstrapError::InvalidEnvironmentVariable {
                 name: "WORLD_SIZE",
-                value: "0".to_owned(),
-                expected: "a positive number of ranks".to_owned(),
+                value: world_size_text,
+                expected: world_size_expected(),
             });
         }
         let rank_text = required(lookup, "RANK")?;
-        let rank: u32 = parse_variable(
-            "RANK",
-            &rank_text,
-            &format!("a rank from 0 to {}", world_size - 1),
-        )?;
+        let rank: u32 = parse_variable("RANK", &rank_text, &rank_expected(world_size))?;
         if rank >= world_size {
             return Err(BootstrapError::InvalidEnvironmentVariable {
                 name: "RANK",
                 value: rank_text,
-                expected: format!("a rank below WORLD_SIZE={world_size}"),
+                expected: rank_expected(world_size),
             });
         }
         let timeout = match lookup("ABOLETH_BOOTSTRAP_TIMEOUT_S") {
@@ -570,6 +676,7 @@ impl TcpStoreBootstrap {
     /// waits until every rank has done the same. Fails within `config.timeout`, naming the
     /// ranks that never arrived.
     pub fn connect(config: BootstrapConfig) -> Result<Self, BootstrapError> {
+        config.validate()?;
         let started = Instant::now();
         let deadline = started + config.timeout;
         let rank = config.rank;
@@ -580,7 +687,7 @@ impl TcpStoreBootstrap {
             StoreHosting::RankZero if rank == 0 => (host_store(config.master_port)?, String::new()),
             StoreHosting::RankZero => (None, String::new()),
         };
-        let client = TcpStoreClient::connect(
+        let mut client = TcpStoreClient::connect(
             &config.master_address,
             config.master_port,
             &key_prefix,
@@ -588,6 +695,7 @@ impl TcpStoreBootstrap {
             config.timeout,
         )
         .map_err(|source| BootstrapError::Store { rank, source })?;
+        client.set_deadline(Some(deadline + DEADLINE_GRACE));
         let mut bootstrap = Self {
             config,
             client,
@@ -644,6 +752,18 @@ impl TcpStoreBootstrap {
         self.key(&format!("collective/{sequence}/{rank}"))
     }
 
+    /// A key of collective `sequence` that every rank writes: `arrived` (the numbers of the
+    /// ranks that published, 4 bytes little-endian each, appended), `count` (how many
+    /// published) and `complete` (set by the last one to publish).
+    fn collective_shared_key(&self, sequence: u64, name: &str) -> String {
+        self.key(&format!("collective/{sequence}/{name}"))
+    }
+
+    /// Bounds every store reply of the operation that ends at `deadline`.
+    fn begin_operation(&mut self, deadline: Instant) {
+        self.client.set_deadline(Some(deadline + DEADLINE_GRACE));
+    }
+
     fn store_error(&self, source: StoreError) -> BootstrapError {
         BootstrapError::Store {
             rank: self.config.rank,
@@ -672,11 +792,11 @@ impl TcpStoreBootstrap {
                 });
             }
         } else {
-            self.wait_for_ranks(
-                &[(0, session_key.clone())],
-                deadline,
-                "rendezvous (waiting for rank 0's session record)",
-            )?;
+            if !self.wait_for_key(&session_key, deadline)? {
+                return Err(
+                    self.timeout_error("rendezvous (waiting for rank 0's session record)", vec![0])
+                );
+            }
             let remaining = deadline.saturating_duration_since(Instant::now());
             let record = self
                 .client
@@ -797,14 +917,18 @@ impl TcpStoreBootstrap {
     }
 
     fn post_alert(&mut self, kind: &str, message: &str) -> Result<(), StoreError> {
+        // The failed operation's deadline may have passed: posting gets its own short one.
+        self.client
+            .set_deadline(Some(Instant::now() + DEADLINE_GRACE));
         let index = self.client.add(&self.key("alerts"), 1)? - 1;
         let text = format!("{kind} {} {message}", self.config.rank);
         self.client
             .set(&self.key(&format!("alert/{index}")), text.as_bytes())
     }
 
-    /// Reads alerts posted since the last poll: logs refusals, fails on aborts.
-    fn poll_alerts(&mut self) -> Result<(), BootstrapError> {
+    /// Reads alerts posted since the last poll: logs refusals, fails on aborts. An alert whose
+    /// text is not stored yet is awaited until `deadline` at most.
+    fn poll_alerts(&mut self, deadline: Instant) -> Result<(), BootstrapError> {
         let count = self
             .client
             .add(&self.key("alerts"), 0)
@@ -815,7 +939,10 @@ impl TcpStoreBootstrap {
             let key = self.key(&format!("alert/{index}"));
             let Some(text) = self
                 .client
-                .get(&key, ALERT_FETCH_TIMEOUT)
+                .get(
+                    &key,
+                    ALERT_FETCH_TIMEOUT.min(deadline.saturating_duration_since(Instant::now())),
+                )
                 .map_err(|source| self.store_error(source))?
             else {
                 continue;
@@ -857,61 +984,91 @@ impl TcpStoreBootstrap {
         Ok(())
     }
 
-    /// Waits until every `(rank, key)` exists, polling alerts between slices; on timeout, names
-    /// the ranks whose keys are missing.
-    fn wait_for_ranks(
-        &mut self,
-        keys_by_rank: &[(u32, String)],
-        deadline: Instant,
-        operation: &str,
-    ) -> Result<(), BootstrapError> {
-        let started = Instant::now();
-        let keys: Vec<String> = keys_by_rank.iter().map(|(_, key)| key.clone()).collect();
+    /// Waits until `key` exists or `deadline` passes, in slices between which it polls the
+    /// alerts; whether the key appeared. Each slice is one request of one key, whatever
+    /// `WORLD_SIZE` is.
+    fn wait_for_key(&mut self, key: &str, deadline: Instant) -> Result<bool, BootstrapError> {
+        let keys = [key.to_owned()];
         let mut slice = FIRST_WAIT_SLICE;
         loop {
-            self.poll_alerts()?;
+            self.poll_alerts(deadline)?;
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                break;
+                // It may have appeared just as the deadline passed.
+                return self
+                    .client
+                    .check(&keys)
+                    .map_err(|source| self.store_error(source));
             }
             let arrived = self
                 .client
                 .wait(&keys, slice.min(remaining))
                 .map_err(|source| self.store_error(source))?;
             if arrived {
-                return Ok(());
+                return Ok(true);
             }
             slice = (slice * 2).min(MAXIMUM_WAIT_SLICE);
         }
-        let mut missing_ranks = Vec::new();
-        for (rank, key) in keys_by_rank {
-            let present = self
-                .client
-                .check(std::slice::from_ref(key))
-                .map_err(|source| self.store_error(source))?;
-            if !present {
-                missing_ranks.push(*rank);
+    }
+
+    /// The ranks that have not published collective `sequence`, ascending, read from its
+    /// arrival list in one request (at most 4 bytes a rank).
+    fn missing_ranks(&mut self, sequence: u64) -> Result<Vec<u32>, BootstrapError> {
+        let world_size = self.config.world_size;
+        let key = self.collective_shared_key(sequence, "arrived");
+        let list = self
+            .client
+            .multi_get(std::slice::from_ref(&key))
+            .map_err(|source| self.store_error(source))?
+            .pop()
+            .unwrap_or_default();
+        let corrupt = |detail: String| BootstrapError::CorruptRecord {
+            rank: self.config.rank,
+            key: key.clone(),
+            detail,
+        };
+        if list.len() % 4 != 0 {
+            return Err(corrupt(format!(
+                "{} bytes, not a list of 4-byte rank numbers",
+                list.len()
+            )));
+        }
+        let mut arrived = vec![false; world_size as usize];
+        for chunk in list.chunks_exact(4) {
+            let &[b0, b1, b2, b3] = chunk else {
+                continue;
+            };
+            let rank = u32::from_le_bytes([b0, b1, b2, b3]);
+            match arrived.get_mut(rank as usize) {
+                Some(slot) => *slot = true,
+                None => {
+                    return Err(corrupt(format!(
+                        "names rank {rank}, beyond WORLD_SIZE={world_size}"
+                    )));
+                }
             }
         }
-        if missing_ranks.is_empty() {
-            // Everything arrived just as the deadline passed.
-            return Ok(());
-        }
-        let refused_ranks = missing_ranks
+        Ok((0..world_size)
+            .filter(|&rank| !arrived[rank as usize])
+            .collect())
+    }
+
+    /// The timeout of `operation`, naming `missing_ranks` and the refusals seen among them.
+    fn timeout_error(&self, operation: &str, missing_ranks: Vec<u32>) -> BootstrapError {
+        let refused_ranks = self
+            .refused_ranks
             .iter()
-            .filter_map(|rank| {
-                self.refused_ranks
-                    .get(rank)
-                    .map(|reason| (*rank, reason.clone()))
-            })
+            .filter(|(rank, _)| missing_ranks.binary_search(rank).is_ok())
+            .map(|(rank, reason)| (*rank, reason.clone()))
             .collect();
-        Err(BootstrapError::Timeout {
+        BootstrapError::Timeout {
             rank: self.config.rank,
             operation: operation.to_owned(),
-            timeout_seconds: deadline.saturating_duration_since(started).as_secs_f64(),
+            timeout_seconds: self.config.timeout.as_secs_f64(),
             missing_ranks,
+            world_size: self.config.world_size,
             refused_ranks,
-        })
+        }
     }
 
     fn check_not_failed(&self) -> Result<(), BootstrapError> {
@@ -946,47 +1103,85 @@ impl TcpStoreBootstrap {
                 limit_bytes,
             });
         }
+        // Publish: the record, then this rank's number on the arrival list, then the count;
+        // one connection's requests are served in order, so a rank that sees `complete` (set
+        // by whoever brings the count to WORLD_SIZE) finds every record in place. Waiting is
+        // then on that one key, and a timeout reads the arrival list once: no request carries
+        // one key per rank.
+        let world_size = self.config.world_size;
         self.client
             .set(&self.collective_key(sequence, rank), &record)
             .map_err(|source| self.store_error(source))?;
-        let others: Vec<(u32, String)> = (0..self.config.world_size)
-            .filter(|&other| other != rank)
-            .map(|other| (other, self.collective_key(sequence, other)))
-            .collect();
-        self.wait_for_ranks(&others, deadline, &kind.describe(name))?;
+        self.client
+            .append(
+                &self.collective_shared_key(sequence, "arrived"),
+                &rank.to_le_bytes(),
+            )
+            .map_err(|source| self.store_error(source))?;
+        let count_key = self.collective_shared_key(sequence, "count");
+        let count = self
+            .client
+            .add(&count_key, 1)
+            .map_err(|source| self.store_error(source))?;
+        let complete_key = self.collective_shared_key(sequence, "complete");
+        if count == i64::from(world_size) {
+            self.client
+                .set(&complete_key, b"1")
+                .map_err(|source| self.store_error(source))?;
+        } else if count < 1 || count > i64::from(world_size) {
+            return Err(BootstrapError::CorruptRecord {
+                rank,
+                key: count_key,
+                detail: format!("count {count} is outside 1..={world_size}"),
+            });
+        }
+        let operation = kind.describe(name);
+        if !self.wait_for_key(&complete_key, deadline)? {
+            let missing_ranks = self.missing_ranks(sequence)?;
+            // An empty list: the last rank published just as the deadline passed.
+            if !missing_ranks.is_empty() {
+                return Err(self.timeout_error(&operation, missing_ranks));
+            }
+        }
         let mut gathered = Vec::new();
         if kind == CollectiveKind::AllGather {
-            gathered = vec![Vec::new(); self.config.world_size as usize];
+            gathered = vec![Vec::new(); world_size as usize];
             gathered[rank as usize] = payload.to_vec();
-            for (other, key) in &others {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let record = self
+            let others: Vec<u32> = (0..world_size).filter(|&other| other != rank).collect();
+            for chunk in others.chunks(GATHER_KEYS_PER_REQUEST) {
+                let keys: Vec<String> = chunk
+                    .iter()
+                    .map(|&other| self.collective_key(sequence, other))
+                    .collect();
+                let records = self
                     .client
-                    .get(key, remaining)
-                    .map_err(|source| self.store_error(source))?
-                    .unwrap_or_default();
-                let Some((found_kind, found_name, found_payload)) = decode_record(&record) else {
-                    return Err(BootstrapError::CorruptRecord {
-                        rank,
-                        key: key.clone(),
-                        detail: format!("{} bytes, not a collective record", record.len()),
-                    });
-                };
-                if found_kind != kind as u8 || found_name != name {
-                    let found = match found_kind {
-                        1 => CollectiveKind::Barrier.describe(found_name),
-                        2 => CollectiveKind::AllGather.describe(found_name),
-                        code => format!("an unknown collective (kind {code})"),
+                    .multi_get(&keys)
+                    .map_err(|source| self.store_error(source))?;
+                for ((&other, key), record) in chunk.iter().zip(&keys).zip(&records) {
+                    let Some((found_kind, found_name, found_payload)) = decode_record(record)
+                    else {
+                        return Err(BootstrapError::CorruptRecord {
+                            rank,
+                            key: key.clone(),
+                            detail: format!("{} bytes, not a collective record", record.len()),
+                        });
                     };
-                    return Err(BootstrapError::CollectiveMismatch {
-                        rank,
-                        sequence,
-                        expected: kind.describe(name),
-                        peer_rank: *other,
-                        found,
-                    });
+                    if found_kind != kind as u8 || found_name != name {
+                        let found = match found_kind {
+                            1 => CollectiveKind::Barrier.describe(found_name),
+                            2 => CollectiveKind::AllGather.describe(found_name),
+                            code => format!("an unknown collective (kind {code})"),
+                        };
+                        return Err(BootstrapError::CollectiveMismatch {
+                            rank,
+                            sequence,
+                            expected: kind.describe(name),
+                            peer_rank: other,
+                            found,
+                        });
+                    }
+                    gathered[other as usize] = found_payload.to_vec();
                 }
-                gathered[*other as usize] = found_payload.to_vec();
             }
         }
         // Every rank has published collective `sequence`, so every rank has finished reading
@@ -995,6 +1190,13 @@ impl TcpStoreBootstrap {
             self.client
                 .delete_key(&self.collective_key(sequence - 1, rank))
                 .map_err(|source| self.store_error(source))?;
+            if rank == 0 {
+                for shared in ["arrived", "count", "complete"] {
+                    self.client
+                        .delete_key(&self.collective_shared_key(sequence - 1, shared))
+                        .map_err(|source| self.store_error(source))?;
+                }
+            }
         }
         Ok(gathered)
     }
@@ -1007,6 +1209,7 @@ impl TcpStoreBootstrap {
     ) -> Result<Vec<Vec<u8>>, BootstrapError> {
         self.check_not_failed()?;
         let deadline = Instant::now() + self.config.timeout;
+        self.begin_operation(deadline);
         let result = self.collective_until(kind, name, payload, deadline);
         if let Err(error) = &result {
             self.record_failure(error);
@@ -1028,6 +1231,7 @@ impl TcpStoreBootstrap {
 
     /// Stores `value` under the job-wide `key`.
     pub fn set(&mut self, key: &str, value: &[u8]) -> Result<(), BootstrapError> {
+        self.begin_operation(Instant::now() + self.config.timeout);
         let full = self.key(&format!("user/{key}"));
         self.client
             .set(&full, value)
@@ -1045,6 +1249,7 @@ impl TcpStoreBootstrap {
         key: &str,
         timeout: Duration,
     ) -> Result<Vec<u8>, BootstrapError> {
+        self.begin_operation(Instant::now() + timeout);
         let full = self.key(&format!("user/{key}"));
         self.client
             .get(&full, timeout)
@@ -1058,6 +1263,7 @@ impl TcpStoreBootstrap {
 
     /// Adds `delta` to the job-wide counter `key` (missing counts as 0); returns the new value.
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, BootstrapError> {
+        self.begin_operation(Instant::now() + self.config.timeout);
         let full = self.key(&format!("user/{key}"));
         self.client
             .add(&full, delta)
@@ -1075,6 +1281,7 @@ impl TcpStoreBootstrap {
         keys: &[&str],
         timeout: Duration,
     ) -> Result<(), BootstrapError> {
+        self.begin_operation(Instant::now() + timeout);
         let full: Vec<String> = keys
             .iter()
             .map(|key| self.key(&format!("user/{key}")))

@@ -23,8 +23,9 @@
 //! - `torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp` (the default server since torch
 //!   2.4): a new connection's first query must be VALIDATE with the magic number; keys are limited
 //!   to 8 KiB, values to 8 MiB, and one request to 128 Ki keys; GET of a missing key returns an
-//!   empty vector; COMPARE_SET on a missing key stores the desired value only when the expected
-//!   value is empty, and returns the current value otherwise.
+//!   empty vector, and MULTI_GET answers one vector per key, empty for a missing one; APPEND
+//!   (key, bytes) has no reply; COMPARE_SET on a missing key stores the desired value only when
+//!   the expected value is empty, and returns the current value otherwise.
 
 use std::io::{self, Read};
 

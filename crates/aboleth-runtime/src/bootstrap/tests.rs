@@ -424,3 +424,190 @@ fn a_silent_service_is_not_taken_for_a_store() {
     assert!(matches!(error, StoreError::NotATcpStore { .. }), "{error}");
     drop(listener);
 }
+
+/// The error of a one-rank-present world of `world_size` ranks with a 1 s timeout, and how long
+/// it took.
+fn lone_rank_zero(world_size: u32) -> (BootstrapError, Duration) {
+    let mut config = thread_config(free_port(), 0, world_size, "t");
+    config.timeout = Duration::from_secs(1);
+    let started = Instant::now();
+    let error = TcpStoreBootstrap::connect(config).unwrap_err();
+    (error, started.elapsed())
+}
+
+#[test]
+fn a_large_world_with_one_rank_present_fails_within_twice_the_timeout() {
+    // Before the fix, 5000 ranks produced a 29 KB message and 65536 ranks took 4.2 s (one
+    // CHECK per missing rank after the timeout, every wait slice sending every rank's key).
+    for world_size in [5000, MAX_WORLD_SIZE] {
+        let (error, elapsed) = lone_rank_zero(world_size);
+        assert!(
+            elapsed < Duration::from_secs(2),
+            "WORLD_SIZE={world_size} took {elapsed:?}: {error}"
+        );
+        assert!(
+            matches!(&error, BootstrapError::Timeout { missing_ranks, .. }
+                if missing_ranks.len() == world_size as usize - 1),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "rank 0: barrier \"rendezvous\" timed out after 1.0 s: ranks 1, 2, 3, 4, 5, 6, 7, 8 and {} more ({} of {world_size}) did not arrive; check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or raise ABOLETH_BOOTSTRAP_TIMEOUT_S",
+                world_size - 9,
+                world_size - 1
+            )
+        );
+    }
+}
+
+#[test]
+fn missing_ranks_are_named_up_to_eight_then_counted() {
+    let cases: [(&[u32], u32, &str); 5] = [
+        (&[2], 3, "rank 2 of 3"),
+        (&[1, 3], 4, "ranks 1 and 3 of 4"),
+        (&[1, 2, 3], 5, "ranks 1, 2 and 3 of 5"),
+        (
+            &[1, 2, 3, 4, 5, 6, 7, 8],
+            9,
+            "ranks 1, 2, 3, 4, 5, 6, 7 and 8 of 9",
+        ),
+        (
+            &[0, 1, 2, 3, 4, 5, 6, 7, 9],
+            10,
+            "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 1 more (9 of 10)",
+        ),
+    ];
+    for (missing, world_size, expected) in cases {
+        assert_eq!(format_missing_ranks(missing, world_size), expected);
+    }
+    // Bounded whatever the number of missing ranks or refusals.
+    let everyone: Vec<u32> = (1..MAX_WORLD_SIZE).collect();
+    assert!(format_missing_ranks(&everyone, MAX_WORLD_SIZE).len() < 100);
+    let refusals: BTreeMap<u32, String> = (1..1000)
+        .map(|rank| (rank, "it has WORLD_SIZE=3".to_owned()))
+        .collect();
+    assert_eq!(
+        format_refusals(&refusals),
+        " (a process claiming rank 1 was refused: it has WORLD_SIZE=3) (a process claiming rank 2 was refused: it has WORLD_SIZE=3) (a process claiming rank 3 was refused: it has WORLD_SIZE=3) (and 996 more processes claiming missing ranks were refused)"
+    );
+}
+
+#[test]
+fn huge_or_absurd_world_sizes_and_ranks_are_refused_up_front() {
+    let world_size_expected = "expected a number of ranks from 1 to 65536 (the bootstrap's limit); set WORLD_SIZE to the number of processes in the job (torchrun sets it to nnodes x nproc_per_node)";
+    for value in ["10000000", "65537", "0", "-4", "many", "99999999999", ""] {
+        let environment = environment_with(&[("WORLD_SIZE", Some(value)), ("RANK", Some("0"))]);
+        let error = BootstrapConfig::from_lookup(&lookup_from(&environment)).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "environment variable WORLD_SIZE=\"{value}\" is invalid: {world_size_expected}"
+            )
+        );
+    }
+    let environment = environment_with(&[("WORLD_SIZE", Some("65536")), ("RANK", Some("65535"))]);
+    let config = BootstrapConfig::from_lookup(&lookup_from(&environment)).unwrap();
+    assert_eq!(config.world_size, MAX_WORLD_SIZE);
+    for value in ["2", "-1", "one", "4294967296"] {
+        let environment = environment_with(&[("RANK", Some(value))]);
+        let error = BootstrapConfig::from_lookup(&lookup_from(&environment)).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "environment variable RANK=\"{value}\" is invalid: expected a rank from 0 to 1 (below WORLD_SIZE=2); give every process a distinct RANK"
+            )
+        );
+    }
+    // A configuration built in code is checked by connect before any network I/O: nothing
+    // listens on this port, yet the answer is immediate and about WORLD_SIZE, not the store.
+    let started = Instant::now();
+    let error =
+        TcpStoreBootstrap::connect(thread_config(free_port(), 1, 10_000_000, "t")).unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(100));
+    assert_eq!(
+        error.to_string(),
+        format!("environment variable WORLD_SIZE=\"10000000\" is invalid: {world_size_expected}")
+    );
+    let error = TcpStoreBootstrap::connect(thread_config(free_port(), 3, 3, "t")).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "environment variable RANK=\"3\" is invalid: expected a rank from 0 to 2 (below WORLD_SIZE=3); give every process a distinct RANK"
+    );
+}
+
+#[test]
+fn a_missing_rank_in_a_later_collective_is_named() {
+    let port = free_port();
+    let threads: Vec<_> = (0..3)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut config = thread_config(port, rank, 3, "t");
+                config.timeout = Duration::from_secs(1);
+                let mut bootstrap = TcpStoreBootstrap::connect(config).unwrap();
+                bootstrap.barrier("first").unwrap();
+                if rank == 2 {
+                    // Rank 2 skips the gather; its bootstrap stays open until the others fail.
+                    std::thread::sleep(Duration::from_millis(1500));
+                    return String::new();
+                }
+                let started = Instant::now();
+                let error = bootstrap.all_gather("second", b"x").unwrap_err();
+                assert!(started.elapsed() < Duration::from_secs(2), "{error}");
+                error.to_string()
+            })
+        })
+        .collect();
+    let messages: Vec<String> = threads
+        .into_iter()
+        .map(|thread| thread.join().unwrap())
+        .collect();
+    // Whichever of ranks 0 and 1 times out first names rank 2; the other may learn of it
+    // through the abort alert, which carries the same text.
+    for message in &messages[..2] {
+        assert!(
+            message.contains(
+                "all_gather \"second\" timed out after 1.0 s: rank 2 of 3 did not arrive; check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE"
+            ),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn a_store_that_stops_replying_is_bounded_by_the_client_deadline() {
+    // Answers the handshake like a TCPStore, then reads requests and never replies.
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut handshake = [0u8; 10];
+        stream.read_exact(&mut handshake).unwrap();
+        stream.write_all(&handshake[6..10]).unwrap();
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink);
+    });
+    let mut client = TcpStoreClient::connect(
+        "127.0.0.1",
+        port,
+        "",
+        Instant::now() + Duration::from_secs(5),
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    client.set_deadline(Some(Instant::now() + Duration::from_millis(200)));
+    let started = Instant::now();
+    let error = client.add("counter", 1).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "TCPStore at 127.0.0.1:{port}: no reply to add \"counter\" within 0."
+        )) && message.ends_with(
+            "s; the process hosting the store (rank 0 or torchrun's agent) is stopped or overloaded, or raise ABOLETH_BOOTSTRAP_TIMEOUT_S"
+        ),
+        "{message}"
+    );
+    drop(client);
+    server.join().unwrap();
+}
