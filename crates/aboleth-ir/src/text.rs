@@ -217,7 +217,11 @@ fn parse_module_unguarded(
             ));
         }
     };
-    verify_operation(module, ctx).map_err(|error| Diagnostic::from_pliron(ctx, &error, file))?;
+    verify_operation(module, ctx).map_err(|error| {
+        let mut diagnostic = Diagnostic::from_pliron(ctx, &error, file);
+        diagnostic.message = improve_verify_message(&diagnostic.message);
+        diagnostic
+    })?;
     crate::verify::verify_module(ctx, module)?;
     Ok(module)
 }
@@ -314,6 +318,27 @@ fn check_text(text: &str, file: &str) -> Result<(), Diagnostic> {
     Ok(())
 }
 
+/// Rewords pliron's structural verifier messages (which name blocks by their uniqued labels)
+/// into the rule and the fix.
+fn improve_verify_message(message: &str) -> String {
+    const TERMINATORS: &str = "a kernel's block ends with ab.return, an ab.for or ab.if body \
+                               with ab.yield";
+    if message.ends_with("is missing a terminator") {
+        format!("this block does not end with a terminator: {TERMINATORS}")
+    } else if message.ends_with("has a terminator that is not the last operation in the block") {
+        format!(
+            "ops after a terminator in this block (they would never run): {TERMINATORS}, as \
+             its last op; move or delete the rest"
+        )
+    } else if let Some(rest) = message.strip_prefix("Op ")
+        && let Some(op) = rest.strip_suffix(" must only have regions with single block")
+    {
+        format!("{op}'s body is exactly one block: `{{ ^label(): ... ab.yield }}`")
+    } else {
+        message.to_string()
+    }
+}
+
 /// Makes pliron's parse errors say what to do, and point at the use of an undefined name
 /// (pliron reports those at the enclosing function).
 fn improve_parse_error(text: &str, mut diagnostic: Diagnostic) -> Diagnostic {
@@ -330,6 +355,12 @@ fn improve_parse_error(text: &str, mut diagnostic: Diagnostic) -> Diagnostic {
             diagnostic.line = line;
             diagnostic.column = column;
         }
+    } else if original.starts_with("Unexpected `}`")
+        && previous_non_space(text, diagnostic.line, diagnostic.column) == Some(';')
+    {
+        diagnostic.message = "`;` before `}`: ops are separated by `;`, so the last op of a \
+                              block (its ab.yield or ab.return) takes none; delete the `;`"
+            .into();
     } else if let Some(op) = original.strip_prefix("Unregistered Op ") {
         let op = op.split_whitespace().next().unwrap_or(op);
         diagnostic.message = format!(
@@ -338,6 +369,20 @@ fn improve_parse_error(text: &str, mut diagnostic: Diagnostic) -> Diagnostic {
         );
     }
     diagnostic
+}
+
+/// The last non-whitespace character before 1-based `line`:`column` of `text`.
+fn previous_non_space(text: &str, line: u32, column: u32) -> Option<char> {
+    let lines: Vec<&str> = text.lines().collect();
+    let line_index = (line as usize).checked_sub(1)?;
+    let current: String = lines
+        .get(line_index)?
+        .chars()
+        .take((column as usize).saturating_sub(1))
+        .collect();
+    std::iter::once(current.as_str())
+        .chain(lines[..line_index].iter().rev().copied())
+        .find_map(|line| line.trim_end().chars().next_back())
 }
 
 fn first_use(text: &str, name: &str) -> Option<(u32, u32)> {

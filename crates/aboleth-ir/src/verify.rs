@@ -290,28 +290,10 @@ fn check_placement(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> 
             check_kernel_signature(ctx, op)?;
         }
         "ab.for" | "ab.if" => check_region_shape(ctx, op, "ab.yield")?,
-        "ab.return" if parent_name != "builtin.func" => {
-            return Err(Diagnostic::at_op(
-                ctx,
-                op,
-                format!(
-                    "ab.return inside {parent_name}: ab.return ends a kernel and may appear only \
-                     as the last op of the kernel's block; end this body with ab.yield (to skip \
-                     the rest of a kernel, guard it with ab.if)"
-                ),
-            ));
-        }
-        "ab.yield" if !matches!(parent_name.as_str(), "ab.for" | "ab.if") => {
-            return Err(Diagnostic::at_op(
-                ctx,
-                op,
-                format!(
-                    "ab.yield in {parent_name}: ab.yield ends the body of an ab.for or ab.if; \
-                     a kernel ends with ab.return"
-                ),
-            ));
-        }
         _ => {}
+    }
+    if let Some(diagnostic) = misplaced_terminator(ctx, op) {
+        return Err(diagnostic);
     }
     if matches!(name.as_str(), "ab.return" | "ab.yield")
         && let Some(block) = op.deref(ctx).get_parent_block()
@@ -327,6 +309,34 @@ fn check_placement(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> 
         ));
     }
     Ok(())
+}
+
+/// The error for an `ab.return` outside a kernel's block or an `ab.yield` outside an `ab.for` or
+/// `ab.if` body, located at the terminator.
+fn misplaced_terminator(ctx: &Context, op: Ptr<Operation>) -> Option<Diagnostic> {
+    let name = op_name(ctx, op);
+    let parent = op.deref(ctx).get_parent_op(ctx);
+    let parent_name = parent.map(|parent| op_name(ctx, parent)).unwrap_or_default();
+    let message = match name.as_str() {
+        "ab.return" if parent_name != "builtin.func" => format!(
+            "ab.return inside {parent_name}: ab.return ends a kernel and may appear only as the \
+             last op of the kernel's block; end this body with ab.yield (to skip the rest of a \
+             kernel, guard it with ab.if)"
+        ),
+        "ab.yield" if !matches!(parent_name.as_str(), "ab.for" | "ab.if") => {
+            let place = if parent_name == "builtin.func" {
+                "a kernel's block"
+            } else {
+                parent_name.as_str()
+            };
+            format!(
+                "ab.yield ends {place}: ab.yield ends the body of an ab.for or ab.if; a kernel \
+                 ends with ab.return"
+            )
+        }
+        _ => return None,
+    };
+    Some(Diagnostic::at_op(ctx, op, message))
 }
 
 /// A kernel, `ab.for` or `ab.if` has one region of one block that ends in `terminator`.
@@ -362,6 +372,10 @@ fn check_region_shape(
         ));
     }
     let last = block.deref(ctx).get_tail();
+    // A terminator of the wrong kind is reported where it stands, with its own rule.
+    if let Some(diagnostic) = last.and_then(|last| misplaced_terminator(ctx, last)) {
+        return Err(diagnostic);
+    }
     if last.is_none_or(|last| op_name(ctx, last) != terminator) {
         let found = match last {
             Some(last) => format!("its last op is {}", op_name(ctx, last)),
