@@ -69,9 +69,11 @@ test: setup lint
 	$(CARGO) test --workspace
 	$(MAKE) python-test
 	ABOLETH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test -p aboleth-ir --test fuzz_parser -- --nocapture
+	ABOLETH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test -p aboleth-passes --test type_shuffle_fuzz -- --nocapture
 
 bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-passes --test filetests
 
 fuzz:
 	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-ir --test fuzz_parser -- --nocapture
+	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-passes --test type_shuffle_fuzz -- --nocapture

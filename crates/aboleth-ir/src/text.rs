@@ -1,7 +1,10 @@
 //! Reading and printing `.abo` text, and turning pliron errors into located diagnostics.
 //!
 //! [`parse_module`] parses a whole file (with its path recorded in every op's location) and
-//! runs the verifier; [`print_module`] prints a module without location markers, which is the
+//! runs the verifier. Before pliron's parser runs, the text itself is checked for what would
+//! crash it: non-ASCII names (its identifier parser panics) and nesting deeper than
+//! [`REGION_NESTING_MAX`] regions or [`BRACKET_NESTING_MAX`] brackets (it recurses per level);
+//! after it, text left past the module (a second module) is refused rather than dropped; [`print_module`] prints a module without location markers, which is the
 //! form golden tests compare. A [`Diagnostic`] is `file:line:column: error: message`, the form
 //! compilers use, so editors jump to it. This module does not run passes.
 
