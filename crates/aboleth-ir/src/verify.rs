@@ -18,7 +18,7 @@
 //!   `ab.store` move is 8, 16, 32 or 64 bits wide; a loop's bounds, step and induction variable
 //!   share one type;
 //! - constants that make a program meaningless: a loop step <= 0, a division or remainder by
-//!   zero, a put of a negative or misaligned size or past its region's `length_bytes`, a
+//!   zero (or of i64::MIN by -1), a put of a negative or misaligned size or past its region's `length_bytes`, a
 //!   signal on a flag that is not an 8-byte element.
 //!
 //! Every message says what the rule is and how to fix the input; docs/PROGRAMMING_MODEL.md
@@ -265,7 +265,9 @@ fn check_module(ctx: &Context, module: Ptr<Operation>) -> Result<(), Diagnostic>
 fn check_placement(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> {
     let name = op_name(ctx, op);
     let parent = op.deref(ctx).get_parent_op(ctx);
-    let parent_name = parent.map(|parent| op_name(ctx, parent)).unwrap_or_default();
+    let parent_name = parent
+        .map(|parent| op_name(ctx, parent))
+        .unwrap_or_default();
     match name.as_str() {
         "builtin.module" => {
             return Err(Diagnostic::at_op(
@@ -316,7 +318,9 @@ fn check_placement(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> 
 fn misplaced_terminator(ctx: &Context, op: Ptr<Operation>) -> Option<Diagnostic> {
     let name = op_name(ctx, op);
     let parent = op.deref(ctx).get_parent_op(ctx);
-    let parent_name = parent.map(|parent| op_name(ctx, parent)).unwrap_or_default();
+    let parent_name = parent
+        .map(|parent| op_name(ctx, parent))
+        .unwrap_or_default();
     let message = match name.as_str() {
         "ab.return" if parent_name != "builtin.func" => format!(
             "ab.return inside {parent_name}: ab.return ends a kernel and may appear only as the \
@@ -546,11 +550,7 @@ fn check_result(ctx: &Context, op: Ptr<Operation>, name: &str) -> Result<(), Dia
         return Ok(());
     };
     if op.deref(ctx).get_num_results() != 1 {
-        return Err(Diagnostic::at_op(
-            ctx,
-            op,
-            format!("{name} has one result"),
-        ));
+        return Err(Diagnostic::at_op(ctx, op, format!("{name} has one result")));
     }
     let result = op.deref(ctx).get_result(0);
     let kind = kind_of(ctx, result);
@@ -638,7 +638,10 @@ fn check_constant(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> {
     let result_type = op.deref(ctx).get_result(0).get_type(ctx);
     let attribute_type = constant
         .get_attr_builtin_constant_value(ctx)
-        .and_then(|attr| attr.downcast_ref::<IntegerAttr>().map(|int| TypeHandle::from(int.get_type())));
+        .and_then(|attr| {
+            attr.downcast_ref::<IntegerAttr>()
+                .map(|int| TypeHandle::from(int.get_type()))
+        });
     match attribute_type {
         None => Err(Diagnostic::at_op(
             ctx,
@@ -702,6 +705,22 @@ fn check_binop(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> {
             format!(
                 "{what} by zero: the right operand of ab.binop {operator:?} is the constant 0; \
                  divide by a non-zero value"
+            ),
+        ));
+    }
+    if let (Some(operator), Some(lhs), Some(rhs)) = (
+        operator,
+        constant_value(ctx, lhs_value),
+        constant_value(ctx, rhs_value),
+    ) && rhs != 0
+        && crate::scalar::evaluate_binary(operator, lhs, rhs).is_none()
+    {
+        return Err(Diagnostic::at_op(
+            ctx,
+            op,
+            format!(
+                "ab.binop {operator:?} of {lhs} by {rhs} overflows a 64-bit integer (the most \
+                 negative value divided by -1 is not representable); change the operands"
             ),
         ));
     }

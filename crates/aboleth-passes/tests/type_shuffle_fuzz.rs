@@ -78,13 +78,18 @@ impl Generator {
             return matching[self.rng.random_range(0..matching.len())].0.clone();
         }
         if let Some(width) = ty.strip_prefix("builtin.integer i") {
-            let value = self.rng.random_range(0..16) * 8;
+            // Mostly small multiples of 8 (sizes and offsets that fit), sometimes the extremes
+            // that overflow arithmetic on trip counts, offsets and sizes.
+            let value: i128 = if self.rng.random_range(0..10) == 0 {
+                let extremes = [-1, i128::from(i64::MIN), i128::from(i64::MAX), 1 << 31];
+                extremes[self.rng.random_range(0..extremes.len())]
+            } else {
+                self.rng.random_range(0..16) * 8
+            };
             let name = self.fresh();
             self.line(
                 indent,
-                &format!(
-                    "{name} = builtin.constant <builtin.integer <{value}: i{width}>> : {ty};"
-                ),
+                &format!("{name} = builtin.constant <builtin.integer <{value}: i{width}>> : {ty};"),
             );
             self.define(&name, ty);
             return name;
@@ -201,11 +206,17 @@ impl Generator {
                 } else {
                     String::new()
                 };
-                let op = if self.rng.random_bool(0.5) { "Set" } else { "Add" };
+                let op = if self.rng.random_bool(0.5) {
+                    "Set"
+                } else {
+                    "Add"
+                };
                 self.with_result(
                     indent,
                     "ab.token",
-                    &format!("ab.signal {endpoint}, {flag}, {value}{after} [op: ab.signal_op {op}]"),
+                    &format!(
+                        "ab.signal {endpoint}, {flag}, {value}{after} [op: ab.signal_op {op}]"
+                    ),
                 );
             }
             10 => {
@@ -219,7 +230,11 @@ impl Generator {
             }
             12 => {
                 let endpoint = self.operand("ab.endpoint", indent);
-                let op = if self.rng.random_bool(0.5) { "drain" } else { "fence" };
+                let op = if self.rng.random_bool(0.5) {
+                    "drain"
+                } else {
+                    "fence"
+                };
                 self.line(indent, &format!("ab.{op} {endpoint} [];"));
             }
             13 => {
@@ -240,7 +255,10 @@ impl Generator {
                     let induction = self.fresh();
                     let induction_type = self.result_type(I64);
                     self.line(indent, &format!("ab.for {lower}, {upper}, {step} [] {{"));
-                    self.line(indent + 2, &format!("^b{label}({induction}: {induction_type}):"));
+                    self.line(
+                        indent + 2,
+                        &format!("^b{label}({induction}: {induction_type}):"),
+                    );
                     self.scopes.push(vec![(induction, induction_type)]);
                 } else {
                     let condition = self.operand(I64, indent);
@@ -260,7 +278,9 @@ impl Generator {
                 let token = self.fresh();
                 self.line(
                     indent,
-                    &format!("{token} = ab.put endpoint, dst_at, send, size, send_key [] : ab.token;"),
+                    &format!(
+                        "{token} = ab.put endpoint, dst_at, send, size, send_key [] : ab.token;"
+                    ),
                 );
                 self.define(&token, "ab.token");
                 let signal = self.fresh();
@@ -458,4 +478,47 @@ fn type_shuffled_programs_never_panic_and_every_error_is_located() {
         clean_compiled * 2 >= clean_cases,
         "fewer than half of the well-typed programs compiled: the generator no longer reaches the passes"
     );
+}
+
+/// Loops from i64::MIN to i64::MAX (a trip count past i64) and nested loops whose trip counts
+/// multiply past it used to overflow in `constant_trip_count`, `size-buffers`, the lowerings and
+/// the statistics.
+#[test]
+fn loops_with_extreme_constant_bounds_compile_or_are_refused_with_a_location() {
+    let put_in = |loops: &str, closing: &str| {
+        format!(
+            "builtin.module @m {{\n  ^entry():\n  builtin.func @kernel: builtin.function <(ab.ptr, \
+             ab.ptr, ab.ptr, ab.ptr, builtin.integer i32, ab.ptr, builtin.integer i64) -> ()> \
+             [grid: builtin.string \"1\"] {{\n    ^entry_kernel(endpoints: ab.ptr, recv: ab.ptr, \
+             flags: ab.ptr, send: ab.ptr, send_key: builtin.integer i32, my_flags: ab.ptr, epoch: \
+             builtin.integer i64):{PRELUDE}\
+      low = builtin.constant <builtin.integer <-9223372036854775808: i64>> : builtin.integer i64;
+      high = builtin.constant <builtin.integer <9223372036854775807: i64>> : builtin.integer i64;
+{loops}\
+      token = ab.put endpoint, dst_at, send, size, send_key [] : ab.token;
+      sent = ab.signal endpoint, flag_at, epoch, token [op: ab.signal_op Set] : ab.token;
+      ab.yield
+{closing}      ab.return\n  }}\n}}\n"
+        )
+    };
+    let whole_range = put_in(
+        "      ab.for low, high, one [] {\n        ^body(i: builtin.integer i64):\n",
+        "      };\n",
+    );
+    let nested = put_in(
+        "      ab.for zero, high, one [] {\n        ^outer(i: builtin.integer i64):\n\
+         ab.for zero, high, one [] {\n        ^inner(j: builtin.integer i64):\n",
+        "      };\n      ab.yield\n      };\n",
+    );
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcomes: Vec<Result<(bool, usize), String>> = [&whole_range, &nested]
+        .iter()
+        .flat_map(|text| (0..18).map(move |configuration| check(text, configuration)))
+        .collect();
+    std::panic::set_hook(hook);
+    for outcome in outcomes {
+        let (parsed, _) = outcome.unwrap_or_else(|problem| panic!("{problem}"));
+        assert!(parsed, "the programs are valid");
+    }
 }
