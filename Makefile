@@ -72,6 +72,7 @@ test: setup lint
 	$(CARGO) test --workspace
 	$(MAKE) python-test
 	ABOLETH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test -p aboleth-ir --test fuzz_parser -- --nocapture
+	ABOLETH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test -p aboleth-passes --test type_shuffle_fuzz -- --nocapture
 
 bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-passes --test filetests
@@ -79,3 +80,4 @@ bless:
 
 fuzz:
 	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-ir --test fuzz_parser -- --nocapture
+	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-passes --test type_shuffle_fuzz -- --nocapture

@@ -91,7 +91,10 @@ pub fn constant_trip_count(ctx: &Context, for_op: Ptr<Operation>) -> Option<i64>
     if step <= 0 {
         return None;
     }
-    Some(((upper - lower).max(0) + step - 1) / step)
+    // In i128: `upper - lower` of two i64 constants can exceed i64 (a loop from i64::MIN to
+    // i64::MAX); a count that does not fit an i64 is treated as unknown.
+    let span = (i128::from(upper) - i128::from(lower)).max(0);
+    i64::try_from((span + i128::from(step) - 1) / i128::from(step)).ok()
 }
 
 /// How a value varies with the program id: used to find which program owns a queue.

@@ -1,7 +1,10 @@
 //! Reading and printing `.abo` text, and turning pliron errors into located diagnostics.
 //!
 //! [`parse_module`] parses a whole file (with its path recorded in every op's location) and
-//! runs the verifier; [`print_module`] prints a module without location markers, which is the
+//! runs the verifier. Before pliron's parser runs, the text itself is checked for what would
+//! crash it: non-ASCII names (its identifier parser panics) and nesting deeper than
+//! [`REGION_NESTING_MAX`] regions or [`BRACKET_NESTING_MAX`] brackets (it recurses per level);
+//! after it, text left past the module (a second module) is refused rather than dropped; [`print_module`] prints a module without location markers, which is the
 //! form golden tests compare. A [`Diagnostic`] is `file:line:column: error: message`, the form
 //! compilers use, so editors jump to it. This module does not run passes.
 
@@ -168,22 +171,43 @@ fn parse_module_unguarded(
                 .into(),
         });
     }
+    // pliron's parser recurses once per nesting level and its identifier parser panics on
+    // non-ASCII letters, so both are refused here, before anything recursive runs.
+    check_text(&uncommented, file)?;
     let source = Source::new_from_file(ctx, file);
-    let text = blank_comments(text);
-    let text = text.as_str();
+    let text = uncommented.as_str();
     // Keep only plain data out of the parse so the parser's borrow of `ctx` ends here.
-    let parsed: Result<
-        Ptr<Operation>,
-        (pliron::combine::stream::position::SourcePosition, String),
-    > = {
+    type SourcePosition = pliron::combine::stream::position::SourcePosition;
+    let parsed: Result<(Ptr<Operation>, Option<SourcePosition>), (SourcePosition, String)> = {
+        use pliron::combine::stream::{Positioned, StreamOnce};
         let state_stream = state_stream_from_iterator(text.chars(), State::new(ctx, source));
         match spaced(Operation::top_level_parser()).parse(state_stream) {
-            Ok((module, _)) => Ok(module),
+            Ok((module, mut rest)) => {
+                // pliron stops after one top-level op: anything left (a second module) would
+                // be dropped without a word.
+                let position = rest.position();
+                let trailing = rest.uncons().is_ok();
+                Ok((module, trailing.then_some(position)))
+            }
             Err(error) => Err((error.position, error.to_string())),
         }
     };
     let module = match parsed {
-        Ok(module) => module,
+        Ok((_, Some(position))) => {
+            let location = Location::SrcPos {
+                src: source,
+                pos: position,
+            };
+            return Err(Diagnostic::at(
+                ctx,
+                &location,
+                file,
+                "text after the module's closing brace: an .abo file holds exactly one \
+                 builtin.module (a second one would be ignored); put every kernel in one module"
+                    .into(),
+            ));
+        }
+        Ok((module, None)) => module,
         Err((position, error_text)) => {
             let location = Location::SrcPos {
                 src: source,
@@ -196,9 +220,126 @@ fn parse_module_unguarded(
             ));
         }
     };
-    verify_operation(module, ctx).map_err(|error| Diagnostic::from_pliron(ctx, &error, file))?;
+    verify_operation(module, ctx).map_err(|error| {
+        let mut diagnostic = Diagnostic::from_pliron(ctx, &error, file);
+        diagnostic.message = improve_verify_message(&diagnostic.message);
+        diagnostic
+    })?;
     crate::verify::verify_module(ctx, module)?;
     Ok(module)
+}
+
+/// How deeply regions (`{ ... }`: the module, a kernel, each `ab.for` and `ab.if` body) may
+/// nest. pliron's parser, its verifier, the printer and the passes' walkers recurse once per
+/// level; 64 levels stay far below what a 2 MiB thread stack holds in a debug build (about
+/// 200), and no real kernel comes close.
+pub const REGION_NESTING_MAX: usize = 64;
+
+/// How deeply `(`, `[` and `<` may nest (types and attributes); deeper text would recurse in
+/// the parser the same way.
+pub const BRACKET_NESTING_MAX: usize = 32;
+
+/// Checks, on the text alone, what must hold before pliron's parser runs: every character
+/// outside string literals is ASCII, and nesting stays within [`REGION_NESTING_MAX`] and
+/// [`BRACKET_NESTING_MAX`]. `text` has its comments blanked already.
+fn check_text(text: &str, file: &str) -> Result<(), Diagnostic> {
+    let located = |line: usize, column: usize, message: String| Diagnostic {
+        file: file.to_string(),
+        line: line as u32 + 1,
+        column: column as u32 + 1,
+        message,
+    };
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut regions = 0usize;
+    let mut brackets = 0usize;
+    for (line_index, line) in text.lines().enumerate() {
+        let mut previous = ' ';
+        for (column, c) in line.chars().enumerate() {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == '"' {
+                    in_string = false;
+                }
+                previous = c;
+                continue;
+            }
+            if !c.is_ascii() {
+                return Err(located(
+                    line_index,
+                    column,
+                    format!(
+                        "non-ASCII character '{c}': names of values, blocks, ops and kernels \
+                         are ASCII (letters, digits and '_', not starting with a digit); \
+                         rename it (non-ASCII text is allowed only inside \"strings\")"
+                    ),
+                ));
+            }
+            match c {
+                '"' => in_string = true,
+                '{' => {
+                    regions += 1;
+                    if regions > REGION_NESTING_MAX {
+                        return Err(located(
+                            line_index,
+                            column,
+                            format!(
+                                "regions nested more than {REGION_NESTING_MAX} deep (the module, \
+                                 a kernel and each ab.for or ab.if body count one level each); \
+                                 flatten the nesting, for example by combining conditions \
+                                 with ab.binop And"
+                            ),
+                        ));
+                    }
+                }
+                '}' => regions = regions.saturating_sub(1),
+                '(' | '[' | '<' => {
+                    brackets += 1;
+                    if brackets > BRACKET_NESTING_MAX {
+                        return Err(located(
+                            line_index,
+                            column,
+                            format!(
+                                "brackets ( [ < nested more than {BRACKET_NESTING_MAX} deep: \
+                                 no type or attribute of the ab dialect needs that; check the \
+                                 brackets"
+                            ),
+                        ));
+                    }
+                }
+                // `->` in a function type is an arrow, not a closing bracket.
+                '>' if previous == '-' => {}
+                ')' | ']' | '>' => brackets = brackets.saturating_sub(1),
+                _ => {}
+            }
+            previous = c;
+        }
+    }
+    Ok(())
+}
+
+/// Rewords pliron's structural verifier messages (which name blocks by their uniqued labels)
+/// into the rule and the fix.
+fn improve_verify_message(message: &str) -> String {
+    const TERMINATORS: &str = "a kernel's block ends with ab.return, an ab.for or ab.if body \
+                               with ab.yield";
+    if message.ends_with("is missing a terminator") {
+        format!("this block does not end with a terminator: {TERMINATORS}")
+    } else if message.ends_with("has a terminator that is not the last operation in the block") {
+        format!(
+            "ops after a terminator in this block (they would never run): {TERMINATORS}, as \
+             its last op; move or delete the rest"
+        )
+    } else if let Some(rest) = message.strip_prefix("Op ")
+        && let Some(op) = rest.strip_suffix(" must only have regions with single block")
+    {
+        format!("{op}'s body is exactly one block: `{{ ^label(): ... ab.yield }}`")
+    } else {
+        message.to_string()
+    }
 }
 
 /// Makes pliron's parse errors say what to do, and point at the use of an undefined name
@@ -217,6 +358,12 @@ fn improve_parse_error(text: &str, mut diagnostic: Diagnostic) -> Diagnostic {
             diagnostic.line = line;
             diagnostic.column = column;
         }
+    } else if original.starts_with("Unexpected `}`")
+        && previous_non_space(text, diagnostic.line, diagnostic.column) == Some(';')
+    {
+        diagnostic.message = "`;` before `}`: ops are separated by `;`, so the last op of a \
+                              block (its ab.yield or ab.return) takes none; delete the `;`"
+            .into();
     } else if let Some(op) = original.strip_prefix("Unregistered Op ") {
         let op = op.split_whitespace().next().unwrap_or(op);
         diagnostic.message = format!(
@@ -225,6 +372,20 @@ fn improve_parse_error(text: &str, mut diagnostic: Diagnostic) -> Diagnostic {
         );
     }
     diagnostic
+}
+
+/// The last non-whitespace character before 1-based `line`:`column` of `text`.
+fn previous_non_space(text: &str, line: u32, column: u32) -> Option<char> {
+    let lines: Vec<&str> = text.lines().collect();
+    let line_index = (line as usize).checked_sub(1)?;
+    let current: String = lines
+        .get(line_index)?
+        .chars()
+        .take((column as usize).saturating_sub(1))
+        .collect();
+    std::iter::once(current.as_str())
+        .chain(lines[..line_index].iter().rev().copied())
+        .find_map(|line| line.trim_end().chars().next_back())
 }
 
 fn first_use(text: &str, name: &str) -> Option<(u32, u32)> {

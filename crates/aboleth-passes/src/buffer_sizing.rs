@@ -47,14 +47,21 @@ pub fn run(
             for loop_op in enclosing_loops(ctx, op) {
                 multiplicity = multiplicity
                     .zip(constant_trip_count(ctx, loop_op))
-                    .map(|(a, b)| a * b);
+                    .and_then(|(a, b)| a.checked_mul(b));
             }
             let entry = in_flight.entry(endpoint).or_insert((0, 0, false));
             match (multiplicity, slots_of(ctx, op, pass.target)) {
-                (Some(m), Some(slots)) => {
-                    entry.0 += m * slots;
-                    entry.1 = entry.1.max(entry.0);
-                }
+                // A count past i64 (constant trip counts near i64::MAX) is unbounded.
+                (Some(m), Some(slots)) => match m
+                    .checked_mul(slots)
+                    .and_then(|added| entry.0.checked_add(added))
+                {
+                    Some(total) => {
+                        entry.0 = total;
+                        entry.1 = entry.1.max(total);
+                    }
+                    None => entry.2 = true,
+                },
                 _ => entry.2 = true,
             }
         } else if name == "ab.drain" || name == "ab.wait" {

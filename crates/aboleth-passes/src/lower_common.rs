@@ -387,7 +387,8 @@ impl Lowering<'_> {
                     self.lower_transfer(ctx, op, slot, Some(is_last), shared, coalesce)?;
             }
         }
-        Ok(trip * per_iteration)
+        trip.checked_mul(per_iteration)
+            .ok_or_else(|| too_many_slots(ctx, for_op))
     }
 
     /// Lowers one transfer at `slot`; returns its slot count.
@@ -630,6 +631,17 @@ fn member_endpoint(ctx: &Context, member: Ptr<Operation>) -> Value {
     }
 }
 
+/// A batched loop whose queue slots (trip count times slots per iteration) overflow an i64:
+/// a constant trip count near i64::MAX, refused rather than wrapped.
+fn too_many_slots(ctx: &Context, for_op: Ptr<Operation>) -> Diagnostic {
+    Diagnostic::at_op(
+        ctx,
+        for_op,
+        "this loop posts more commands than a 64-bit count holds (its constant trip count times \
+         the commands per iteration); use fewer iterations",
+    )
+}
+
 fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result<i64, Diagnostic> {
     if op_name(ctx, member) == "ab.for" {
         let trip = constant_trip_count(ctx, member).unwrap_or(0);
@@ -639,7 +651,9 @@ fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result
                 per_iteration += member_slots(ctx, op, target)?;
             }
         }
-        return Ok(trip * per_iteration);
+        return trip
+            .checked_mul(per_iteration)
+            .ok_or_else(|| too_many_slots(ctx, member));
     }
     slots_of(ctx, member, target).ok_or_else(|| {
         Diagnostic::at_op(

@@ -12,9 +12,10 @@ use aboleth_ir::{
         context::{Context, Ptr},
         operation::{Operation, verify_operation},
     },
-    text::print_module,
+    text::{op_name, print_module},
     transport::Target,
     verify::verify_module,
+    walk::all_ops,
 };
 
 use crate::registry::{PASSES, PassContext, PassFunction};
@@ -135,6 +136,7 @@ pub fn run_pipeline(
         packet_signals: options.packet_signals,
     };
     let mut report = PipelineReport::default();
+    check_semantic_input(ctx, module)?;
     verify(ctx, module, "input")?;
 
     // One planning pass per line, in pipeline order; each verifies the module after it.
@@ -199,6 +201,27 @@ fn record(
         report
             .snapshots
             .push((name.to_string(), print_module(ctx, module)));
+    }
+    Ok(())
+}
+
+/// The pipeline's input is the `ab` dialect: transport ops are what the lowerings emit, and the
+/// planning passes neither expect nor check them, so hand-written ones are refused here.
+fn check_semantic_input(ctx: &Context, module: Ptr<Operation>) -> Result<(), Diagnostic> {
+    for op in all_ops(ctx, module) {
+        let name = op_name(ctx, op);
+        let dialect = name.split('.').next().unwrap_or_default();
+        if matches!(dialect, "mlx5" | "proxy" | "p2p" | "gpu") {
+            return Err(Diagnostic::at_op(
+                ctx,
+                op,
+                format!(
+                    "{name} in the input: transport ops are produced by the lowering \
+                     (--target mlx5|proxy|p2p), not written by hand; write the ab op it \
+                     implements (ab.put, ab.signal, ab.wait_signal, ...)"
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -58,21 +58,26 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Adds `other` to `self`.
+    /// Adds `other` to `self` (saturating, as every count here: loops with constant trip
+    /// counts near i64::MAX must not overflow them).
     pub fn add(&mut self, other: &Counts) {
-        self.reservations += other.reservations;
-        self.wqes += other.wqes;
-        self.doorbells += other.doorbells;
-        self.doorbell_record_updates += other.doorbell_record_updates;
-        self.fences.cta += other.fences.cta;
-        self.fences.gpu += other.fences.gpu;
-        self.fences.sys += other.fences.sys;
-        self.atomics += other.atomics;
-        self.completions_requested += other.completions_requested;
-        self.inline_bytes += other.inline_bytes;
-        self.payload_bytes += other.payload_bytes;
-        self.barriers += other.barriers;
-        self.flag_stores += other.flag_stores;
+        self.reservations = self.reservations.saturating_add(other.reservations);
+        self.wqes = self.wqes.saturating_add(other.wqes);
+        self.doorbells = self.doorbells.saturating_add(other.doorbells);
+        self.doorbell_record_updates = self
+            .doorbell_record_updates
+            .saturating_add(other.doorbell_record_updates);
+        self.fences.cta = self.fences.cta.saturating_add(other.fences.cta);
+        self.fences.gpu = self.fences.gpu.saturating_add(other.fences.gpu);
+        self.fences.sys = self.fences.sys.saturating_add(other.fences.sys);
+        self.atomics = self.atomics.saturating_add(other.atomics);
+        self.completions_requested = self
+            .completions_requested
+            .saturating_add(other.completions_requested);
+        self.inline_bytes = self.inline_bytes.saturating_add(other.inline_bytes);
+        self.payload_bytes = self.payload_bytes.saturating_add(other.payload_bytes);
+        self.barriers = self.barriers.saturating_add(other.barriers);
+        self.flag_stores = self.flag_stores.saturating_add(other.flag_stores);
     }
 }
 
@@ -113,7 +118,7 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
         for (depth, loop_op) in loops.iter().enumerate() {
             match constant_trip_count(ctx, *loop_op) {
                 Some(trip) => {
-                    multiplicity *= trip.max(0) as u64;
+                    multiplicity = multiplicity.saturating_mul(trip.max(0) as u64);
                     if depth == 0 {
                         innermost_trip = trip.max(1) as u64;
                     }
@@ -143,62 +148,72 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
             if operand_constant(index + 2).is_none_or(|p| p != 1) {
                 *conditional = true;
             }
-            operand_constant(index).unwrap_or(0).max(0) as u64 * multiplicity
+            (operand_constant(index).unwrap_or(0).max(0) as u64).saturating_mul(multiplicity)
         };
         match name.as_str() {
             "mlx5.reserve" | "proxy.reserve" => {
-                counts.reservations += multiplicity;
+                counts.reservations = counts.reservations.saturating_add(multiplicity);
                 if attrs::get_bool(ctx, op, "atomic") {
-                    counts.atomics += multiplicity;
+                    counts.atomics = counts.atomics.saturating_add(multiplicity);
                 }
             }
             "mlx5.write" | "proxy.put" => {
-                counts.wqes += multiplicity;
+                counts.wqes = counts.wqes.saturating_add(multiplicity);
                 let bytes = bytes_of(4, &mut conditional);
-                counts.payload_bytes += bytes;
+                counts.payload_bytes = counts.payload_bytes.saturating_add(bytes);
                 if attrs::get_bool(ctx, op, "inline") {
-                    counts.inline_bytes += bytes;
+                    counts.inline_bytes = counts.inline_bytes.saturating_add(bytes);
                 }
-                counts.completions_requested += completion(7);
+                counts.completions_requested =
+                    counts.completions_requested.saturating_add(completion(7));
             }
             "mlx5.atomic" | "proxy.signal" => {
-                counts.wqes += multiplicity;
-                counts.completions_requested += completion(4);
+                counts.wqes = counts.wqes.saturating_add(multiplicity);
+                counts.completions_requested =
+                    counts.completions_requested.saturating_add(completion(4));
             }
             // A one-owner queue's publication is a plain store.
             "mlx5.publish" | "proxy.publish" if attrs::get_bool(ctx, op, "owner_only") => {}
-            "mlx5.publish" | "proxy.publish" | "mlx5.lock" => counts.atomics += multiplicity,
+            "mlx5.publish" | "proxy.publish" | "mlx5.lock" => {
+                counts.atomics = counts.atomics.saturating_add(multiplicity)
+            }
             "mlx5.doorbell_record" => {
-                counts.doorbell_record_updates += multiplicity;
+                counts.doorbell_record_updates =
+                    counts.doorbell_record_updates.saturating_add(multiplicity);
                 if attrs::get_bool(ctx, op, "atomic_max") {
-                    counts.atomics += multiplicity;
+                    counts.atomics = counts.atomics.saturating_add(multiplicity);
                 }
             }
-            "mlx5.doorbell" => counts.doorbells += multiplicity,
+            "mlx5.doorbell" => counts.doorbells = counts.doorbells.saturating_add(multiplicity),
             "proxy.doorbell" => {
-                counts.doorbells += multiplicity;
+                counts.doorbells = counts.doorbells.saturating_add(multiplicity);
                 if attrs::get_bool(ctx, op, "atomic_max") {
-                    counts.atomics += multiplicity;
+                    counts.atomics = counts.atomics.saturating_add(multiplicity);
                 }
             }
-            "p2p.copy" => counts.payload_bytes += bytes_of(3, &mut conditional),
+            "p2p.copy" => {
+                counts.payload_bytes = counts
+                    .payload_bytes
+                    .saturating_add(bytes_of(3, &mut conditional))
+            }
             // Unpredicated: only unpredicated puts travel as packets.
             "p2p.put_packets" => {
-                counts.payload_bytes +=
-                    operand_constant(4).unwrap_or(0).max(0) as u64 * multiplicity
+                counts.payload_bytes = counts.payload_bytes.saturating_add(
+                    (operand_constant(4).unwrap_or(0).max(0) as u64).saturating_mul(multiplicity),
+                )
             }
             "p2p.signal"
                 if attrs::get_typed::<SignalOperation>(ctx, op, "op")
                     == Some(SignalOperation::Add) =>
             {
-                counts.atomics += multiplicity;
+                counts.atomics = counts.atomics.saturating_add(multiplicity);
             }
-            "p2p.signal" => counts.flag_stores += multiplicity,
-            "gpu.barrier" => counts.barriers += multiplicity,
+            "p2p.signal" => counts.flag_stores = counts.flag_stores.saturating_add(multiplicity),
+            "gpu.barrier" => counts.barriers = counts.barriers.saturating_add(multiplicity),
             "gpu.fence" => match attrs::get_string(ctx, op, "scope").as_deref() {
-                Some("cta") => counts.fences.cta += multiplicity,
-                Some("sys") => counts.fences.sys += multiplicity,
-                _ => counts.fences.gpu += multiplicity,
+                Some("cta") => counts.fences.cta = counts.fences.cta.saturating_add(multiplicity),
+                Some("sys") => counts.fences.sys = counts.fences.sys.saturating_add(multiplicity),
+                _ => counts.fences.gpu = counts.fences.gpu.saturating_add(multiplicity),
             },
             _ => {}
         }
