@@ -1842,6 +1842,13 @@ impl<'k> World<'k> {
                 let address = self.integer(thread, *address)? as u64;
                 let value = self.integer(thread, *value)?;
                 let bytes = value.to_le_bytes()[..*width_bytes as usize].to_vec();
+                // Stores a barrier ordered before this one (now in the program's buffer) to the
+                // same bytes come first in their coherence order: they become visible now, so
+                // this one, from the other buffer, cannot land before them.
+                let drained = self.store_buffers[thread]
+                    .drain_overlapping(&mut self.memory, rank, address, *width_bytes)
+                    .map_err(|e| self.program_error(thread, format!("store: {e}")))?;
+                self.on_drained(thread, drained);
                 let other = self.other_threads_of(thread);
                 self.store_buffers[other]
                     .store(&self.memory, rank, address, &bytes)

@@ -498,6 +498,17 @@ fn a_source_the_program_stored_is_copied_after_a_barrier() {
             }
         }
     }
+    // As packets: no barrier for the signal, the source's still.
+    let mut options = ValidationOptions::new(Target::P2p);
+    options.ranks = 3;
+    options.packet_signals = true;
+    let validation = validate(&text, &path, &options)
+        .unwrap_or_else(|d| panic!("{d}"))
+        .remove(0);
+    assert!(validation.passed(), "{:#?}", validation.failures);
+    assert_eq!(validation.passes_on.rounds[0].counts.flag_stores, 0);
+    assert_eq!(validation.passes_on.rounds[0].counts.barriers, 3 * 2);
+
     let mut options = ValidationOptions::new(Target::P2p);
     options.ranks = 3;
     let validation = run("alltoall", &options);
@@ -510,6 +521,26 @@ fn a_source_the_program_stored_is_copied_after_a_barrier() {
         validate(&text, &file, &options).unwrap_err().to_string(),
         "examples/ir/alltoall.abo: error: the mutation `put-without-source-barrier` found nothing to break in this program for p2p"
     );
+}
+
+/// The simulator keeps per-location order between a program's stores that a barrier handed to
+/// its buffer and the next ones of its other threads (a random program found it reading an
+/// older value back).
+#[test]
+fn stores_rewritten_after_their_barrier_keep_their_order() {
+    let (text, path) = test_program("source_rewritten_after_its_barrier");
+    for target in TARGETS {
+        let mut options = ValidationOptions::new(target);
+        options.ranks = 3;
+        for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
+            assert!(
+                validation.passed(),
+                "{}: {:#?}",
+                target.name(),
+                validation.failures
+            );
+        }
+    }
 }
 
 #[test]
