@@ -10,6 +10,11 @@
 //! after the TTIR value. What it does not do: change the TTIR (that is [`crate::emit`]), or lift
 //! `scf.while`, `else` regions or loop-carried values other than tokens.
 //!
+//! What the lifting leaves out but the lowering must know: whether TTIR it did not take may
+//! have written memory before a put (a `tl.store` of the tile the put sends, an atomic, a call).
+//! Such a put is marked `ttir_unlifted_writes` (see [`unlifted_writes_before`]); the p2p
+//! lowering then orders those stores before the copy with a barrier.
+//!
 //! The lifted text is parsed by `aboleth-ir`; [`LiftedKernel::entries`] lists, in the order the
 //! parsed ops are walked, which TTIR op (if any) each `ab` op stands for, so that code generation
 //! can put new code next to the right TTIR op and refer to existing TTIR values by name.
@@ -140,8 +145,10 @@ pub fn lift(module: &TtirModule) -> Result<Option<LiftedKernel>, BridgeError> {
         parameters: Vec::new(),
         indent: 6,
         entry_lines: Vec::new(),
+        unlifted_writes_before: BTreeSet::new(),
     };
     lifter.find_needed(&calls)?;
+    lifter.unlifted_writes_before = unlifted_writes_before(module, function, &calls);
     let body = lifter.build_body()?;
     let name = module
         .operation(function)
@@ -278,6 +285,8 @@ struct Lifter<'m> {
     parameters: Vec<Parameter>,
     indent: usize,
     entry_lines: Vec<u32>,
+    /// The calls that unlifted TTIR work may have written memory before.
+    unlifted_writes_before: BTreeSet<OperationId>,
 }
 
 impl Lifter<'_> {
@@ -926,7 +935,15 @@ impl Lifter<'_> {
             }
             "put" | "put_if" => {
                 let result = self.define(operation, 0);
-                format!("{result} = ab.put {} [] : ab.token;", arguments.join(", "))
+                let attributes = if self.unlifted_writes_before.contains(&operation) {
+                    "ttir_unlifted_writes: builtin.bool true"
+                } else {
+                    ""
+                };
+                format!(
+                    "{result} = ab.put {} [{attributes}] : ab.token;",
+                    arguments.join(", ")
+                )
             }
             "signal" => {
                 let operation_name = signal_operation(parameter)?;
@@ -996,6 +1013,122 @@ impl Lifter<'_> {
         self.line(&text, Entry::Call(operation));
         Ok(())
     }
+}
+
+/// TTIR ops known not to write memory (besides `arith.*`, `math.*` and the structure of
+/// `scf.*`, whose regions are looked at op by op).
+const NON_WRITING_OPS: &[&str] = &[
+    "tt.func",
+    "tt.return",
+    "tt.load",
+    "tt.descriptor_load",
+    "tt.splat",
+    "tt.unsplat",
+    "tt.make_range",
+    "tt.addptr",
+    "tt.advance",
+    "tt.make_tensor_ptr",
+    "tt.make_tensor_descriptor",
+    "tt.broadcast",
+    "tt.expand_dims",
+    "tt.reshape",
+    "tt.trans",
+    "tt.join",
+    "tt.split",
+    "tt.cat",
+    "tt.gather",
+    "tt.histogram",
+    "tt.dot",
+    "tt.dot_scaled",
+    "tt.reduce",
+    "tt.reduce.return",
+    "tt.scan",
+    "tt.scan.return",
+    "tt.get_program_id",
+    "tt.get_num_programs",
+    "tt.int_to_ptr",
+    "tt.ptr_to_int",
+    "tt.bitcast",
+    "tt.fp_to_fp",
+    "tt.clampf",
+    "tt.precise_sqrt",
+    "tt.precise_divf",
+    "tt.mulhiui",
+    "tt.assert",
+    "tt.print",
+    "ub.poison",
+    "gpu.barrier",
+];
+
+/// Whether a TTIR op may write memory, as far as the lifting can tell: anything not known to be
+/// free of writes may (a store, an atomic, a call, an impure inline asm or library call, an op
+/// this list does not know). Aboleth calls are the lowering's business, not unlifted work.
+fn may_write_memory(module: &TtirModule, operation: OperationId) -> bool {
+    let op = module.operation(operation);
+    let name = op.name();
+    if name.starts_with("arith.") || name.starts_with("math.") || name.starts_with("scf.") {
+        return false;
+    }
+    if let Some(call) = op.extern_elementwise() {
+        return call.libname != ABOLETH_LIBNAME && !call.pure;
+    }
+    if name == "tt.elementwise_inline_asm" {
+        return op.attribute("pure").and_then(|pure| pure.bool_value()) != Some(true);
+    }
+    !NON_WRITING_OPS.contains(&name)
+}
+
+/// The loops (`scf.for`, `scf.while`) around `operation`, innermost first.
+fn enclosing_loops(module: &TtirModule, operation: OperationId) -> Vec<OperationId> {
+    let mut loops = Vec::new();
+    let mut parent = module.operation(operation).parent();
+    while let Some(id) = parent {
+        if matches!(module.operation(id).name(), "scf.for" | "scf.while") {
+            loops.push(id);
+        }
+        parent = module.operation(id).parent();
+    }
+    loops
+}
+
+/// The `calls` before which an op of `function` that may write memory ([`may_write_memory`]) may
+/// run: one earlier in the text (before it, or in a region before it), or one in a loop around
+/// the call too (an earlier iteration). Conservative: a barrier in between is not looked for.
+pub fn unlifted_writes_before(
+    module: &TtirModule,
+    function: OperationId,
+    calls: &[OperationId],
+) -> BTreeSet<OperationId> {
+    let inside_function = |operation: OperationId| {
+        let mut parent = module.operation(operation).parent();
+        while let Some(id) = parent {
+            if id == function {
+                return true;
+            }
+            parent = module.operation(id).parent();
+        }
+        false
+    };
+    let writers: Vec<(OperationId, Vec<OperationId>)> = module
+        .operations()
+        .filter(|&operation| inside_function(operation) && may_write_memory(module, operation))
+        .map(|operation| (operation, enclosing_loops(module, operation)))
+        .collect();
+    calls
+        .iter()
+        .copied()
+        .filter(|&call| {
+            let call_loops = enclosing_loops(module, call);
+            writers.iter().any(|(writer, writer_loops)| {
+                // Ids follow source order: an op before the call in the text runs before it
+                // (if at all); one after it runs before it only around a loop of both.
+                writer.index() < call.index()
+                    || writer_loops
+                        .iter()
+                        .any(|loop_op| call_loops.contains(loop_op))
+            })
+        })
+        .collect()
 }
 
 /// The integer value of an `arith.constant` line (`true`/`false` as 1/0), if scalar.

@@ -190,3 +190,91 @@ fn queue_waits_are_bounded_too() {
         assert_eq!(output.summary.waits.len(), give_ups, "{}", target.name());
     }
 }
+
+/// The seed's all-to-all with a `tt.store` into the slice it puts, right before the put: the
+/// send buffer is now written by the program's threads (a tile), not by the host.
+fn alltoall_storing_its_source() -> String {
+    let text = corpus("alltoall.after-passes.ttir");
+    let put_address = "    %t = tt.extern_elementwise %dst, %c256_i32";
+    assert!(text.contains(put_address));
+    text.replacen(
+        put_address,
+        &format!(
+            "    %tile = arith.constant 7 : i8 loc(#loc1)\n    tt.store %src_3, %tile : !tt.ptr<i8> loc(#loc1)\n{put_address}"
+        ),
+        1,
+    )
+}
+
+/// The line numbers of the generated TTIR's lines containing `needle`.
+fn lines_with(ttir: &str, needle: &str) -> Vec<usize> {
+    ttir.lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains(needle))
+        .map(|(number, _)| number)
+        .collect()
+}
+
+/// A put whose source the kernel stored: p2p puts a `gpu.barrier` between the store and the
+/// copy's loads (the copy is spread over the threads, the store may be another thread's); the
+/// seed's all-to-all, whose send buffer the host wrote, copies without one (its only barrier is
+/// the signal's, after the copy).
+#[test]
+fn a_p2p_copy_of_a_source_the_kernel_stored_follows_a_barrier() {
+    let output = run_stage(&alltoall_storing_its_source(), &options(Target::P2p))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The lowering decided it (the lifting marked the put `ttir_unlifted_writes`).
+    assert!(
+        output.summary.aboleth_ir.contains("source_stores"),
+        "{}",
+        output.summary.aboleth_ir
+    );
+    let store = lines_with(&output.ttir, "tt.store %src_3, %tile");
+    let barriers = lines_with(&output.ttir, "gpu.barrier");
+    let copy = lines_with(&output.ttir, "scf.for %ab_chunk");
+    assert_eq!(store.len(), 1);
+    assert!(!copy.is_empty());
+    assert!(
+        barriers
+            .iter()
+            .any(|barrier| store[0] < *barrier && *barrier < copy[0]),
+        "{}",
+        output.ttir
+    );
+
+    let output = run_stage(&corpus("alltoall.after-passes.ttir"), &options(Target::P2p))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!output.summary.aboleth_ir.contains("source_stores"));
+    let barriers = lines_with(&output.ttir, "gpu.barrier");
+    let copy = lines_with(&output.ttir, "scf.for %ab_chunk");
+    assert_eq!(barriers.len(), 1, "{}", output.ttir);
+    assert!(copy[0] < barriers[0]);
+}
+
+/// mlx5 and proxy post after a barrier whoever wrote the source: every reservation starts with
+/// one, so the store is ordered before the leader writes the commands and rings.
+#[test]
+fn mlx5_and_proxy_reserve_after_a_barrier_following_the_source_store() {
+    for target in [Target::Mlx5, Target::Proxy] {
+        let output = run_stage(&alltoall_storing_its_source(), &options(target))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let store = lines_with(&output.ttir, "tt.store %src_3, %tile")[0];
+        let barrier = lines_with(&output.ttir, "gpu.barrier")
+            .into_iter()
+            .find(|line| *line > store)
+            .unwrap_or_else(|| panic!("{}: no barrier after the store", target.name()));
+        // The reservation: the one-owner read-modify-write of the reservation counter.
+        let reservation = lines_with(&output.ttir, "@%ab_leader add.u64 %ab_next")
+            .into_iter()
+            .find(|line| *line > store)
+            .unwrap_or_else(|| panic!("{}: no reservation", target.name()));
+        assert!(barrier < reservation, "{}", target.name());
+        assert!(
+            lines_with(&output.ttir, "gpu.barrier")
+                .iter()
+                .all(|line| *line < store || *line >= barrier),
+            "{}",
+            target.name()
+        );
+    }
+}

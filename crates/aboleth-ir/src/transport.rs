@@ -43,7 +43,9 @@ transport_op_without_result!(
     GpuFenceOp, "gpu.fence");
 transport_op_without_result!(
     /// `gpu.barrier [scope: "warp"|"cta"]`: a barrier of the program's threads (`bar.sync 0`; with
-    /// `warp`, `bar.warp.sync` of the leader's warp), so a leader acts after their stores.
+    /// `warp`, `bar.warp.sync` of the leader's warp), so a leader acts after their stores. With
+    /// `source_stores`, the one `lower-p2p` puts before a copy whose source the program may have
+    /// written, so the copy's loads see those stores.
     GpuBarrierOp, "gpu.barrier");
 transport_op_without_result!(
     /// `gpu.wait_flag %ptr, %value [order: "acquire"|"volatile"]`: spin until `*ptr >= value`.

@@ -11,6 +11,14 @@
 //! A put and the signal planned `FlagInData` that rides on it become one `p2p.put_packets` at
 //! the signal: the payload as LL16 packets into the flag's staging slot, with no barrier, fence
 //! or flag store; every wait of such a kernel then also unpacks its flag's slot.
+//!
+//! A copy's loads (and a packet put's) are spread over the program's threads, so they see an
+//! earlier store of the program to the source only if a barrier orders it first: the lowering
+//! puts a `gpu.barrier [source_stores]` before a put whenever the program may have written
+//! memory since its last barrier ([`puts_needing_source_barrier`]: an `ab.store`, a loop with
+//! `ttir_unlifted_work`, or a put the Triton lifting marked `ttir_unlifted_writes`), and none
+//! where provably nothing was written (a send buffer the host filled). This is not a planning
+//! choice: both configurations get it, like the barrier before a signal.
 
 use aboleth_ir::{
     Diagnostic,
@@ -26,7 +34,13 @@ use aboleth_ir::{
     walk::{all_ops, kernels, region_block},
 };
 
+use std::collections::HashSet;
+
 use aboleth_ir::{ab::ops::operand, pliron::linked_list::LinkedList, scalar::constant_value};
+use aboleth_ir::{
+    pliron::basic_block::BasicBlock,
+    walk::{block_ops, region_ops},
+};
 
 use crate::comm::{endpoint_of, put_predicate, signal_after, signal_operation};
 use crate::lower_common::{
@@ -39,6 +53,14 @@ use crate::signal_publication::packet_signal_candidate;
 /// The kernel attribute naming (by index) the argument whose flag region needs a staging area
 /// for packet slots (`aboleth_abi::packet::staging_bytes` more bytes after its end).
 pub const PACKET_STAGING_ATTRIBUTE: &str = "packet_staging_argument";
+
+/// The attribute marking the barrier a put needs before its copy reads the source (the
+/// `put-without-source-barrier` mutation of the simulator drops exactly these).
+pub const SOURCE_BARRIER_ATTRIBUTE: &str = "source_stores";
+
+/// The attribute the Triton lifting sets on a put when TTIR work it did not lift (a
+/// `tl.store`, an atomic, a call) may have written memory before the put.
+pub const UNLIFTED_WRITES_ATTRIBUTE: &str = "ttir_unlifted_writes";
 
 /// Runs the lowering on every kernel of `module`.
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {
@@ -79,6 +101,13 @@ fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
             attrs::set_int(ctx, kernel, PACKET_STAGING_ATTRIBUTE, index as i64);
         }
     }
+    let needs_source_barrier = puts_needing_source_barrier(ctx, region_block(ctx, kernel, 0));
+    let source_barrier = |ctx: &mut Context, builder: &mut Builder, put| {
+        if needs_source_barrier.contains(&put) {
+            let barrier = builder.create::<GpuBarrierOp>(ctx, vec![], vec![]);
+            attrs::set_bool(ctx, barrier, SOURCE_BARRIER_ATTRIBUTE, true);
+        }
+    };
     let mut erase = Vec::new();
     for op in all_ops(ctx, kernel) {
         let name = op_name(ctx, op);
@@ -93,6 +122,7 @@ fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
                 let endpoint = endpoint_of(ctx, op);
                 let [destination, source, bytes, _key] = put_operands(ctx, &mut builder, put);
                 let [flag, value] = signal_operands(ctx, &mut builder, op);
+                source_barrier(ctx, &mut builder, put);
                 builder.create::<P2pPutPacketsOp>(
                     ctx,
                     vec![],
@@ -106,6 +136,7 @@ fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
                     Some(predicate) => builder.to_i64(ctx, predicate),
                     None => builder.constant(ctx, 1),
                 };
+                source_barrier(ctx, &mut builder, op);
                 let copy = builder.create::<P2pCopyOp>(
                     ctx,
                     vec![],
@@ -172,4 +203,71 @@ fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
     for op in erase.into_iter().rev() {
         Operation::erase(op, ctx);
     }
+}
+
+/// The puts of a kernel body (`entry`) whose copy must follow a barrier: those where the
+/// program may have written memory since its last barrier (or the launch's start, before which
+/// the host wrote everything the kernel reads). Any store may alias any source, so the facts
+/// are only where stores are: an `ab.store`; anywhere inside a loop marked `ttir_unlifted_work`
+/// (TTIR the lifting did not take, which may store at any point of every iteration); a put
+/// marked `ttir_unlifted_writes` by the lifting. A p2p signal (barrier, then flag store) and a
+/// put's own barrier end a dirty stretch; a copy's stores go to the peer, not to a source.
+/// Loops are followed around their back edge; an `ab.if` may or may not run.
+pub fn puts_needing_source_barrier(
+    ctx: &Context,
+    entry: Ptr<BasicBlock>,
+) -> HashSet<Ptr<Operation>> {
+    let mut puts = HashSet::new();
+    written_after(ctx, &block_ops(ctx, entry), false, false, &mut puts);
+    puts
+}
+
+/// Walks `ops` entered with `written` (the program may have written since its last barrier),
+/// recording the puts that see it; returns the state at the end. `unlifted`: inside a loop
+/// with unlifted TTIR work, where every point may follow a store.
+fn written_after(
+    ctx: &Context,
+    ops: &[Ptr<Operation>],
+    mut written: bool,
+    unlifted: bool,
+    puts: &mut HashSet<Ptr<Operation>>,
+) -> bool {
+    written |= unlifted;
+    for op in ops {
+        match op_name(ctx, *op).as_str() {
+            "ab.store" => written = true,
+            "ab.put" => {
+                if written || unlifted || attrs::get_bool(ctx, *op, UNLIFTED_WRITES_ATTRIBUTE) {
+                    puts.insert(*op);
+                }
+                // Its barrier (or none needed): nothing is written since.
+                written = false;
+            }
+            "ab.signal" => {
+                // A signal after a barrier; a packet signal has none of its own, but its put had
+                // one when it needed it, and only pure scalar ops lie between them.
+                written = false;
+            }
+            "ab.for" => {
+                let body = region_ops(ctx, *op, 0);
+                let inside = unlifted || attrs::get_bool(ctx, *op, "ttir_unlifted_work");
+                // Around the back edge: the body's end flows into its start. Two walks reach
+                // the fixed point (the state is one bit and the walk is monotone).
+                let end = written_after(ctx, &body, written, inside, puts);
+                let end = if end && !written {
+                    written_after(ctx, &body, true, inside, puts)
+                } else {
+                    end
+                };
+                // Zero iterations keep the state before the loop.
+                written = written || end;
+            }
+            "ab.if" => {
+                let end = written_after(ctx, &region_ops(ctx, *op, 0), written, unlifted, puts);
+                written = written || end;
+            }
+            _ => {}
+        }
+    }
+    written || unlifted
 }

@@ -224,6 +224,14 @@ impl GpuStoreBuffer {
         length_bytes: u64,
     ) -> Result<Vec<u8>, MemoryError> {
         let mut bytes = memory.read(target_rank, address, length_bytes)?;
+        self.overlay_pending(target_rank, address, &mut bytes);
+        Ok(bytes)
+    }
+
+    /// Overwrites `bytes` (read at `address` on `target_rank`) with this buffer's pending
+    /// stores to them, in program order: what a load sees that forwards from this buffer too.
+    pub fn overlay_pending(&self, target_rank: u32, address: u64, bytes: &mut [u8]) {
+        let length_bytes = bytes.len() as u64;
         for store in &self.pending {
             if !store.overlaps(target_rank, address, length_bytes) {
                 continue;
@@ -235,7 +243,6 @@ impl GpuStoreBuffer {
                 &store.bytes[(start - store.address) as usize..(end - store.address) as usize],
             );
         }
-        Ok(bytes)
     }
 }
 

@@ -28,6 +28,12 @@
 //! except in a `doorbell_scope` loop, whose iterations run on lane threads with their own
 //! store buffers; they join the program at the next `gpu.barrier`, which hands their invisible
 //! stores to the program's buffer (so its next release covers them), or at the launch's end.
+//! A program's `ab.store`s are the compute of its other threads (a tile stored with `tl.store`
+//! is spread over the CTA): they go to a buffer of their own and join the program's at its next
+//! barrier (`gpu.barrier`, or the one every queue reservation starts with). Until then they may
+//! become visible at any time, and a p2p copy or packet put, whose loads are spread over the
+//! threads too, does not see them: a copy whose source differs from what the program stored
+//! reads a stale source (`stale-source`), the race a missing barrier before a copy is.
 //! What it does not model: fence scopes (every fence and release is system-wide), caches,
 //! and time beyond the estimate of [`CostModel`]: each agent has a clock advanced by its own
 //! costs, and a program released from a wait jumps to the time the awaited write happened.
@@ -201,6 +207,9 @@ pub enum SimulationError {
     /// A transfer delivered bytes other than its source at posting time.
     #[error("a transfer did not deliver its source as posted: {0}")]
     SourceChanged(String),
+    /// A p2p copy read its source while the program's stores to it were not ordered before it.
+    #[error("a copy read its source before the program's stores to it: {0}")]
+    StaleSource(String),
     /// Two commands were written to the same queue slot before the first one executed.
     #[error("two commands in one queue slot: {0}")]
     SlotCollision(String),
@@ -224,6 +233,7 @@ impl SimulationError {
             SimulationError::StepLimit { .. } => "step-limit",
             SimulationError::DataNotVisible(_) => "data-not-visible",
             SimulationError::SourceChanged(_) => "source-changed",
+            SimulationError::StaleSource(_) => "stale-source",
             SimulationError::SlotCollision(_) => "slot-collision",
             SimulationError::Nic(_) => "nic",
             SimulationError::Proxy(_) => "proxy",
@@ -467,6 +477,9 @@ struct Thread {
     /// The lane threads running a `doorbell_scope` loop for this program, until they join it
     /// at its next barrier.
     lanes: Vec<usize>,
+    /// The thread (never scheduled) whose store buffer holds this program's `ab.store`s not yet
+    /// ordered by a barrier: the compute of the program's other threads.
+    other_threads: Option<usize>,
 }
 
 enum Step {
@@ -1021,6 +1034,7 @@ impl<'k> World<'k> {
                     reservation_loaded: None,
                     waits_passed: 0,
                     lanes: Vec::new(),
+                    other_threads: None,
                 });
                 self.store_buffers.push(GpuStoreBuffer::new(rank, program));
             }
@@ -1329,7 +1343,25 @@ impl<'k> World<'k> {
     // -----------------------------------------------------------------------------------------
     // Memory through a program's store buffer
 
+    /// A load of the program: memory with its own pending stores and those of its other
+    /// threads not yet ordered by a barrier (a scalar load sees the program's scalar stores).
     fn load(
+        &self,
+        thread: usize,
+        rank: u32,
+        address: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<u8>, SimulationError> {
+        let mut bytes = self.load_after_barrier(thread, rank, address, length_bytes)?;
+        if let Some(other) = self.threads[thread].other_threads {
+            self.store_buffers[other].overlay_pending(rank, address, &mut bytes);
+        }
+        Ok(bytes)
+    }
+
+    /// A load by the program's threads in general (a copy's): memory with the stores ordered
+    /// before it, not the other threads' stores since the last barrier.
+    fn load_after_barrier(
         &self,
         thread: usize,
         rank: u32,
@@ -1339,6 +1371,32 @@ impl<'k> World<'k> {
         self.store_buffers[thread]
             .load(&self.memory, rank, address, length_bytes)
             .map_err(|e| self.program_error(thread, format!("load: {e}")))
+    }
+
+    /// The source of a p2p copy or packet put as its threads read it: an error when the
+    /// program stored other bytes there that no barrier has ordered before the copy.
+    fn load_copy_source(
+        &self,
+        thread: usize,
+        site: usize,
+        source: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<u8>, SimulationError> {
+        let rank = self.threads[thread].rank;
+        let seen = self.load_after_barrier(thread, rank, source, length_bytes)?;
+        let stored = self.load(thread, rank, source, length_bytes)?;
+        if let Some(offset) = (0..seen.len()).find(|&offset| seen[offset] != stored[offset]) {
+            let state = &self.threads[thread];
+            return Err(SimulationError::StaleSource(format!(
+                "rank {rank} program {}'s copy at {} read {:#04x} at byte {offset} of its source {} where the program had stored {:#04x}: the store is not ordered before the copy's loads (a gpu.barrier must separate them)",
+                state.program,
+                self.site_of(rank, site),
+                seen[offset],
+                self.memory.describe_address(rank, source),
+                stored[offset],
+            )));
+        }
+        Ok(seen)
     }
 
     fn load_i64(&self, thread: usize, rank: u32, address: u64) -> Result<i64, SimulationError> {
@@ -1784,7 +1842,17 @@ impl<'k> World<'k> {
                 let address = self.integer(thread, *address)? as u64;
                 let value = self.integer(thread, *value)?;
                 let bytes = value.to_le_bytes()[..*width_bytes as usize].to_vec();
-                self.store(thread, rank, address, &bytes, StoreOrder::Relaxed)?;
+                // Stores a barrier ordered before this one (now in the program's buffer) to the
+                // same bytes come first in their coherence order: they become visible now, so
+                // this one, from the other buffer, cannot land before them.
+                let drained = self.store_buffers[thread]
+                    .drain_overlapping(&mut self.memory, rank, address, *width_bytes)
+                    .map_err(|e| self.program_error(thread, format!("store: {e}")))?;
+                self.on_drained(thread, drained);
+                let other = self.other_threads_of(thread);
+                self.store_buffers[other]
+                    .store(&self.memory, rank, address, &bytes)
+                    .map_err(|e| self.program_error(thread, format!("store: {e}")))?;
                 self.advance_clock(thread, cost.gpu_global_store_nanoseconds);
                 return Ok(Step::Effect);
             }
@@ -2444,7 +2512,7 @@ impl<'k> World<'k> {
                     return Ok(Step::Continue);
                 }
                 self.check_inside_region(thread, "copy", site, &destination, length_bytes)?;
-                let payload = self.load(thread, rank, source, length_bytes)?;
+                let payload = self.load_copy_source(thread, site, source, length_bytes)?;
                 let chunk = self.options.p2p_store_bytes.max(1) as usize;
                 for (index, piece) in payload.chunks(chunk).enumerate() {
                     self.store(
@@ -2553,6 +2621,7 @@ impl<'k> World<'k> {
             }
             InstructionKind::Barrier => {
                 self.counts.barriers += 1;
+                self.order_other_threads(thread);
                 if !self.threads[thread].lanes.is_empty() {
                     if !self.lanes_finished(thread) {
                         return Ok(Step::Blocked(Block::Lanes { site }));
@@ -2654,12 +2723,56 @@ impl<'k> World<'k> {
             reservation_loaded: None,
             waits_passed: 0,
             lanes: Vec::new(),
+            other_threads: None,
         };
         let (rank, program) = (lane.rank, lane.program);
         self.threads.push(lane);
         self.store_buffers.push(GpuStoreBuffer::new(rank, program));
         let index = self.threads.len() - 1;
         self.threads[thread].lanes.push(index);
+    }
+
+    /// The thread whose buffer holds `thread`'s stores not yet ordered by a barrier (made on
+    /// first use; it never runs, only its buffer drains).
+    fn other_threads_of(&mut self, thread: usize) -> usize {
+        if let Some(other) = self.threads[thread].other_threads {
+            return other;
+        }
+        let parent = &self.threads[thread];
+        let (rank, program) = (parent.rank, parent.program);
+        let other = Thread {
+            rank,
+            program,
+            registers: Vec::new(),
+            frames: Vec::new(),
+            finished: true,
+            blocked: None,
+            clock_nanoseconds: parent.clock_nanoseconds,
+            unsignaled_puts: BTreeMap::new(),
+            last_completion_slot: BTreeMap::new(),
+            reservation_loaded: None,
+            waits_passed: 0,
+            lanes: Vec::new(),
+            other_threads: None,
+        };
+        self.threads.push(other);
+        self.store_buffers.push(GpuStoreBuffer::new(rank, program));
+        let index = self.threads.len() - 1;
+        self.threads[thread].other_threads = Some(index);
+        index
+    }
+
+    /// A barrier of `thread`'s program: its other threads' stores so far are ordered before
+    /// what the program does next (its loads see them, its next release covers them).
+    fn order_other_threads(&mut self, thread: usize) {
+        if let Some(other) = self.threads[thread].other_threads {
+            let (rank, program) = (self.threads[other].rank, self.threads[other].program);
+            let buffer = std::mem::replace(
+                &mut self.store_buffers[other],
+                GpuStoreBuffer::new(rank, program),
+            );
+            self.store_buffers[thread].absorb(buffer);
+        }
     }
 
     fn lanes_finished(&self, thread: usize) -> bool {
@@ -2920,7 +3033,7 @@ impl<'k> World<'k> {
                 ),
             ));
         }
-        let payload = self.load(thread, rank, source, length_bytes)?;
+        let payload = self.load_copy_source(thread, site, source, length_bytes)?;
         let packets = encode_slot(destination.offset_bytes, value, &payload)
             .map_err(|e| self.program_error(thread, format!("packet put at {at}: {e}")))?;
         let region_start = flag.address - flag.offset_bytes;
@@ -3278,6 +3391,9 @@ impl<'k> World<'k> {
         slots: Register,
         atomic: bool,
     ) -> Result<Step, SimulationError> {
+        // Generated code starts every reservation with a barrier of the program's threads (the
+        // commands and their sources follow the other threads' stores: emit.rs `reserve_slots`).
+        self.order_other_threads(thread);
         let rank = self.threads[thread].rank;
         let (peer, handle) = self.endpoint(thread, endpoint)?;
         let slots = self.integer(thread, slots)? as u64;

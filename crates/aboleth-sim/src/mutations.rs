@@ -66,11 +66,15 @@ pub enum Mutation {
     /// payload packet carries the flag (the classic LL bug: trusting one flag for data stored
     /// by other, unordered stores). Caught as data not visible when the wait passes.
     UnpackWithoutCheckingPackets,
+    /// The barrier before a p2p copy (or packet put) whose source the program may have just
+    /// written is dropped: the copy's threads read the source while other threads' stores to
+    /// it are unordered (the race the GPU passed by luck). Caught as a stale source read.
+    PutWithoutSourceBarrier,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -83,6 +87,7 @@ impl Mutation {
         Mutation::WaitWithoutDrainingReceives,
         Mutation::NoPeriodicCompletions,
         Mutation::UnpackWithoutCheckingPackets,
+        Mutation::PutWithoutSourceBarrier,
     ];
 
     /// The command-line name.
@@ -100,6 +105,7 @@ impl Mutation {
             Mutation::WaitWithoutDrainingReceives => "wait-without-draining-receives",
             Mutation::NoPeriodicCompletions => "no-periodic-completions",
             Mutation::UnpackWithoutCheckingPackets => "unpack-without-checking-packets",
+            Mutation::PutWithoutSourceBarrier => "put-without-source-barrier",
         }
     }
 
@@ -270,6 +276,20 @@ impl Mutation {
                 for op in all_ops(ctx, module) {
                     if op_name(ctx, op) == "gpu.wait_flag" && attrs::get_bool(ctx, op, "packets") {
                         attrs::set_bool(ctx, op, "check_payload_flags", false);
+                        changed = true;
+                    }
+                }
+            }
+            Mutation::PutWithoutSourceBarrier => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) == "gpu.barrier"
+                        && attrs::get_bool(
+                            ctx,
+                            op,
+                            aboleth_passes::lower_p2p::SOURCE_BARRIER_ATTRIBUTE,
+                        )
+                    {
+                        Operation::erase(op, ctx);
                         changed = true;
                     }
                 }

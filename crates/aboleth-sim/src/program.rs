@@ -109,7 +109,8 @@ pub enum InstructionKind {
         address: Register,
         width_bytes: u64,
     },
-    /// `ab.store` of `width_bytes`.
+    /// `ab.store` of `width_bytes`: by the program's other threads (the compute around the
+    /// communication), ordered before the program's next barrier or reservation.
     Store {
         address: Register,
         value: Register,
@@ -247,7 +248,8 @@ pub enum InstructionKind {
     },
     /// `gpu.fence` with its scope (`cta`, `gpu`, `sys`).
     Fence { scope: FenceScope },
-    /// `gpu.barrier`: the program's lanes (see `For`) join its thread here.
+    /// `gpu.barrier`: the program's lanes (see `For`) join its thread here, and its other
+    /// threads' stores (`Store`) are ordered before what it does next.
     Barrier,
     /// `gpu.wait_flag`: spin until the local flag is `>= value`.
     WaitFlag {

@@ -470,6 +470,111 @@ fn mutation_stale_publication_counter_is_caught() {
     }
 }
 
+/// A program that stores its send buffer and then puts it validates on every transport: p2p
+/// puts a barrier before the copy (one more per program than the signal's), mlx5 and proxy
+/// reserve after one. The seed's all-to-all, whose send buffer the host wrote, gets none.
+#[test]
+fn a_source_the_program_stored_is_copied_after_a_barrier() {
+    let (text, path) = test_program("store_then_put");
+    for target in TARGETS {
+        for ranks in [2, 3] {
+            let mut options = ValidationOptions::new(target);
+            options.ranks = ranks;
+            options.rounds = 2;
+            let validation = validate(&text, &path, &options)
+                .unwrap_or_else(|d| panic!("{d}"))
+                .remove(0);
+            assert!(
+                validation.passed(),
+                "{} with {ranks} ranks: {:#?}",
+                target.name(),
+                validation.failures
+            );
+            if target == Target::P2p {
+                let programs = u64::from(ranks * (ranks - 1));
+                for figures in [&validation.passes_on, &validation.passes_off] {
+                    assert_eq!(figures.rounds[0].counts.barriers, 2 * programs);
+                }
+            }
+        }
+    }
+    // As packets: no barrier for the signal, the source's still.
+    let mut options = ValidationOptions::new(Target::P2p);
+    options.ranks = 3;
+    options.packet_signals = true;
+    let validation = validate(&text, &path, &options)
+        .unwrap_or_else(|d| panic!("{d}"))
+        .remove(0);
+    assert!(validation.passed(), "{:#?}", validation.failures);
+    assert_eq!(validation.passes_on.rounds[0].counts.flag_stores, 0);
+    assert_eq!(validation.passes_on.rounds[0].counts.barriers, 3 * 2);
+
+    let mut options = ValidationOptions::new(Target::P2p);
+    options.ranks = 3;
+    let validation = run("alltoall", &options);
+    assert!(validation.passed(), "{:#?}", validation.failures);
+    // One barrier per program: the signal's.
+    assert_eq!(validation.passes_on.rounds[0].counts.barriers, 3 * 2);
+    options.mutation = Some(Mutation::PutWithoutSourceBarrier);
+    let (text, file) = example("alltoall");
+    assert_eq!(
+        validate(&text, &file, &options).unwrap_err().to_string(),
+        "examples/ir/alltoall.abo: error: the mutation `put-without-source-barrier` found nothing to break in this program for p2p"
+    );
+}
+
+/// The simulator keeps per-location order between a program's stores that a barrier handed to
+/// its buffer and the next ones of its other threads (a random program found it reading an
+/// older value back).
+#[test]
+fn stores_rewritten_after_their_barrier_keep_their_order() {
+    let (text, path) = test_program("source_rewritten_after_its_barrier");
+    for target in TARGETS {
+        let mut options = ValidationOptions::new(target);
+        options.ranks = 3;
+        for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
+            assert!(
+                validation.passed(),
+                "{}: {:#?}",
+                target.name(),
+                validation.failures
+            );
+        }
+    }
+}
+
+#[test]
+fn mutation_put_without_source_barrier_is_caught() {
+    let (text, path) = test_program("store_then_put");
+    for packet_signals in [false, true] {
+        let mut options = ValidationOptions::new(Target::P2p);
+        options.ranks = 3;
+        options.packet_signals = packet_signals;
+        options.mutation = Some(Mutation::PutWithoutSourceBarrier);
+        let validation = validate(&text, &path, &options)
+            .unwrap_or_else(|d| panic!("{d}"))
+            .remove(0);
+        let kinds: Vec<&str> = validation.failures.iter().map(|f| f.kind).collect();
+        assert!(kinds.contains(&"stale-source"), "{kinds:?}");
+        for failure in &validation.failures {
+            assert_eq!(failure.configuration, "passes-on", "{failure:?}");
+        }
+        let message = &validation.failures[0].message;
+        assert!(
+            message.contains("where the program had stored")
+                && message.contains("a gpu.barrier must separate them"),
+            "{message}"
+        );
+    }
+    // The pipelined staging buffer of reuse_source, rewritten before every put.
+    let kinds = mutation_failures(
+        Mutation::PutWithoutSourceBarrier,
+        "reuse_source",
+        Target::P2p,
+    );
+    assert!(kinds.contains(&"stale-source"), "{kinds:?}");
+}
+
 #[test]
 fn a_mutation_with_nothing_to_break_is_an_error_not_a_pass() {
     let (text, file) = example("alltoall");
