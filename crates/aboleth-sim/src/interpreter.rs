@@ -198,6 +198,12 @@ pub enum SimulationError {
     /// A `wait_flag` passed before the data its signal guards was visible.
     #[error("a wait passed before the data it guards was visible: {0}")]
     DataNotVisible(String),
+    /// A put overwrote data that a passed wait guards while its reader still reads it.
+    #[error("a put overwrote data its reader was still reading: {0}")]
+    DataOverwritten(String),
+    /// A flag receives the value it already held from the previous launch.
+    #[error("stale epoch: {0}")]
+    StaleEpoch(String),
     /// A transfer delivered bytes other than its source at posting time.
     #[error("a transfer did not deliver its source as posted: {0}")]
     SourceChanged(String),
@@ -223,6 +229,8 @@ impl SimulationError {
             SimulationError::Deadlock(_) => "deadlock",
             SimulationError::StepLimit { .. } => "step-limit",
             SimulationError::DataNotVisible(_) => "data-not-visible",
+            SimulationError::DataOverwritten(_) => "data-overwritten",
+            SimulationError::StaleEpoch(_) => "stale-epoch",
             SimulationError::SourceChanged(_) => "source-changed",
             SimulationError::SlotCollision(_) => "slot-collision",
             SimulationError::Nic(_) => "nic",
@@ -351,7 +359,39 @@ struct SignalRecord {
     site: usize,
     /// The flag word: (rank, address).
     flag: (u32, u64),
+    /// How it updates the flag, and by what: a wait's guarantee depends on both.
+    operation: SignalOperation,
+    operand: i64,
     guarded: Vec<Rc<PutRecord>>,
+}
+
+/// One signal's update of a flag, in the order the updates reached it.
+#[derive(Debug)]
+struct FlagUpdate {
+    signal: Rc<SignalRecord>,
+    /// The flag's value once this update was applied.
+    value_after: i64,
+}
+
+/// What a flag received: in this launch (in arrival order) and in the previous one.
+#[derive(Debug, Default)]
+struct FlagHistory {
+    /// Its value when this launch started (none: first signaled in this launch).
+    launch_start_value: Option<i64>,
+    updates: Vec<FlagUpdate>,
+    previous_launch: Vec<FlagUpdate>,
+}
+
+/// A wait that passed on a value its flag already held when the launch started: if this
+/// launch's signals only bring the flag back to such a value, the waits cannot tell the
+/// launches apart (checked at the launch's end).
+#[derive(Debug)]
+struct EarlyWait {
+    rank: u32,
+    program: u32,
+    site: usize,
+    flag: (u32, u64),
+    expected: i64,
 }
 
 /// A packet transfer in a staging slot, until a wait of the receiver unpacks it.
@@ -512,8 +552,16 @@ struct World<'k> {
     posted: HashMap<CommandKey, PostedCommand>,
     /// p2p flag stores still in a store buffer: (thread, program order) -> signal.
     p2p_signal_stores: HashMap<(usize, u64), Rc<SignalRecord>>,
-    /// Signals delivered to (rank, flag address) and not yet checked by a wait there.
-    deliveries: HashMap<(u32, u64), Vec<Rc<SignalRecord>>>,
+    /// The signals each flag (rank, address) received, in arrival order (see
+    /// [`World::check_delivered_data`] for what a wait guards).
+    flag_histories: HashMap<(u32, u64), FlagHistory>,
+    /// Per (thread, flag): the updates of this launch whose data a wait of the thread checked.
+    checked_updates: HashMap<(usize, u32, u64), Vec<usize>>,
+    /// Waits of this launch that passed on their flag's value from before the launch.
+    early_waits: Vec<EarlyWait>,
+    /// The puts of this launch in the order their bytes landed (p2p: when posted), to name
+    /// the put that overwrote data a wait guards.
+    landed_puts: Vec<Rc<PutRecord>>,
     /// Write-with-immediate signals whose data landed, by (receiving rank, receive CQE number),
     /// with when: delivered when a wait (or the host) applies that CQE.
     pending_immediates: HashMap<(u32, u64), (Rc<SignalRecord>, u64)>,
@@ -951,7 +999,10 @@ impl<'k> World<'k> {
             endpoint_handle_index: HashMap::new(),
             posted: HashMap::new(),
             p2p_signal_stores: HashMap::new(),
-            deliveries: HashMap::new(),
+            flag_histories: HashMap::new(),
+            checked_updates: HashMap::new(),
+            early_waits: Vec::new(),
+            landed_puts: Vec::new(),
             pending_immediates: HashMap::new(),
             immediate_flag_tables: BTreeMap::new(),
             packet_transfers: BTreeMap::new(),
@@ -995,7 +1046,7 @@ impl<'k> World<'k> {
         self.threads.clear();
         self.store_buffers.clear();
         self.p2p_signal_stores.clear();
-        self.deliveries.clear();
+        self.start_flag_histories()?;
         for rank in 0..self.options.ranks {
             for program in 0..grid as u32 {
                 let kernel = self.kernel_of(rank);
@@ -1032,6 +1083,7 @@ impl<'k> World<'k> {
         }
         self.check_queue_counters(round)?;
         self.check_packet_transfers_unpacked(round)?;
+        self.check_stale_epochs(round)?;
         let end = self
             .threads
             .iter()
@@ -1269,11 +1321,12 @@ impl<'k> World<'k> {
                 }) => {
                     let seen = self.load_i64(index, thread.rank, *address)?;
                     format!(
-                        "{who} waits at {} for flag {} on rank {} to reach {expected} (epoch {}); it holds {seen}: the signal that should set it never arrived",
+                        "{who} waits at {} for flag {} on rank {} to reach {expected} (epoch {}); it holds {seen}: {}",
                         self.site_of(thread.rank, *site),
                         self.memory.describe_address(thread.rank, *address),
                         thread.rank,
-                        self.epoch
+                        self.epoch,
+                        self.why_flag_short(thread.rank, *address, *expected)
                     )
                 }
                 Some(Block::Mlx5Completion {
@@ -1324,6 +1377,52 @@ impl<'k> World<'k> {
             lines.push(line);
         }
         Ok(lines.join("; "))
+    }
+
+    /// Why a flag is still short of `expected` when nothing can move any more: it went down
+    /// (an add of a negative amount, or a set to a smaller value), or the signals that arrived
+    /// were not enough, or none arrived.
+    fn why_flag_short(&self, rank: u32, address: u64, expected: i64) -> String {
+        let updates = self
+            .flag_histories
+            .get(&(rank, address))
+            .map_or(&[][..], |history| &history.updates[..]);
+        let mut before = self
+            .flag_histories
+            .get(&(rank, address))
+            .and_then(|history| history.launch_start_value);
+        for update in updates {
+            let went_down = match update.signal.operation {
+                SignalOperation::Add => update.signal.operand < 0,
+                SignalOperation::Set => before.is_some_and(|before| update.value_after < before),
+            };
+            if went_down {
+                let signal = &update.signal;
+                let what = match signal.operation {
+                    SignalOperation::Add => format!("added {}", signal.operand),
+                    SignalOperation::Set => format!("set it to {}", signal.operand),
+                };
+                let from = before.map_or(String::new(), |before| format!(" from {before}"));
+                return format!(
+                    "the flag went down: the signal at {} (rank {} program {}) {what}, taking it{from} to {}, and nothing else will signal it, so this `>=` wait can never reach {expected}; signals a `>=` wait counts must add positive amounts or set growing values",
+                    self.site_of(signal.rank, signal.site),
+                    signal.rank,
+                    signal.program,
+                    update.value_after
+                );
+            }
+            before = Some(update.value_after);
+        }
+        match updates.last() {
+            None => "the signal that should set it never arrived".to_owned(),
+            Some(last) => format!(
+                "{} signal(s) reached it in this launch (the last at {} from rank {} program {}), and the ones that would bring it to {expected} never arrived",
+                updates.len(),
+                self.site_of(last.signal.rank, last.signal.site),
+                last.signal.rank,
+                last.signal.program
+            ),
+        }
     }
 
     // -----------------------------------------------------------------------------------------
@@ -1414,10 +1513,23 @@ impl<'k> World<'k> {
     }
 
     fn deliver(&mut self, rank: u32, address: u64, signal: Rc<SignalRecord>, time: u64) {
-        self.deliveries
+        // Called right after the update reached memory; a relaxed store may drain together
+        // with a later one to the same word, so a set's value is its own.
+        let value_after = match signal.operation {
+            SignalOperation::Set => signal.operand,
+            SignalOperation::Add => self
+                .memory
+                .read_u64(rank, address)
+                .map_or(signal.operand, |value| value as i64),
+        };
+        self.flag_histories
             .entry((rank, address))
             .or_default()
-            .push(signal);
+            .updates
+            .push(FlagUpdate {
+                signal,
+                value_after,
+            });
         let entry = self.write_times.entry((rank, address)).or_insert(0);
         *entry = (*entry).max(time);
     }
@@ -1508,14 +1620,64 @@ impl<'k> World<'k> {
         })
     }
 
-    /// Checks, when a wait on `(rank, address)` passes, that the data of every signal delivered
-    /// there is visible, and that the data the reference run saw guarded by this wait is here.
+    /// At a launch's start: what each flag received becomes the previous launch's, and its
+    /// value now is where this launch's updates start from.
+    fn start_flag_histories(&mut self) -> Result<(), SimulationError> {
+        self.checked_updates.clear();
+        self.early_waits.clear();
+        self.landed_puts.clear();
+        for (&(rank, address), history) in &mut self.flag_histories {
+            history.previous_launch = std::mem::take(&mut history.updates);
+            history.launch_start_value = Some(
+                self.memory
+                    .read_u64(rank, address)
+                    .map_err(|e| SimulationError::Program(e.to_string()))? as i64,
+            );
+        }
+        Ok(())
+    }
+
+    /// The updates of this launch a wait for `flag >= expected` needs, as a range of
+    /// [`FlagHistory::updates`]: the first update that brought the flag to `expected` or more
+    /// (in arrival order), and, when it is an add, every update since the last set before it
+    /// (the sum needs them all; the set heads the chain). None when no update of this launch
+    /// reached it, or the flag already held enough when the launch started (the wait may pass
+    /// on a value from before the launch: then it guards nothing of this launch).
+    fn needed_updates(history: &FlagHistory, expected: i64) -> Option<(usize, usize)> {
+        // A flag first signaled in this launch: its value before an add is known; before a
+        // set it is not, and the set is taken to have crossed the awaited value.
+        let start = history.launch_start_value.or_else(|| {
+            let first = history.updates.first()?;
+            (first.signal.operation == SignalOperation::Add)
+                .then(|| first.value_after.wrapping_sub(first.signal.operand))
+        });
+        if start.is_some_and(|start| start >= expected) {
+            return None;
+        }
+        let reached = history
+            .updates
+            .iter()
+            .position(|update| update.value_after >= expected)?;
+        let chain_start = history.updates[..=reached]
+            .iter()
+            .rposition(|update| update.signal.operation == SignalOperation::Set)
+            .unwrap_or(0);
+        Some((chain_start, reached))
+    }
+
+    /// Checks, when a wait for `flag >= expected` at `(rank, address)` passes, the data the
+    /// awaited value guarantees: the puts guarded by the signals whose updates were needed to
+    /// reach it ([`Self::needed_updates`]) and that no earlier wait of this thread on the flag
+    /// checked, must be visible; and the data the reference run's same wait guarded must be
+    /// here. Signals that arrived but were not needed guard nothing yet: a later wait that needs
+    /// them checks them.
     fn check_delivered_data(
         &mut self,
         thread: usize,
         address: u64,
         site: usize,
         seen: i64,
+        expected: i64,
     ) -> Result<(), SimulationError> {
         let (rank, program) = (self.threads[thread].rank, self.threads[thread].program);
         let round = (self.epoch - 1) as u32;
@@ -1523,7 +1685,7 @@ impl<'k> World<'k> {
         self.threads[thread].waits_passed += 1;
         let describe_wait = |world: &Self| {
             format!(
-                "rank {rank} program {program} passed the wait at {} (flag {} = {seen})",
+                "rank {rank} program {program} passed the wait at {} (flag {} = {seen}, awaited >= {expected})",
                 world.site_of(rank, site),
                 world.memory.describe_address(rank, address)
             )
@@ -1532,7 +1694,43 @@ impl<'k> World<'k> {
             flag: (rank, address),
             ranges: Vec::new(),
         };
-        for signal in self.deliveries.remove(&(rank, address)).unwrap_or_default() {
+        let needed = self
+            .flag_histories
+            .get(&(rank, address))
+            .and_then(|history| Self::needed_updates(history, expected));
+        let mut signals = Vec::new();
+        match needed {
+            Some((first, last)) => {
+                let checked = self
+                    .checked_updates
+                    .entry((thread, rank, address))
+                    .or_default();
+                let history = &self.flag_histories[&(rank, address)];
+                for index in first..=last {
+                    if !checked.contains(&index) {
+                        checked.push(index);
+                        signals.push(history.updates[index].signal.clone());
+                    }
+                }
+            }
+            None => {
+                if self
+                    .flag_histories
+                    .get(&(rank, address))
+                    .and_then(|history| history.launch_start_value)
+                    .is_some_and(|value| value >= expected)
+                {
+                    self.early_waits.push(EarlyWait {
+                        rank,
+                        program,
+                        site,
+                        flag: (rank, address),
+                        expected,
+                    });
+                }
+            }
+        }
+        for signal in signals {
             for put in &signal.guarded {
                 let landed = self
                     .memory
@@ -1543,6 +1741,25 @@ impl<'k> World<'k> {
                     )
                     .map_err(|e| SimulationError::Program(e.to_string()))?;
                 if let Some(offset) = first_difference(&landed, &put.expected) {
+                    let at = put.destination_address + offset as u64;
+                    if let Some(writer) =
+                        self.overwriting_put(put.destination_rank, at, landed[offset], Some(put))
+                    {
+                        return Err(SimulationError::DataOverwritten(format!(
+                            "{}, which guards {} on rank {} (byte {offset} of the put at {} from rank {} program {}), but the put at {} from rank {} program {} has overwritten it ({:#04x} where the guarded put carried {:#04x}) while rank {rank} program {program} is still reading it: the writer must wait until the reader is done (e.g. for an acknowledgement flag) before reusing the destination",
+                            describe_wait(self),
+                            self.memory.describe_address(put.destination_rank, at),
+                            put.destination_rank,
+                            self.site_of(put.rank, put.site),
+                            put.rank,
+                            put.program,
+                            self.site_of(writer.rank, writer.site),
+                            writer.rank,
+                            writer.program,
+                            landed[offset],
+                            put.expected[offset],
+                        )));
+                    }
                     return Err(SimulationError::DataNotVisible(format!(
                         "{}, but the put at {} from rank {} program {} to {} on rank {} is not visible yet (byte {offset} is {:#04x}, the put carries {:#04x}); its signal at {} (rank {} program {}) was published before its data",
                         describe_wait(self),
@@ -1586,6 +1803,20 @@ impl<'k> World<'k> {
                     .read(*range_rank, *range_address, bytes.len() as u64)
                     .map_err(|e| SimulationError::Program(e.to_string()))?;
                 if let Some(offset) = first_difference(&here, bytes) {
+                    let at = *range_address + offset as u64;
+                    if let Some(writer) = self.overwriting_put(*range_rank, at, here[offset], None)
+                    {
+                        return Err(SimulationError::DataOverwritten(format!(
+                            "{}, which guards {} on rank {range_rank} (the library-style run had {:#04x} there when this wait passed), but the put at {} from rank {} program {} has overwritten it ({:#04x}) while rank {rank} program {program} is still reading it: the writer must wait until the reader is done (e.g. for an acknowledgement flag) before reusing the destination",
+                            describe_wait(self),
+                            self.memory.describe_address(*range_rank, at),
+                            bytes[offset],
+                            self.site_of(writer.rank, writer.site),
+                            writer.rank,
+                            writer.program,
+                            here[offset],
+                        )));
+                    }
                     return Err(SimulationError::DataNotVisible(format!(
                         "{}, but {} on rank {} holds {:#04x} at byte {offset} where the library-style run had {:#04x} when this wait passed: data the signal guards was issued or published after the signal",
                         describe_wait(self),
@@ -1598,6 +1829,101 @@ impl<'k> World<'k> {
             }
         }
         self.observations.insert(key, observation);
+        Ok(())
+    }
+
+    /// The put of this launch that last wrote `byte` at `(rank, address)`, landing after
+    /// `guarded` (when given): the writer that overwrote data a wait guards.
+    fn overwriting_put(
+        &self,
+        rank: u32,
+        address: u64,
+        byte: u8,
+        guarded: Option<&Rc<PutRecord>>,
+    ) -> Option<Rc<PutRecord>> {
+        let after = match guarded {
+            Some(guarded) => {
+                self.landed_puts
+                    .iter()
+                    .position(|put| Rc::ptr_eq(put, guarded))?
+                    + 1
+            }
+            None => 0,
+        };
+        self.landed_puts[after..]
+            .iter()
+            .rev()
+            .find(|put| {
+                put.destination_rank == rank
+                    && address >= put.destination_address
+                    && address < put.destination_address + put.expected.len() as u64
+                    && put.expected[(address - put.destination_address) as usize] == byte
+                    && guarded.is_none_or(|guarded| !Rc::ptr_eq(put, guarded))
+            })
+            .cloned()
+    }
+
+    /// At a launch's end: a wait that passed on the value its flag held from the previous
+    /// launch, when this launch's signals bring the flag to no more than that value, could not
+    /// tell the launches apart (a stale epoch).
+    fn check_stale_epochs(&self, round: u32) -> Result<(), SimulationError> {
+        for wait in &self.early_waits {
+            let Some(history) = self.flag_histories.get(&wait.flag) else {
+                continue;
+            };
+            let Some(start) = history.launch_start_value else {
+                continue;
+            };
+            let Some(this_launch) = history
+                .updates
+                .iter()
+                .find(|update| update.value_after >= wait.expected)
+            else {
+                continue;
+            };
+            let Some(previous) = history
+                .previous_launch
+                .iter()
+                .rev()
+                .find(|update| update.value_after == start)
+            else {
+                continue;
+            };
+            if this_launch.value_after > start {
+                continue;
+            }
+            let flag = self.memory.describe_address(wait.flag.0, wait.flag.1);
+            let received = if this_launch.value_after == start {
+                format!(
+                    "flag {flag} on rank {} receives the same value {start} in launch {} (the signal at {} from rank {} program {}) as in launch {round} (the signal at {})",
+                    wait.flag.0,
+                    round + 1,
+                    self.site_of(this_launch.signal.rank, this_launch.signal.site),
+                    this_launch.signal.rank,
+                    this_launch.signal.program,
+                    self.site_of(previous.signal.rank, previous.signal.site),
+                )
+            } else {
+                format!(
+                    "flag {flag} on rank {} receives {} in launch {} (the signal at {} from rank {} program {}) but already holds {start} from launch {round} (the signal at {})",
+                    wait.flag.0,
+                    this_launch.value_after,
+                    round + 1,
+                    self.site_of(this_launch.signal.rank, this_launch.signal.site),
+                    this_launch.signal.rank,
+                    this_launch.signal.program,
+                    self.site_of(previous.signal.rank, previous.signal.site),
+                )
+            };
+            return Err(SimulationError::StaleEpoch(format!(
+                "{received}; waits cannot tell the launches apart: the wait at {} (rank {} program {}, for >= {}) passes on launch {round}'s value in launch {}; make the value grow with the launch (e.g. set the epoch, or wait for epoch * count with adds)",
+                self.site_of(wait.rank, wait.site),
+                wait.rank,
+                wait.program,
+                wait.expected,
+                round + 1,
+            )));
+        }
         Ok(())
     }
 
@@ -2037,9 +2363,21 @@ impl<'k> World<'k> {
                 self.counts.wqes += 1;
                 self.counts.completions_requested += u64::from(completion);
                 let posted = match (predicate, &immediate) {
-                    (true, Some((_, flag_address))) => {
+                    (true, Some((value, flag_address))) => {
                         // The signal guards this put and the earlier ones on the endpoint.
-                        let signal = self.take_signal_record(thread, peer, site, *flag_address);
+                        let decoded = ImmediateSignal::decode(*value);
+                        let operation = if decoded.add {
+                            SignalOperation::Add
+                        } else {
+                            SignalOperation::Set
+                        };
+                        let signal = self.take_signal_record(
+                            thread,
+                            peer,
+                            site,
+                            *flag_address,
+                            (operation, i64::from(decoded.value)),
+                        );
                         PostedCommand::PutWithImmediate(record, signal)
                     }
                     (true, None) => PostedCommand::Put(record),
@@ -2160,7 +2498,13 @@ impl<'k> World<'k> {
                 self.check_same_peer(thread, site, peer, flag.peer)?;
                 let value = self.integer(thread, *value)? as u64;
                 let completion = self.integer(thread, *completion)? != 0;
-                let record = self.take_signal_record(thread, peer, site, flag.address);
+                let record = self.take_signal_record(
+                    thread,
+                    peer,
+                    site,
+                    flag.address,
+                    (*operation, value as i64),
+                );
                 self.counts.wqes += 1;
                 self.counts.completions_requested += u64::from(completion);
                 match self.kernel.target {
@@ -2464,6 +2808,7 @@ impl<'k> World<'k> {
                     expected: payload,
                     visible_at_post: Vec::new(),
                 });
+                self.landed_puts.push(record.clone());
                 self.threads[thread]
                     .unsignaled_puts
                     .entry(peer)
@@ -2498,7 +2843,13 @@ impl<'k> World<'k> {
                 let flag = self.remote_pointer(thread, *flag)?;
                 self.check_same_peer(thread, site, peer, flag.peer)?;
                 let value = self.integer(thread, *value)?;
-                let record = self.take_signal_record(thread, peer, site, flag.address);
+                let record = self.take_signal_record(
+                    thread,
+                    peer,
+                    site,
+                    flag.address,
+                    (*operation, value),
+                );
                 let latency = cost.nvlink_one_way_latency_nanoseconds;
                 match operation {
                     SignalOperation::Set => {
@@ -2613,7 +2964,7 @@ impl<'k> World<'k> {
                         packet_slot,
                     }));
                 }
-                self.check_delivered_data(thread, address, site, seen)?;
+                self.check_delivered_data(thread, address, site, seen, expected)?;
                 let written_at = self.write_times.get(&(rank, address)).copied().unwrap_or(0);
                 let state = &mut self.threads[thread];
                 state.clock_nanoseconds = state.clock_nanoseconds.max(written_at);
@@ -2966,6 +3317,8 @@ impl<'k> World<'k> {
             program: self.threads[thread].program,
             site,
             flag: (peer, flag.address),
+            operation: SignalOperation::Set,
+            operand: value,
             guarded: vec![put],
         });
         self.packet_transfers
@@ -3149,6 +3502,8 @@ impl<'k> World<'k> {
             StoreOrder::Release,
         )?;
         if let Some(transfer) = self.packet_transfers.remove(&(rank, slot.slot_address)) {
+            self.landed_puts
+                .extend(transfer.signal.guarded.iter().cloned());
             let time = self.threads[thread].clock_nanoseconds;
             self.deliver(rank, flag_address, transfer.signal, time);
         }
@@ -3183,6 +3538,7 @@ impl<'k> World<'k> {
         peer: u32,
         site: usize,
         flag_address: u64,
+        (operation, operand): (SignalOperation, i64),
     ) -> Rc<SignalRecord> {
         let state = &mut self.threads[thread];
         Rc::new(SignalRecord {
@@ -3190,6 +3546,8 @@ impl<'k> World<'k> {
             program: state.program,
             site,
             flag: (peer, flag_address),
+            operation,
+            operand,
             guarded: state.unsignaled_puts.remove(&peer).unwrap_or_default(),
         })
     }
@@ -3671,6 +4029,7 @@ impl<'k> World<'k> {
                         put.expected[offset],
                     )));
                 }
+                self.landed_puts.push(put);
             }
             Some(PostedCommand::Signal(signal)) => {
                 let (rank, address) = signal.flag;
