@@ -97,6 +97,151 @@ pub struct SimulationOptions {
     /// What the reference run saw at each wait (see [`Observations`]): when set, every wait
     /// must see the same bytes there.
     pub expected_observations: Option<Rc<Observations>>,
+    /// Most bytes of simulated memory (regions, queues and tables of every rank) a run may
+    /// allocate; checked up front ([`memory_estimate`]) so a huge launch is an error, not an
+    /// abort or an out-of-memory kill.
+    pub memory_limit_bytes: u64,
+    /// Called every [`PROGRESS_STEPS`] scheduler steps with the launch (1-based) and the steps
+    /// so far, so a caller can show that a long run is moving. It never affects the run.
+    pub progress: Option<ProgressHook>,
+}
+
+/// Scheduler steps between two calls of [`SimulationOptions::progress`].
+pub const PROGRESS_STEPS: u64 = 1 << 10;
+
+/// The default of [`SimulationOptions::memory_limit_bytes`]: 4 GiB.
+pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 4 << 30;
+
+/// A progress callback: `(launch, steps)`.
+#[derive(Clone)]
+pub struct ProgressHook(pub Rc<dyn Fn(u32, u64)>);
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("ProgressHook")
+    }
+}
+
+/// The simulated memory a run of a kernel allocates, per rank, in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    /// Each region's bytes on one rank (packet slots included), in the launch's order.
+    pub regions: Vec<(String, u64)>,
+    /// Queues, rings, receive sides and tables of one rank.
+    pub infrastructure_bytes: u64,
+}
+
+impl MemoryEstimate {
+    /// All ranks together.
+    pub fn total_bytes(&self, ranks: u32) -> u64 {
+        let per_rank = self
+            .regions
+            .iter()
+            .fold(self.infrastructure_bytes, |sum, (_, bytes)| {
+                sum.saturating_add(*bytes)
+            });
+        per_rank.saturating_mul(u64::from(ranks))
+    }
+}
+
+/// What [`simulate`] will allocate for `kernel` under `options`, without allocating: the
+/// regions at `options.ranks` and, per rank, what the transport's set-up allocates (mirrors
+/// `World::new`). A region whose size is not positive is left for the set-up to report.
+pub fn memory_estimate(kernel: &SimKernel, options: &SimulationOptions) -> MemoryEstimate {
+    let ranks = u64::from(options.ranks);
+    let peers = ranks.saturating_sub(1);
+    let regions: Vec<(String, u64)> = kernel
+        .launch
+        .regions
+        .iter()
+        .map(|(name, size)| {
+            let length_bytes = size.evaluate(options.ranks).max(0) as u64;
+            let staging_bytes = if kernel.packet_staging_regions.contains(name) {
+                aboleth_abi::packet::staging_bytes(length_bytes)
+            } else {
+                0
+            };
+            (name.clone(), length_bytes.saturating_add(staging_bytes))
+        })
+        .collect();
+    let tables =
+        regions.len() as u64 * ranks * REGION_DESCRIPTOR_BYTES + ranks * ENDPOINT_HANDLE_BYTES;
+    let transport = match kernel.target {
+        Target::Mlx5 => {
+            let receive_cq = (u64::from(RECEIVES_PER_QUEUE_PAIR) * ranks).next_power_of_two() * 64;
+            let peer_of_qpn = (u64::from(QPN_BASE) + ranks).next_power_of_two() * 4;
+            let receive_side = receive_cq
+                + peer_of_qpn
+                + ranks * Mlx5ReceiveQueue::SIZE_BYTES as u64
+                + Mlx5ReceiveContext::SIZE_BYTES as u64
+                + 8;
+            let per_peer = u64::from(options.sq_basic_block_count) * 64
+                + 8
+                + 64
+                + core::mem::size_of::<Mlx5QueueManagement>() as u64
+                + 8
+                + u64::from(RECEIVES_PER_QUEUE_PAIR) * RECEIVE_WQE_BYTES as u64;
+            receive_side + peers * per_peer
+        }
+        Target::Proxy => {
+            let ring = ProxyRingHeader::new(options.proxy_ring_capacity_entries)
+                .map_or(0, |header| header.ring_total_bytes() as u64);
+            peers * ring
+        }
+        _ => 0,
+    };
+    MemoryEstimate {
+        regions,
+        infrastructure_bytes: tables + transport,
+    }
+}
+
+/// `bytes` for messages: "12345 bytes (1.5 GiB)" above a MiB.
+pub fn describe_bytes(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB {
+        format!("{bytes} bytes ({:.1} GiB)", bytes as f64 / GIB as f64)
+    } else if bytes >= MIB {
+        format!("{bytes} bytes ({:.1} MiB)", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// A setup error when the run would need more simulated memory than `options` allows: one
+/// region too large by itself (named, with its size), or everything together.
+pub fn check_memory(kernel: &SimKernel, options: &SimulationOptions) -> Result<(), String> {
+    let estimate = memory_estimate(kernel, options);
+    let limit = options.memory_limit_bytes;
+    for (name, bytes) in &estimate.regions {
+        let all_ranks = bytes.saturating_mul(u64::from(options.ranks));
+        if all_ranks > limit {
+            return Err(format!(
+                "region `{name}` has {} per rank for {} ranks, {} in all, more than the simulator's memory limit of {}: make the region smaller in the kernel's `regions` attribute",
+                describe_bytes(*bytes),
+                options.ranks,
+                describe_bytes(all_ranks),
+                describe_bytes(limit)
+            ));
+        }
+    }
+    let total = estimate.total_bytes(options.ranks);
+    if total > limit {
+        let regions = estimate
+            .regions
+            .iter()
+            .fold(0u64, |sum, (_, bytes)| sum.saturating_add(*bytes));
+        return Err(format!(
+            "{} ranks need {} of simulated memory ({} of regions and {} of queues and tables per rank; the queues grow with the square of the ranks), more than the simulator's memory limit of {}: use fewer ranks or smaller regions",
+            options.ranks,
+            describe_bytes(total),
+            describe_bytes(regions),
+            describe_bytes(estimate.infrastructure_bytes),
+            describe_bytes(limit)
+        ));
+    }
+    Ok(())
 }
 
 /// Which wait: (round, rank, program, how many waits that program passed before it).
@@ -130,6 +275,8 @@ impl SimulationOptions {
             proxy_ring_capacity_entries: 256,
             p2p_store_bytes: 32,
             expected_observations: None,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            progress: None,
         }
     }
 }
@@ -188,7 +335,9 @@ pub enum SimulationError {
     #[error("deadlock: {0}")]
     Deadlock(String),
     /// The step limit was reached.
-    #[error("no termination after {steps} steps (a loop that never ends?): {state}")]
+    #[error(
+        "no termination after {steps} steps (the step limit, --step-limit): a loop that never ends, or a run that needs more steps (raise --step-limit): {state}"
+    )]
     StepLimit {
         /// Steps taken.
         steps: u64,
@@ -715,6 +864,7 @@ impl<'k> World<'k> {
                 "{ranks} rank(s): communication needs at least 2 ranks (--ranks)"
             )));
         }
+        check_memory(kernel, options).map_err(SimulationError::Setup)?;
         let mut memory = Memory::new();
         let mut data_rng = ChaCha8Rng::seed_from_u64(options.data_seed);
         let mut regions = Vec::new();
@@ -1246,6 +1396,11 @@ impl<'k> World<'k> {
                     state: self.describe_waits()?,
                 });
             }
+            if self.steps.is_multiple_of(PROGRESS_STEPS)
+                && let Some(progress) = &self.options.progress
+            {
+                (progress.0)(self.epoch as u32, self.steps);
+            }
             match candidates[self.rng.random_range(0..candidates.len())] {
                 Agent::Thread(index) => self.step_thread(index)?,
                 Agent::StoreBuffer(index) => {
@@ -1423,6 +1578,68 @@ impl<'k> World<'k> {
                 last.signal.program
             ),
         }
+    }
+
+    /// An out-of-bounds error unless `[address, address + length_bytes)` lies inside one of
+    /// `rank`'s regions: what a program's own pointers (loads, stores, waits, put sources) may
+    /// reach. The simulator's allocations (queues, rings, tables, receive sides) are never
+    /// addressable through them, as on a GPU they would be someone else's memory.
+    fn check_in_user_region(
+        &self,
+        thread: usize,
+        site: usize,
+        access: &str,
+        address: u64,
+        length_bytes: u64,
+    ) -> Result<(), SimulationError> {
+        let rank = self.threads[thread].rank;
+        let regions = &self.regions[rank as usize];
+        let inside = regions.values().any(|region| {
+            address >= region.address
+                && address
+                    .checked_add(length_bytes)
+                    .is_some_and(|end| end <= region.address + region.length_bytes)
+        });
+        if inside {
+            return Ok(());
+        }
+        let distance = |region: &RegionAllocation| {
+            let end = region.address + region.length_bytes;
+            if address < region.address {
+                region.address - address
+            } else {
+                address.saturating_sub(end)
+            }
+        };
+        let nearest = regions
+            .iter()
+            .min_by_key(|(_, region)| distance(region))
+            .map_or("none".to_owned(), |(name, region)| {
+                let end = region.address + region.length_bytes;
+                let relation = if address < region.address {
+                    format!("{:#x} bytes before its start", region.address - address)
+                } else if address >= end {
+                    format!("{:#x} bytes past its end", address - end)
+                } else {
+                    format!(
+                        "starting at its byte {:#x} and running {:#x} bytes past its end",
+                        address - region.address,
+                        (address + length_bytes).saturating_sub(end)
+                    )
+                };
+                format!(
+                    "'{name}' [{:#x}, {end:#x}), {} bytes ({relation})",
+                    region.address, region.length_bytes
+                )
+            });
+        Err(self.program_error(
+            thread,
+            format!(
+                "out of bounds: the {} at {} {access} {length_bytes} bytes at {address:#x}, outside every region of rank {rank}; the nearest region is {nearest}",
+                self.kernel_of(rank).sites[site].op_name,
+                self.kernel_of(rank).sites[site].location,
+            ),
+        ))
     }
 
     // -----------------------------------------------------------------------------------------
@@ -2096,6 +2313,7 @@ impl<'k> World<'k> {
                 width_bytes,
             } => {
                 let address = self.integer(thread, *address)? as u64;
+                self.check_in_user_region(thread, site, "reads", address, *width_bytes)?;
                 let bytes = self.load(thread, rank, address, *width_bytes)?;
                 let mut word = [0u8; 8];
                 word[..bytes.len()].copy_from_slice(&bytes);
@@ -2108,6 +2326,7 @@ impl<'k> World<'k> {
                 width_bytes,
             } => {
                 let address = self.integer(thread, *address)? as u64;
+                self.check_in_user_region(thread, site, "writes", address, *width_bytes)?;
                 let value = self.integer(thread, *value)?;
                 let bytes = value.to_le_bytes()[..*width_bytes as usize].to_vec();
                 self.store(thread, rank, address, &bytes, StoreOrder::Relaxed)?;
@@ -2328,6 +2547,9 @@ impl<'k> World<'k> {
                     ));
                 }
                 let length_bytes = length_bytes as u64;
+                if predicate {
+                    self.check_in_user_region(thread, site, "reads", source, length_bytes)?;
+                }
                 let expected = if predicate {
                     self.load(thread, rank, source, length_bytes)?
                 } else {
@@ -2788,6 +3010,7 @@ impl<'k> World<'k> {
                     return Ok(Step::Continue);
                 }
                 self.check_inside_region(thread, "copy", site, &destination, length_bytes)?;
+                self.check_in_user_region(thread, site, "reads", source, length_bytes)?;
                 let payload = self.load(thread, rank, source, length_bytes)?;
                 let chunk = self.options.p2p_store_bytes.max(1) as usize;
                 for (index, piece) in payload.chunks(chunk).enumerate() {
@@ -2843,13 +3066,8 @@ impl<'k> World<'k> {
                 let flag = self.remote_pointer(thread, *flag)?;
                 self.check_same_peer(thread, site, peer, flag.peer)?;
                 let value = self.integer(thread, *value)?;
-                let record = self.take_signal_record(
-                    thread,
-                    peer,
-                    site,
-                    flag.address,
-                    (*operation, value),
-                );
+                let record =
+                    self.take_signal_record(thread, peer, site, flag.address, (*operation, value));
                 let latency = cost.nvlink_one_way_latency_nanoseconds;
                 match operation {
                     SignalOperation::Set => {
@@ -2918,6 +3136,7 @@ impl<'k> World<'k> {
                 receives,
             } => {
                 let address = self.integer(thread, *flag)? as u64;
+                self.check_in_user_region(thread, site, "waits on", address, 8)?;
                 let expected = self.integer(thread, *value)?;
                 let mut packet_slot = None;
                 let receive_context = match receives {
@@ -3271,6 +3490,7 @@ impl<'k> World<'k> {
                 ),
             ));
         }
+        self.check_in_user_region(thread, site, "reads", source, length_bytes)?;
         let payload = self.load(thread, rank, source, length_bytes)?;
         let packets = encode_slot(destination.offset_bytes, value, &payload)
             .map_err(|e| self.program_error(thread, format!("packet put at {at}: {e}")))?;

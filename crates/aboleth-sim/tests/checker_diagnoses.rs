@@ -97,12 +97,13 @@ fn an_overwrite_while_the_peer_reads_names_region_offset_puts_and_reader() {
             "program 0 passed the wait",
             "is still reading it",
         ] {
-            assert!(message.contains(needle), "{}: {needle}: {message}", target.name());
+            assert!(
+                message.contains(needle),
+                "{}: {needle}: {message}",
+                target.name()
+            );
         }
-        assert!(
-            !message.contains("published before its data"),
-            "{message}"
-        );
+        assert!(!message.contains("published before its data"), "{message}");
     }
 }
 
@@ -127,7 +128,11 @@ fn a_flag_value_repeated_across_launches_is_a_stale_epoch_with_the_launch_number
             "as in launch 1",
             "waits cannot tell the launches apart",
         ] {
-            assert!(failure.message.contains(needle), "{needle}: {}", failure.message);
+            assert!(
+                failure.message.contains(needle),
+                "{needle}: {}",
+                failure.message
+            );
         }
         // One launch is fine: there is nothing to confuse it with.
         options.rounds = 1;
@@ -149,7 +154,11 @@ fn a_flag_that_went_down_is_reported_as_unreachable() {
             "added -5",
             "can never reach 5",
         ] {
-            assert!(failure.message.contains(needle), "{needle}: {}", failure.message);
+            assert!(
+                failure.message.contains(needle),
+                "{needle}: {}",
+                failure.message
+            );
         }
         assert!(
             !failure.message.contains("never arrived"),
