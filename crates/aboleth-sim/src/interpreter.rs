@@ -19,10 +19,19 @@
 //!
 //! Checks made during the run: when a NIC or proxy executes a put, the bytes that landed must
 //! be the source as the program saw it when it posted the put (otherwise the source was
-//! overwritten early, or its stores were not yet visible); when a `wait_flag` passes, the data
-//! of every put that the delivered signals guard (the program's puts on that endpoint since its
-//! previous signal there) must already be visible at the destination. Final memory is returned
-//! for the caller ([`crate::validation`]) to compare across configurations.
+//! overwritten early, or its stores were not yet visible); when a `wait_flag` for `>= v`
+//! passes, the data its value guarantees must be visible at the destination: the puts guarded
+//! by the signals (each signal guards the program's puts on that endpoint since its previous
+//! signal there) whose updates were needed to reach `v`, in arrival order: the first update
+//! that brought the flag to `v`, and, when it is an add, every update back to the last set
+//! before it. Signals that arrived but were not needed guard nothing yet. A mismatch whose
+//! bytes a later put wrote is an overwrite while the reader reads. At a launch's end, a wait
+//! that passed on its flag's value from the previous launch, which this launch only repeats,
+//! is a stale epoch. A program's own pointers (loads, stores, waits, put sources) must stay
+//! inside its rank's regions: the simulator's own allocations are never addressable through
+//! them. Final memory is returned for the caller ([`crate::validation`]) to compare across
+//! configurations. [`memory_estimate`] says what a run allocates, and a run over
+//! [`SimulationOptions::memory_limit_bytes`] is refused before set-up.
 //!
 //! Threads inside a program: one program is one thread (the leader that the lowering elects),
 //! except in a `doorbell_scope` loop, whose iterations run on lane threads with their own

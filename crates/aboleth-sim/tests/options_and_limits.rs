@@ -4,6 +4,13 @@
 use std::{cell::RefCell, rc::Rc};
 
 use aboleth_ir::transport::Target;
+
+/// A refused option: what it is, how to set it, and what the error must say.
+type RefusedOption = (
+    &'static str,
+    fn(&mut ValidationOptions),
+    &'static [&'static str],
+);
 use aboleth_passes::pipeline::PipelineOptions;
 use aboleth_sim::{
     interpreter::{ProgressHook, SimulationOptions, memory_estimate, simulate},
@@ -33,7 +40,7 @@ fn validation_error(name: &str, options: &ValidationOptions) -> String {
 /// option and the fix.
 #[test]
 fn options_that_run_nothing_are_refused_naming_the_option_and_the_fix() {
-    let cases: [(&str, fn(&mut ValidationOptions), &[&str]); 6] = [
+    let cases: [RefusedOption; 6] = [
         (
             "schedules",
             |o| o.schedules = 0,
