@@ -19,10 +19,19 @@
 //!
 //! Checks made during the run: when a NIC or proxy executes a put, the bytes that landed must
 //! be the source as the program saw it when it posted the put (otherwise the source was
-//! overwritten early, or its stores were not yet visible); when a `wait_flag` passes, the data
-//! of every put that the delivered signals guard (the program's puts on that endpoint since its
-//! previous signal there) must already be visible at the destination. Final memory is returned
-//! for the caller ([`crate::validation`]) to compare across configurations.
+//! overwritten early, or its stores were not yet visible); when a `wait_flag` for `>= v`
+//! passes, the data its value guarantees must be visible at the destination: the puts guarded
+//! by the signals (each signal guards the program's puts on that endpoint since its previous
+//! signal there) whose updates were needed to reach `v`, in arrival order: the first update
+//! that brought the flag to `v`, and, when it is an add, every update back to the last set
+//! before it. Signals that arrived but were not needed guard nothing yet. A mismatch whose
+//! bytes a later put wrote is an overwrite while the reader reads. At a launch's end, a wait
+//! that passed on its flag's value from the previous launch, which this launch only repeats,
+//! is a stale epoch. A program's own pointers (loads, stores, waits, put sources) must stay
+//! inside its rank's regions: the simulator's own allocations are never addressable through
+//! them. Final memory is returned for the caller ([`crate::validation`]) to compare across
+//! configurations. [`memory_estimate`] says what a run allocates, and a run over
+//! [`SimulationOptions::memory_limit_bytes`] is refused before set-up.
 //!
 //! Threads inside a program: one program is one thread (the leader that the lowering elects),
 //! except in a `doorbell_scope` loop, whose iterations run on lane threads with their own
@@ -103,6 +112,151 @@ pub struct SimulationOptions {
     /// What the reference run saw at each wait (see [`Observations`]): when set, every wait
     /// must see the same bytes there.
     pub expected_observations: Option<Rc<Observations>>,
+    /// Most bytes of simulated memory (regions, queues and tables of every rank) a run may
+    /// allocate; checked up front ([`memory_estimate`]) so a huge launch is an error, not an
+    /// abort or an out-of-memory kill.
+    pub memory_limit_bytes: u64,
+    /// Called every [`PROGRESS_STEPS`] scheduler steps with the launch (1-based) and the steps
+    /// so far, so a caller can show that a long run is moving. It never affects the run.
+    pub progress: Option<ProgressHook>,
+}
+
+/// Scheduler steps between two calls of [`SimulationOptions::progress`].
+pub const PROGRESS_STEPS: u64 = 1 << 10;
+
+/// The default of [`SimulationOptions::memory_limit_bytes`]: 4 GiB.
+pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 4 << 30;
+
+/// A progress callback: `(launch, steps)`.
+#[derive(Clone)]
+pub struct ProgressHook(pub Rc<dyn Fn(u32, u64)>);
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("ProgressHook")
+    }
+}
+
+/// The simulated memory a run of a kernel allocates, per rank, in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    /// Each region's bytes on one rank (packet slots included), in the launch's order.
+    pub regions: Vec<(String, u64)>,
+    /// Queues, rings, receive sides and tables of one rank.
+    pub infrastructure_bytes: u64,
+}
+
+impl MemoryEstimate {
+    /// All ranks together.
+    pub fn total_bytes(&self, ranks: u32) -> u64 {
+        let per_rank = self
+            .regions
+            .iter()
+            .fold(self.infrastructure_bytes, |sum, (_, bytes)| {
+                sum.saturating_add(*bytes)
+            });
+        per_rank.saturating_mul(u64::from(ranks))
+    }
+}
+
+/// What [`simulate`] will allocate for `kernel` under `options`, without allocating: the
+/// regions at `options.ranks` and, per rank, what the transport's set-up allocates (mirrors
+/// `World::new`). A region whose size is not positive is left for the set-up to report.
+pub fn memory_estimate(kernel: &SimKernel, options: &SimulationOptions) -> MemoryEstimate {
+    let ranks = u64::from(options.ranks);
+    let peers = ranks.saturating_sub(1);
+    let regions: Vec<(String, u64)> = kernel
+        .launch
+        .regions
+        .iter()
+        .map(|(name, size)| {
+            let length_bytes = size.evaluate(options.ranks).max(0) as u64;
+            let staging_bytes = if kernel.packet_staging_regions.contains(name) {
+                aboleth_abi::packet::staging_bytes(length_bytes)
+            } else {
+                0
+            };
+            (name.clone(), length_bytes.saturating_add(staging_bytes))
+        })
+        .collect();
+    let tables =
+        regions.len() as u64 * ranks * REGION_DESCRIPTOR_BYTES + ranks * ENDPOINT_HANDLE_BYTES;
+    let transport = match kernel.target {
+        Target::Mlx5 => {
+            let receive_cq = (u64::from(RECEIVES_PER_QUEUE_PAIR) * ranks).next_power_of_two() * 64;
+            let peer_of_qpn = (u64::from(QPN_BASE) + ranks).next_power_of_two() * 4;
+            let receive_side = receive_cq
+                + peer_of_qpn
+                + ranks * Mlx5ReceiveQueue::SIZE_BYTES as u64
+                + Mlx5ReceiveContext::SIZE_BYTES as u64
+                + 8;
+            let per_peer = u64::from(options.sq_basic_block_count) * 64
+                + 8
+                + 64
+                + core::mem::size_of::<Mlx5QueueManagement>() as u64
+                + 8
+                + u64::from(RECEIVES_PER_QUEUE_PAIR) * RECEIVE_WQE_BYTES as u64;
+            receive_side + peers * per_peer
+        }
+        Target::Proxy => {
+            let ring = ProxyRingHeader::new(options.proxy_ring_capacity_entries)
+                .map_or(0, |header| header.ring_total_bytes() as u64);
+            peers * ring
+        }
+        _ => 0,
+    };
+    MemoryEstimate {
+        regions,
+        infrastructure_bytes: tables + transport,
+    }
+}
+
+/// `bytes` for messages: "12345 bytes (1.5 GiB)" above a MiB.
+pub fn describe_bytes(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB {
+        format!("{bytes} bytes ({:.1} GiB)", bytes as f64 / GIB as f64)
+    } else if bytes >= MIB {
+        format!("{bytes} bytes ({:.1} MiB)", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// A setup error when the run would need more simulated memory than `options` allows: one
+/// region too large by itself (named, with its size), or everything together.
+pub fn check_memory(kernel: &SimKernel, options: &SimulationOptions) -> Result<(), String> {
+    let estimate = memory_estimate(kernel, options);
+    let limit = options.memory_limit_bytes;
+    for (name, bytes) in &estimate.regions {
+        let all_ranks = bytes.saturating_mul(u64::from(options.ranks));
+        if all_ranks > limit {
+            return Err(format!(
+                "region `{name}` has {} per rank for {} ranks, {} in all, more than the simulator's memory limit of {}: make the region smaller in the kernel's `regions` attribute",
+                describe_bytes(*bytes),
+                options.ranks,
+                describe_bytes(all_ranks),
+                describe_bytes(limit)
+            ));
+        }
+    }
+    let total = estimate.total_bytes(options.ranks);
+    if total > limit {
+        let regions = estimate
+            .regions
+            .iter()
+            .fold(0u64, |sum, (_, bytes)| sum.saturating_add(*bytes));
+        return Err(format!(
+            "{} ranks need {} of simulated memory ({} of regions and {} of queues and tables per rank; the queues grow with the square of the ranks), more than the simulator's memory limit of {}: use fewer ranks or smaller regions",
+            options.ranks,
+            describe_bytes(total),
+            describe_bytes(regions),
+            describe_bytes(estimate.infrastructure_bytes),
+            describe_bytes(limit)
+        ));
+    }
+    Ok(())
 }
 
 /// Which wait: (round, rank, program, how many waits that program passed before it).
@@ -136,6 +290,8 @@ impl SimulationOptions {
             proxy_ring_capacity_entries: 256,
             p2p_store_bytes: 32,
             expected_observations: None,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            progress: None,
         }
     }
 }
@@ -194,7 +350,9 @@ pub enum SimulationError {
     #[error("deadlock: {0}")]
     Deadlock(String),
     /// The step limit was reached.
-    #[error("no termination after {steps} steps (a loop that never ends?): {state}")]
+    #[error(
+        "no termination after {steps} steps (the step limit, --step-limit): a loop that never ends, or a run that needs more steps (raise --step-limit): {state}"
+    )]
     StepLimit {
         /// Steps taken.
         steps: u64,
@@ -204,6 +362,12 @@ pub enum SimulationError {
     /// A `wait_flag` passed before the data its signal guards was visible.
     #[error("a wait passed before the data it guards was visible: {0}")]
     DataNotVisible(String),
+    /// A put overwrote data that a passed wait guards while its reader still reads it.
+    #[error("a put overwrote data its reader was still reading: {0}")]
+    DataOverwritten(String),
+    /// A flag receives the value it already held from the previous launch.
+    #[error("stale epoch: {0}")]
+    StaleEpoch(String),
     /// A transfer delivered bytes other than its source at posting time.
     #[error("a transfer did not deliver its source as posted: {0}")]
     SourceChanged(String),
@@ -232,6 +396,8 @@ impl SimulationError {
             SimulationError::Deadlock(_) => "deadlock",
             SimulationError::StepLimit { .. } => "step-limit",
             SimulationError::DataNotVisible(_) => "data-not-visible",
+            SimulationError::DataOverwritten(_) => "data-overwritten",
+            SimulationError::StaleEpoch(_) => "stale-epoch",
             SimulationError::SourceChanged(_) => "source-changed",
             SimulationError::StaleSource(_) => "stale-source",
             SimulationError::SlotCollision(_) => "slot-collision",
@@ -361,7 +527,39 @@ struct SignalRecord {
     site: usize,
     /// The flag word: (rank, address).
     flag: (u32, u64),
+    /// How it updates the flag, and by what: a wait's guarantee depends on both.
+    operation: SignalOperation,
+    operand: i64,
     guarded: Vec<Rc<PutRecord>>,
+}
+
+/// One signal's update of a flag, in the order the updates reached it.
+#[derive(Debug)]
+struct FlagUpdate {
+    signal: Rc<SignalRecord>,
+    /// The flag's value once this update was applied.
+    value_after: i64,
+}
+
+/// What a flag received: in this launch (in arrival order) and in the previous one.
+#[derive(Debug, Default)]
+struct FlagHistory {
+    /// Its value when this launch started (none: first signaled in this launch).
+    launch_start_value: Option<i64>,
+    updates: Vec<FlagUpdate>,
+    previous_launch: Vec<FlagUpdate>,
+}
+
+/// A wait that passed on a value its flag already held when the launch started: if this
+/// launch's signals only bring the flag back to such a value, the waits cannot tell the
+/// launches apart (checked at the launch's end).
+#[derive(Debug)]
+struct EarlyWait {
+    rank: u32,
+    program: u32,
+    site: usize,
+    flag: (u32, u64),
+    expected: i64,
 }
 
 /// A packet transfer in a staging slot, until a wait of the receiver unpacks it.
@@ -525,8 +723,16 @@ struct World<'k> {
     posted: HashMap<CommandKey, PostedCommand>,
     /// p2p flag stores still in a store buffer: (thread, program order) -> signal.
     p2p_signal_stores: HashMap<(usize, u64), Rc<SignalRecord>>,
-    /// Signals delivered to (rank, flag address) and not yet checked by a wait there.
-    deliveries: HashMap<(u32, u64), Vec<Rc<SignalRecord>>>,
+    /// The signals each flag (rank, address) received, in arrival order (see
+    /// [`World::check_delivered_data`] for what a wait guards).
+    flag_histories: HashMap<(u32, u64), FlagHistory>,
+    /// Per (thread, flag): the updates of this launch whose data a wait of the thread checked.
+    checked_updates: HashMap<(usize, u32, u64), Vec<usize>>,
+    /// Waits of this launch that passed on their flag's value from before the launch.
+    early_waits: Vec<EarlyWait>,
+    /// The puts of this launch in the order their bytes landed (p2p: when posted), to name
+    /// the put that overwrote data a wait guards.
+    landed_puts: Vec<Rc<PutRecord>>,
     /// Write-with-immediate signals whose data landed, by (receiving rank, receive CQE number),
     /// with when: delivered when a wait (or the host) applies that CQE.
     pending_immediates: HashMap<(u32, u64), (Rc<SignalRecord>, u64)>,
@@ -680,6 +886,7 @@ impl<'k> World<'k> {
                 "{ranks} rank(s): communication needs at least 2 ranks (--ranks)"
             )));
         }
+        check_memory(kernel, options).map_err(SimulationError::Setup)?;
         let mut memory = Memory::new();
         let mut data_rng = ChaCha8Rng::seed_from_u64(options.data_seed);
         let mut regions = Vec::new();
@@ -964,7 +1171,10 @@ impl<'k> World<'k> {
             endpoint_handle_index: HashMap::new(),
             posted: HashMap::new(),
             p2p_signal_stores: HashMap::new(),
-            deliveries: HashMap::new(),
+            flag_histories: HashMap::new(),
+            checked_updates: HashMap::new(),
+            early_waits: Vec::new(),
+            landed_puts: Vec::new(),
             pending_immediates: HashMap::new(),
             immediate_flag_tables: BTreeMap::new(),
             packet_transfers: BTreeMap::new(),
@@ -1008,7 +1218,7 @@ impl<'k> World<'k> {
         self.threads.clear();
         self.store_buffers.clear();
         self.p2p_signal_stores.clear();
-        self.deliveries.clear();
+        self.start_flag_histories()?;
         for rank in 0..self.options.ranks {
             for program in 0..grid as u32 {
                 let kernel = self.kernel_of(rank);
@@ -1046,6 +1256,7 @@ impl<'k> World<'k> {
         }
         self.check_queue_counters(round)?;
         self.check_packet_transfers_unpacked(round)?;
+        self.check_stale_epochs(round)?;
         let end = self
             .threads
             .iter()
@@ -1208,6 +1419,11 @@ impl<'k> World<'k> {
                     state: self.describe_waits()?,
                 });
             }
+            if self.steps.is_multiple_of(PROGRESS_STEPS)
+                && let Some(progress) = &self.options.progress
+            {
+                (progress.0)(self.epoch as u32, self.steps);
+            }
             match candidates[self.rng.random_range(0..candidates.len())] {
                 Agent::Thread(index) => self.step_thread(index)?,
                 Agent::StoreBuffer(index) => {
@@ -1283,11 +1499,12 @@ impl<'k> World<'k> {
                 }) => {
                     let seen = self.load_i64(index, thread.rank, *address)?;
                     format!(
-                        "{who} waits at {} for flag {} on rank {} to reach {expected} (epoch {}); it holds {seen}: the signal that should set it never arrived",
+                        "{who} waits at {} for flag {} on rank {} to reach {expected} (epoch {}); it holds {seen}: {}",
                         self.site_of(thread.rank, *site),
                         self.memory.describe_address(thread.rank, *address),
                         thread.rank,
-                        self.epoch
+                        self.epoch,
+                        self.why_flag_short(thread.rank, *address, *expected)
                     )
                 }
                 Some(Block::Mlx5Completion {
@@ -1338,6 +1555,114 @@ impl<'k> World<'k> {
             lines.push(line);
         }
         Ok(lines.join("; "))
+    }
+
+    /// Why a flag is still short of `expected` when nothing can move any more: it went down
+    /// (an add of a negative amount, or a set to a smaller value), or the signals that arrived
+    /// were not enough, or none arrived.
+    fn why_flag_short(&self, rank: u32, address: u64, expected: i64) -> String {
+        let updates = self
+            .flag_histories
+            .get(&(rank, address))
+            .map_or(&[][..], |history| &history.updates[..]);
+        let mut before = self
+            .flag_histories
+            .get(&(rank, address))
+            .and_then(|history| history.launch_start_value);
+        for update in updates {
+            let went_down = match update.signal.operation {
+                SignalOperation::Add => update.signal.operand < 0,
+                SignalOperation::Set => before.is_some_and(|before| update.value_after < before),
+            };
+            if went_down {
+                let signal = &update.signal;
+                let what = match signal.operation {
+                    SignalOperation::Add => format!("added {}", signal.operand),
+                    SignalOperation::Set => format!("set it to {}", signal.operand),
+                };
+                let from = before.map_or(String::new(), |before| format!(" from {before}"));
+                return format!(
+                    "the flag went down: the signal at {} (rank {} program {}) {what}, taking it{from} to {}, and nothing else will signal it, so this `>=` wait can never reach {expected}; signals a `>=` wait counts must add positive amounts or set growing values",
+                    self.site_of(signal.rank, signal.site),
+                    signal.rank,
+                    signal.program,
+                    update.value_after
+                );
+            }
+            before = Some(update.value_after);
+        }
+        match updates.last() {
+            None => "the signal that should set it never arrived".to_owned(),
+            Some(last) => format!(
+                "{} signal(s) reached it in this launch (the last at {} from rank {} program {}), and the ones that would bring it to {expected} never arrived",
+                updates.len(),
+                self.site_of(last.signal.rank, last.signal.site),
+                last.signal.rank,
+                last.signal.program
+            ),
+        }
+    }
+
+    /// An out-of-bounds error unless `[address, address + length_bytes)` lies inside one of
+    /// `rank`'s regions: what a program's own pointers (loads, stores, waits, put sources) may
+    /// reach. The simulator's allocations (queues, rings, tables, receive sides) are never
+    /// addressable through them, as on a GPU they would be someone else's memory.
+    fn check_in_user_region(
+        &self,
+        thread: usize,
+        site: usize,
+        access: &str,
+        address: u64,
+        length_bytes: u64,
+    ) -> Result<(), SimulationError> {
+        let rank = self.threads[thread].rank;
+        let regions = &self.regions[rank as usize];
+        let inside = regions.values().any(|region| {
+            address >= region.address
+                && address
+                    .checked_add(length_bytes)
+                    .is_some_and(|end| end <= region.address + region.length_bytes)
+        });
+        if inside {
+            return Ok(());
+        }
+        let distance = |region: &RegionAllocation| {
+            let end = region.address + region.length_bytes;
+            if address < region.address {
+                region.address - address
+            } else {
+                address.saturating_sub(end)
+            }
+        };
+        let nearest = regions
+            .iter()
+            .min_by_key(|(_, region)| distance(region))
+            .map_or("none".to_owned(), |(name, region)| {
+                let end = region.address + region.length_bytes;
+                let relation = if address < region.address {
+                    format!("{:#x} bytes before its start", region.address - address)
+                } else if address >= end {
+                    format!("{:#x} bytes past its end", address - end)
+                } else {
+                    format!(
+                        "starting at its byte {:#x} and running {:#x} bytes past its end",
+                        address - region.address,
+                        (address + length_bytes).saturating_sub(end)
+                    )
+                };
+                format!(
+                    "'{name}' [{:#x}, {end:#x}), {} bytes ({relation})",
+                    region.address, region.length_bytes
+                )
+            });
+        Err(self.program_error(
+            thread,
+            format!(
+                "out of bounds: the {} at {} {access} {length_bytes} bytes at {address:#x}, outside every region of rank {rank}; the nearest region is {nearest}",
+                self.kernel_of(rank).sites[site].op_name,
+                self.kernel_of(rank).sites[site].location,
+            ),
+        ))
     }
 
     // -----------------------------------------------------------------------------------------
@@ -1472,10 +1797,23 @@ impl<'k> World<'k> {
     }
 
     fn deliver(&mut self, rank: u32, address: u64, signal: Rc<SignalRecord>, time: u64) {
-        self.deliveries
+        // Called right after the update reached memory; a relaxed store may drain together
+        // with a later one to the same word, so a set's value is its own.
+        let value_after = match signal.operation {
+            SignalOperation::Set => signal.operand,
+            SignalOperation::Add => self
+                .memory
+                .read_u64(rank, address)
+                .map_or(signal.operand, |value| value as i64),
+        };
+        self.flag_histories
             .entry((rank, address))
             .or_default()
-            .push(signal);
+            .updates
+            .push(FlagUpdate {
+                signal,
+                value_after,
+            });
         let entry = self.write_times.entry((rank, address)).or_insert(0);
         *entry = (*entry).max(time);
     }
@@ -1566,14 +1904,64 @@ impl<'k> World<'k> {
         })
     }
 
-    /// Checks, when a wait on `(rank, address)` passes, that the data of every signal delivered
-    /// there is visible, and that the data the reference run saw guarded by this wait is here.
+    /// At a launch's start: what each flag received becomes the previous launch's, and its
+    /// value now is where this launch's updates start from.
+    fn start_flag_histories(&mut self) -> Result<(), SimulationError> {
+        self.checked_updates.clear();
+        self.early_waits.clear();
+        self.landed_puts.clear();
+        for (&(rank, address), history) in &mut self.flag_histories {
+            history.previous_launch = std::mem::take(&mut history.updates);
+            history.launch_start_value = Some(
+                self.memory
+                    .read_u64(rank, address)
+                    .map_err(|e| SimulationError::Program(e.to_string()))? as i64,
+            );
+        }
+        Ok(())
+    }
+
+    /// The updates of this launch a wait for `flag >= expected` needs, as a range of
+    /// [`FlagHistory::updates`]: the first update that brought the flag to `expected` or more
+    /// (in arrival order), and, when it is an add, every update since the last set before it
+    /// (the sum needs them all; the set heads the chain). None when no update of this launch
+    /// reached it, or the flag already held enough when the launch started (the wait may pass
+    /// on a value from before the launch: then it guards nothing of this launch).
+    fn needed_updates(history: &FlagHistory, expected: i64) -> Option<(usize, usize)> {
+        // A flag first signaled in this launch: its value before an add is known; before a
+        // set it is not, and the set is taken to have crossed the awaited value.
+        let start = history.launch_start_value.or_else(|| {
+            let first = history.updates.first()?;
+            (first.signal.operation == SignalOperation::Add)
+                .then(|| first.value_after.wrapping_sub(first.signal.operand))
+        });
+        if start.is_some_and(|start| start >= expected) {
+            return None;
+        }
+        let reached = history
+            .updates
+            .iter()
+            .position(|update| update.value_after >= expected)?;
+        let chain_start = history.updates[..=reached]
+            .iter()
+            .rposition(|update| update.signal.operation == SignalOperation::Set)
+            .unwrap_or(0);
+        Some((chain_start, reached))
+    }
+
+    /// Checks, when a wait for `flag >= expected` at `(rank, address)` passes, the data the
+    /// awaited value guarantees: the puts guarded by the signals whose updates were needed to
+    /// reach it ([`Self::needed_updates`]) and that no earlier wait of this thread on the flag
+    /// checked, must be visible; and the data the reference run's same wait guarded must be
+    /// here. Signals that arrived but were not needed guard nothing yet: a later wait that needs
+    /// them checks them.
     fn check_delivered_data(
         &mut self,
         thread: usize,
         address: u64,
         site: usize,
         seen: i64,
+        expected: i64,
     ) -> Result<(), SimulationError> {
         let (rank, program) = (self.threads[thread].rank, self.threads[thread].program);
         let round = (self.epoch - 1) as u32;
@@ -1581,7 +1969,7 @@ impl<'k> World<'k> {
         self.threads[thread].waits_passed += 1;
         let describe_wait = |world: &Self| {
             format!(
-                "rank {rank} program {program} passed the wait at {} (flag {} = {seen})",
+                "rank {rank} program {program} passed the wait at {} (flag {} = {seen}, awaited >= {expected})",
                 world.site_of(rank, site),
                 world.memory.describe_address(rank, address)
             )
@@ -1590,7 +1978,43 @@ impl<'k> World<'k> {
             flag: (rank, address),
             ranges: Vec::new(),
         };
-        for signal in self.deliveries.remove(&(rank, address)).unwrap_or_default() {
+        let needed = self
+            .flag_histories
+            .get(&(rank, address))
+            .and_then(|history| Self::needed_updates(history, expected));
+        let mut signals = Vec::new();
+        match needed {
+            Some((first, last)) => {
+                let checked = self
+                    .checked_updates
+                    .entry((thread, rank, address))
+                    .or_default();
+                let history = &self.flag_histories[&(rank, address)];
+                for index in first..=last {
+                    if !checked.contains(&index) {
+                        checked.push(index);
+                        signals.push(history.updates[index].signal.clone());
+                    }
+                }
+            }
+            None => {
+                if self
+                    .flag_histories
+                    .get(&(rank, address))
+                    .and_then(|history| history.launch_start_value)
+                    .is_some_and(|value| value >= expected)
+                {
+                    self.early_waits.push(EarlyWait {
+                        rank,
+                        program,
+                        site,
+                        flag: (rank, address),
+                        expected,
+                    });
+                }
+            }
+        }
+        for signal in signals {
             for put in &signal.guarded {
                 let landed = self
                     .memory
@@ -1601,6 +2025,25 @@ impl<'k> World<'k> {
                     )
                     .map_err(|e| SimulationError::Program(e.to_string()))?;
                 if let Some(offset) = first_difference(&landed, &put.expected) {
+                    let at = put.destination_address + offset as u64;
+                    if let Some(writer) =
+                        self.overwriting_put(put.destination_rank, at, landed[offset], Some(put))
+                    {
+                        return Err(SimulationError::DataOverwritten(format!(
+                            "{}, which guards {} on rank {} (byte {offset} of the put at {} from rank {} program {}), but the put at {} from rank {} program {} has overwritten it ({:#04x} where the guarded put carried {:#04x}) while rank {rank} program {program} is still reading it: the writer must wait until the reader is done (e.g. for an acknowledgement flag) before reusing the destination",
+                            describe_wait(self),
+                            self.memory.describe_address(put.destination_rank, at),
+                            put.destination_rank,
+                            self.site_of(put.rank, put.site),
+                            put.rank,
+                            put.program,
+                            self.site_of(writer.rank, writer.site),
+                            writer.rank,
+                            writer.program,
+                            landed[offset],
+                            put.expected[offset],
+                        )));
+                    }
                     return Err(SimulationError::DataNotVisible(format!(
                         "{}, but the put at {} from rank {} program {} to {} on rank {} is not visible yet (byte {offset} is {:#04x}, the put carries {:#04x}); its signal at {} (rank {} program {}) was published before its data",
                         describe_wait(self),
@@ -1644,6 +2087,20 @@ impl<'k> World<'k> {
                     .read(*range_rank, *range_address, bytes.len() as u64)
                     .map_err(|e| SimulationError::Program(e.to_string()))?;
                 if let Some(offset) = first_difference(&here, bytes) {
+                    let at = *range_address + offset as u64;
+                    if let Some(writer) = self.overwriting_put(*range_rank, at, here[offset], None)
+                    {
+                        return Err(SimulationError::DataOverwritten(format!(
+                            "{}, which guards {} on rank {range_rank} (the library-style run had {:#04x} there when this wait passed), but the put at {} from rank {} program {} has overwritten it ({:#04x}) while rank {rank} program {program} is still reading it: the writer must wait until the reader is done (e.g. for an acknowledgement flag) before reusing the destination",
+                            describe_wait(self),
+                            self.memory.describe_address(*range_rank, at),
+                            bytes[offset],
+                            self.site_of(writer.rank, writer.site),
+                            writer.rank,
+                            writer.program,
+                            here[offset],
+                        )));
+                    }
                     return Err(SimulationError::DataNotVisible(format!(
                         "{}, but {} on rank {} holds {:#04x} at byte {offset} where the library-style run had {:#04x} when this wait passed: data the signal guards was issued or published after the signal",
                         describe_wait(self),
@@ -1656,6 +2113,101 @@ impl<'k> World<'k> {
             }
         }
         self.observations.insert(key, observation);
+        Ok(())
+    }
+
+    /// The put of this launch that last wrote `byte` at `(rank, address)`, landing after
+    /// `guarded` (when given): the writer that overwrote data a wait guards.
+    fn overwriting_put(
+        &self,
+        rank: u32,
+        address: u64,
+        byte: u8,
+        guarded: Option<&Rc<PutRecord>>,
+    ) -> Option<Rc<PutRecord>> {
+        let after = match guarded {
+            Some(guarded) => {
+                self.landed_puts
+                    .iter()
+                    .position(|put| Rc::ptr_eq(put, guarded))?
+                    + 1
+            }
+            None => 0,
+        };
+        self.landed_puts[after..]
+            .iter()
+            .rev()
+            .find(|put| {
+                put.destination_rank == rank
+                    && address >= put.destination_address
+                    && address < put.destination_address + put.expected.len() as u64
+                    && put.expected[(address - put.destination_address) as usize] == byte
+                    && guarded.is_none_or(|guarded| !Rc::ptr_eq(put, guarded))
+            })
+            .cloned()
+    }
+
+    /// At a launch's end: a wait that passed on the value its flag held from the previous
+    /// launch, when this launch's signals bring the flag to no more than that value, could not
+    /// tell the launches apart (a stale epoch).
+    fn check_stale_epochs(&self, round: u32) -> Result<(), SimulationError> {
+        for wait in &self.early_waits {
+            let Some(history) = self.flag_histories.get(&wait.flag) else {
+                continue;
+            };
+            let Some(start) = history.launch_start_value else {
+                continue;
+            };
+            let Some(this_launch) = history
+                .updates
+                .iter()
+                .find(|update| update.value_after >= wait.expected)
+            else {
+                continue;
+            };
+            let Some(previous) = history
+                .previous_launch
+                .iter()
+                .rev()
+                .find(|update| update.value_after == start)
+            else {
+                continue;
+            };
+            if this_launch.value_after > start {
+                continue;
+            }
+            let flag = self.memory.describe_address(wait.flag.0, wait.flag.1);
+            let received = if this_launch.value_after == start {
+                format!(
+                    "flag {flag} on rank {} receives the same value {start} in launch {} (the signal at {} from rank {} program {}) as in launch {round} (the signal at {})",
+                    wait.flag.0,
+                    round + 1,
+                    self.site_of(this_launch.signal.rank, this_launch.signal.site),
+                    this_launch.signal.rank,
+                    this_launch.signal.program,
+                    self.site_of(previous.signal.rank, previous.signal.site),
+                )
+            } else {
+                format!(
+                    "flag {flag} on rank {} receives {} in launch {} (the signal at {} from rank {} program {}) but already holds {start} from launch {round} (the signal at {})",
+                    wait.flag.0,
+                    this_launch.value_after,
+                    round + 1,
+                    self.site_of(this_launch.signal.rank, this_launch.signal.site),
+                    this_launch.signal.rank,
+                    this_launch.signal.program,
+                    self.site_of(previous.signal.rank, previous.signal.site),
+                )
+            };
+            return Err(SimulationError::StaleEpoch(format!(
+                "{received}; waits cannot tell the launches apart: the wait at {} (rank {} program {}, for >= {}) passes on launch {round}'s value in launch {}; make the value grow with the launch (e.g. set the epoch, or wait for epoch * count with adds)",
+                self.site_of(wait.rank, wait.site),
+                wait.rank,
+                wait.program,
+                wait.expected,
+                round + 1,
+            )));
+        }
         Ok(())
     }
 
@@ -1828,6 +2380,7 @@ impl<'k> World<'k> {
                 width_bytes,
             } => {
                 let address = self.integer(thread, *address)? as u64;
+                self.check_in_user_region(thread, site, "reads", address, *width_bytes)?;
                 let bytes = self.load(thread, rank, address, *width_bytes)?;
                 let mut word = [0u8; 8];
                 word[..bytes.len()].copy_from_slice(&bytes);
@@ -1840,6 +2393,7 @@ impl<'k> World<'k> {
                 width_bytes,
             } => {
                 let address = self.integer(thread, *address)? as u64;
+                self.check_in_user_region(thread, site, "writes", address, *width_bytes)?;
                 let value = self.integer(thread, *value)?;
                 let bytes = value.to_le_bytes()[..*width_bytes as usize].to_vec();
                 // Stores a barrier ordered before this one (now in the program's buffer) to the
@@ -2070,6 +2624,9 @@ impl<'k> World<'k> {
                     ));
                 }
                 let length_bytes = length_bytes as u64;
+                if predicate {
+                    self.check_in_user_region(thread, site, "reads", source, length_bytes)?;
+                }
                 let expected = if predicate {
                     self.load(thread, rank, source, length_bytes)?
                 } else {
@@ -2105,9 +2662,21 @@ impl<'k> World<'k> {
                 self.counts.wqes += 1;
                 self.counts.completions_requested += u64::from(completion);
                 let posted = match (predicate, &immediate) {
-                    (true, Some((_, flag_address))) => {
+                    (true, Some((value, flag_address))) => {
                         // The signal guards this put and the earlier ones on the endpoint.
-                        let signal = self.take_signal_record(thread, peer, site, *flag_address);
+                        let decoded = ImmediateSignal::decode(*value);
+                        let operation = if decoded.add {
+                            SignalOperation::Add
+                        } else {
+                            SignalOperation::Set
+                        };
+                        let signal = self.take_signal_record(
+                            thread,
+                            peer,
+                            site,
+                            *flag_address,
+                            (operation, i64::from(decoded.value)),
+                        );
                         PostedCommand::PutWithImmediate(record, signal)
                     }
                     (true, None) => PostedCommand::Put(record),
@@ -2228,7 +2797,13 @@ impl<'k> World<'k> {
                 self.check_same_peer(thread, site, peer, flag.peer)?;
                 let value = self.integer(thread, *value)? as u64;
                 let completion = self.integer(thread, *completion)? != 0;
-                let record = self.take_signal_record(thread, peer, site, flag.address);
+                let record = self.take_signal_record(
+                    thread,
+                    peer,
+                    site,
+                    flag.address,
+                    (*operation, value as i64),
+                );
                 self.counts.wqes += 1;
                 self.counts.completions_requested += u64::from(completion);
                 match self.kernel.target {
@@ -2512,6 +3087,7 @@ impl<'k> World<'k> {
                     return Ok(Step::Continue);
                 }
                 self.check_inside_region(thread, "copy", site, &destination, length_bytes)?;
+                self.check_in_user_region(thread, site, "reads", source, length_bytes)?;
                 let payload = self.load_copy_source(thread, site, source, length_bytes)?;
                 let chunk = self.options.p2p_store_bytes.max(1) as usize;
                 for (index, piece) in payload.chunks(chunk).enumerate() {
@@ -2532,6 +3108,7 @@ impl<'k> World<'k> {
                     expected: payload,
                     visible_at_post: Vec::new(),
                 });
+                self.landed_puts.push(record.clone());
                 self.threads[thread]
                     .unsignaled_puts
                     .entry(peer)
@@ -2566,7 +3143,8 @@ impl<'k> World<'k> {
                 let flag = self.remote_pointer(thread, *flag)?;
                 self.check_same_peer(thread, site, peer, flag.peer)?;
                 let value = self.integer(thread, *value)?;
-                let record = self.take_signal_record(thread, peer, site, flag.address);
+                let record =
+                    self.take_signal_record(thread, peer, site, flag.address, (*operation, value));
                 let latency = cost.nvlink_one_way_latency_nanoseconds;
                 match operation {
                     SignalOperation::Set => {
@@ -2636,6 +3214,7 @@ impl<'k> World<'k> {
                 receives,
             } => {
                 let address = self.integer(thread, *flag)? as u64;
+                self.check_in_user_region(thread, site, "waits on", address, 8)?;
                 let expected = self.integer(thread, *value)?;
                 let mut packet_slot = None;
                 let receive_context = match receives {
@@ -2682,7 +3261,7 @@ impl<'k> World<'k> {
                         packet_slot,
                     }));
                 }
-                self.check_delivered_data(thread, address, site, seen)?;
+                self.check_delivered_data(thread, address, site, seen, expected)?;
                 let written_at = self.write_times.get(&(rank, address)).copied().unwrap_or(0);
                 let state = &mut self.threads[thread];
                 state.clock_nanoseconds = state.clock_nanoseconds.max(written_at);
@@ -3033,6 +3612,7 @@ impl<'k> World<'k> {
                 ),
             ));
         }
+        self.check_in_user_region(thread, site, "reads", source, length_bytes)?;
         let payload = self.load_copy_source(thread, site, source, length_bytes)?;
         let packets = encode_slot(destination.offset_bytes, value, &payload)
             .map_err(|e| self.program_error(thread, format!("packet put at {at}: {e}")))?;
@@ -3079,6 +3659,8 @@ impl<'k> World<'k> {
             program: self.threads[thread].program,
             site,
             flag: (peer, flag.address),
+            operation: SignalOperation::Set,
+            operand: value,
             guarded: vec![put],
         });
         self.packet_transfers
@@ -3262,6 +3844,8 @@ impl<'k> World<'k> {
             StoreOrder::Release,
         )?;
         if let Some(transfer) = self.packet_transfers.remove(&(rank, slot.slot_address)) {
+            self.landed_puts
+                .extend(transfer.signal.guarded.iter().cloned());
             let time = self.threads[thread].clock_nanoseconds;
             self.deliver(rank, flag_address, transfer.signal, time);
         }
@@ -3296,6 +3880,7 @@ impl<'k> World<'k> {
         peer: u32,
         site: usize,
         flag_address: u64,
+        (operation, operand): (SignalOperation, i64),
     ) -> Rc<SignalRecord> {
         let state = &mut self.threads[thread];
         Rc::new(SignalRecord {
@@ -3303,6 +3888,8 @@ impl<'k> World<'k> {
             program: state.program,
             site,
             flag: (peer, flag_address),
+            operation,
+            operand,
             guarded: state.unsignaled_puts.remove(&peer).unwrap_or_default(),
         })
     }
@@ -3787,6 +4374,7 @@ impl<'k> World<'k> {
                         put.expected[offset],
                     )));
                 }
+                self.landed_puts.push(put);
             }
             Some(PostedCommand::Signal(signal)) => {
                 let (rank, address) = signal.flag;

@@ -13,7 +13,9 @@
 //!   (`j` is the distance from sender to receiver rank), then by iteration and put;
 //! - each flag word is either set by exactly one `Set` signal or only added to; waits ask for
 //!   exactly the value set or the exact total added, which the generator computes statically
-//!   (or, for trip counts that depend on the sender's rank, the receiver recomputes them);
+//!   (or, for trip counts that depend on the sender's rank, the receiver recomputes them), or,
+//!   on a flag that one sender adds 1 to per iteration (a counter flag), every count from 1
+//!   to that total in turn;
 //! - a program runs in phases: all sends of a phase, then the waits for that phase's signals,
 //!   so every wait is matched by sends that never depend on it; nothing is sent to oneself;
 //! - a source byte is stored to only after `ab.wait` on the put that read it, or `ab.drain`
@@ -119,6 +121,9 @@ pub mod feature {
     pub const GATED_WAITER: &str = "gated_waiter";
     /// A data region addressed in 8-byte elements (`ab.remote <8>`).
     pub const WORD_REMOTE: &str = "word_remote";
+    /// A counter flag: several adds into one flag in one launch (one per iteration of a
+    /// sender), awaited at every intermediate count, each wait guarding its iteration's data.
+    pub const COUNTER_FLAG: &str = "counter_flag";
 }
 
 /// One generated program.
@@ -232,6 +237,9 @@ pub struct ChannelSpec {
     pub waiter: Waiter,
     /// How receivers bound their loops over sender ranks.
     pub receive_bound: LoopBound,
+    /// With a per-sender `Add` iteration signal: receivers wait for every intermediate count
+    /// (1, 2, ... trips) of the sender's flag, a counter flag, not only for the total.
+    pub counter_waits: bool,
 }
 
 /// Who sends to whom. `j` below is the distance `(peer - rank) mod ranks`, never 0.
@@ -620,11 +628,12 @@ fn channel_strategy(ranks: u32, programs: u32) -> impl Strategy<Value = ChannelS
         body_completion_strategy(),
         waiter_strategy(programs),
         loop_bound_strategy(),
+        any::<bool>(),
     );
     (shape, completion).prop_map(
         move |(
             (route, iterations, puts, fence, data_region, iteration_signal, final_signal),
-            (iteration_completion, reuse, body_completion, waiter, receive_bound),
+            (iteration_completion, reuse, body_completion, waiter, receive_bound, counter_waits),
         )| {
             normalize_channel(ChannelSpec {
                 route,
@@ -639,6 +648,7 @@ fn channel_strategy(ranks: u32, programs: u32) -> impl Strategy<Value = ChannelS
                 body_completion,
                 waiter,
                 receive_bound,
+                counter_waits,
             })
         },
     )
@@ -807,6 +817,14 @@ fn waiter_strategy(programs: u32) -> BoxedStrategy<Waiter> {
 // ------------------------------------------------------------------------------------------
 
 fn normalize_channel(mut channel: ChannelSpec) -> ChannelSpec {
+    // Intermediate counts mean something only on a flag that one sender adds to.
+    channel.counter_waits &= matches!(
+        channel.iteration_signal,
+        Some(SignalSpec {
+            operation: SignalOperation::Add { shared_flag: false },
+            ..
+        })
+    );
     let single_sender = matches!(
         channel.route,
         Route::Fixed {
@@ -2352,7 +2370,33 @@ impl Printer<'_> {
                     1,
                     layout.iteration_flag_base,
                 );
-                self.wait_flag(&format!("{prefix}_iteration"), &flag_index, &trips);
+                if channel.counter_waits {
+                    // Every intermediate count: the wait for `k + 1` guards iteration k's puts.
+                    if channel.iterations.max_trips(ranks) > 1 {
+                        self.features.insert(feature::COUNTER_FLAG);
+                    }
+                    let constant_trip_count =
+                        !matches!(channel.iterations, Iterations::RankDependent(_));
+                    let count = self.open_for(
+                        &format!("{prefix}_count"),
+                        0,
+                        &trips,
+                        1,
+                        constant_trip_count,
+                    );
+                    let value = self.affine(
+                        &format!("{prefix}_count_value"),
+                        None,
+                        &Operand::Value(count),
+                        1,
+                        1,
+                    );
+                    let value = self.name(&value);
+                    self.wait_flag(&format!("{prefix}_iteration"), &flag_index, &value);
+                    self.close_for();
+                } else {
+                    self.wait_flag(&format!("{prefix}_iteration"), &flag_index, &trips);
+                }
             }
             Some(SignalOperation::Set(value)) => {
                 let flag_base = self.affine(

@@ -9,8 +9,15 @@
 //! --stats` and `make demo` print. What it does not do: prove equivalence for all schedules
 //! (it samples them), or check programs that race by themselves (such a program fails here
 //! with passes off as well, which is how to tell).
+//!
+//! Before running anything it refuses options that would run nothing or cannot run
+//! ([`ValidationOptions::check`]: no schedules, no launches, fewer than 2 or more than
+//! [`MAX_RANKS`] ranks, a zero step limit) and launches that need more simulated memory than
+//! [`ValidationOptions::memory_limit_bytes`]; on a long run it reports progress on stderr
+//! ([`ValidationOptions::progress`]), the only place it reads the wall clock, which decides
+//! when a line is printed and never what a run does.
 
-use std::{collections::BTreeSet, rc::Rc};
+use std::{cell::RefCell, collections::BTreeSet, io::IsTerminal, rc::Rc, time::Instant};
 
 use aboleth_ir::{
     Diagnostic, pliron::context::Context, text::parse_module, transport::Target, walk::kernels,
@@ -18,7 +25,10 @@ use aboleth_ir::{
 use aboleth_passes::pipeline::{PipelineOptions, run_pipeline};
 
 use crate::{
-    interpreter::{RoundReport, SimulationOptions, SimulationOutcome, simulate_per_rank},
+    interpreter::{
+        DEFAULT_MEMORY_LIMIT_BYTES, ProgressHook, RoundReport, SimulationOptions,
+        SimulationOutcome, check_memory, simulate_per_rank,
+    },
     launch::Expression,
     mutations::Mutation,
     program::{SimKernel, build_kernel},
@@ -56,7 +66,22 @@ pub struct ValidationOptions {
     /// The Aboleth configuration may publish p2p signals as flag-in-data packets
     /// (`PipelineOptions::packet_signals`).
     pub packet_signals: bool,
+    /// Most bytes of simulated memory one run may allocate (all ranks' regions, queues and
+    /// tables); default [`DEFAULT_MEMORY_LIMIT_BYTES`] (4 GiB).
+    pub memory_limit_bytes: u64,
+    /// Report progress on stderr when a validation runs long: from [`PROGRESS_AFTER_SECONDS`]
+    /// on, one line every [`PROGRESS_EVERY_SECONDS`] (kernel, configuration, schedule k of K,
+    /// launch, steps). Default: when stderr is a terminal.
+    pub progress: bool,
 }
+
+/// The most ranks a validation runs: every rank pair has its own queues, so memory and time
+/// grow with the square of the ranks.
+pub const MAX_RANKS: u32 = 1024;
+/// Seconds of validation before the first progress line.
+pub const PROGRESS_AFTER_SECONDS: u64 = 3;
+/// Seconds between two progress lines.
+pub const PROGRESS_EVERY_SECONDS: u64 = 5;
 
 impl ValidationOptions {
     /// The pipelines of the two configurations: library style, and Aboleth's passes.
@@ -86,7 +111,106 @@ impl ValidationOptions {
             sq_basic_block_count: SimulationOptions::new(2).sq_basic_block_count,
             immediate_signals: false,
             packet_signals: false,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            progress: std::io::stderr().is_terminal(),
         }
+    }
+
+    /// Refuses options that would run nothing (and so "validate" nothing) or cannot run: each
+    /// error names the option and the fix. [`validate`] and [`validate_per_rank`] call it.
+    pub fn check(&self) -> Result<(), Diagnostic> {
+        let refuse = |message: String| Diagnostic {
+            file: "<command line>".into(),
+            line: 0,
+            column: 0,
+            message,
+        };
+        if self.ranks < 2 {
+            return Err(refuse(format!(
+                "--ranks {}: communication needs at least 2 ranks; give --ranks 2 or more",
+                self.ranks
+            )));
+        }
+        if self.ranks > MAX_RANKS {
+            return Err(refuse(format!(
+                "--ranks {}: the simulator runs at most {MAX_RANKS} ranks (every rank pair has its own queues, so memory and time grow with the square of the ranks); give --ranks {MAX_RANKS} or fewer",
+                self.ranks
+            )));
+        }
+        if self.schedules == 0 {
+            return Err(refuse(
+                "--schedules 0 runs no schedule, so nothing would be validated; give --schedules 1 or more (the default is 20)".into(),
+            ));
+        }
+        if self.rounds == 0 {
+            return Err(refuse(
+                "--rounds 0 runs no launch, so nothing would be validated; give --rounds 1 or more (the default is 1)".into(),
+            ));
+        }
+        if self.step_limit == 0 {
+            return Err(refuse(
+                "--step-limit 0 stops every run before its first step; give a positive limit (the default is 2000000)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The simulation options of schedule `schedule`.
+    fn simulation(&self, schedule: u32) -> SimulationOptions {
+        SimulationOptions {
+            rounds: self.rounds,
+            schedule_seed: self.seed.wrapping_add(u64::from(schedule)),
+            data_seed: self.seed,
+            step_limit: self.step_limit,
+            sq_basic_block_count: self.sq_basic_block_count,
+            memory_limit_bytes: self.memory_limit_bytes,
+            ..SimulationOptions::new(self.ranks)
+        }
+    }
+}
+
+/// A kernel's launch that needs more simulated memory than `options` allows, as a located
+/// error: refused before any run (and before anything is allocated).
+fn check_kernel_memory(
+    kernel: &SimKernel,
+    file: &str,
+    options: &ValidationOptions,
+) -> Result<(), Diagnostic> {
+    check_memory(kernel, &options.simulation(0)).map_err(|message| Diagnostic {
+        file: file.to_owned(),
+        line: 0,
+        column: 0,
+        message: format!("kernel `{}`: {message}", kernel.name),
+    })
+}
+
+/// Progress lines on stderr for a long validation (see [`ValidationOptions::progress`]).
+struct ProgressReporter {
+    started: Instant,
+    last_printed: Option<Instant>,
+    /// What runs now: kernel, target, ranks, configuration, schedule k of K.
+    running: String,
+}
+
+impl ProgressReporter {
+    fn report(&mut self, launch: Option<(u32, u32, u64)>) {
+        let now = Instant::now();
+        let due = match self.last_printed {
+            None => now.duration_since(self.started).as_secs() >= PROGRESS_AFTER_SECONDS,
+            Some(last) => now.duration_since(last).as_secs() >= PROGRESS_EVERY_SECONDS,
+        };
+        if !due {
+            return;
+        }
+        self.last_printed = Some(now);
+        let within = launch.map_or(String::new(), |(launch, launches, steps)| {
+            format!(", launch {launch} of {launches}, {steps} steps")
+        });
+        eprintln!(
+            "aboleth sim: {}{within} ({} s)",
+            self.running,
+            now.duration_since(self.started).as_secs()
+        );
     }
 }
 
@@ -165,6 +289,7 @@ pub fn validate(
     file: &str,
     options: &ValidationOptions,
 ) -> Result<Vec<KernelValidation>, Diagnostic> {
+    options.check()?;
     let (off_options, on_options) = options.pipelines();
     let (off_kernels, _) = compile_for_simulation(text, file, &off_options, None)?;
     let (on_kernels, mutated) = compile_for_simulation(text, file, &on_options, options.mutation)?;
@@ -206,6 +331,8 @@ pub fn validate(
             off.launch.grid = grid.clone();
             on.launch.grid = grid.clone();
         }
+        check_kernel_memory(&off, file, options)?;
+        check_kernel_memory(&on, file, options)?;
         validations.push(validate_kernel(
             std::slice::from_ref(&off),
             std::slice::from_ref(&on),
@@ -232,6 +359,7 @@ pub fn validate_per_rank(
     file: &str,
     options: &ValidationOptions,
 ) -> Result<KernelValidation, Diagnostic> {
+    options.check()?;
     let (off_options, on_options) = options.pipelines();
     let grid = options
         .grid
@@ -274,6 +402,8 @@ pub fn validate_per_rank(
         off.push(off_kernel);
         on.push(on_kernel);
     }
+    check_kernel_memory(&off[0], file, options)?;
+    check_kernel_memory(&on[0], file, options)?;
     Ok(validate_kernel(&off, &on, options))
 }
 
@@ -292,18 +422,42 @@ fn validate_kernel(
     };
     let mut reference: Option<SimulationOutcome> = None;
     let mut expected_observations = None;
+    let reporter = options.progress.then(|| {
+        Rc::new(RefCell::new(ProgressReporter {
+            started: Instant::now(),
+            last_printed: None,
+            running: String::new(),
+        }))
+    });
+    let launches = options.rounds;
+    let hook = reporter.as_ref().map(|reporter| {
+        let reporter = reporter.clone();
+        ProgressHook(Rc::new(move |launch, steps| {
+            reporter
+                .borrow_mut()
+                .report(Some((launch, launches, steps)));
+        }))
+    });
     for schedule in 0..options.schedules {
         let schedule_seed = options.seed.wrapping_add(u64::from(schedule));
         let simulation = SimulationOptions {
-            rounds: options.rounds,
-            schedule_seed,
-            data_seed: options.seed,
-            step_limit: options.step_limit,
-            sq_basic_block_count: options.sq_basic_block_count,
             expected_observations: expected_observations.clone(),
-            ..SimulationOptions::new(options.ranks)
+            progress: hook.clone(),
+            ..options.simulation(schedule)
         };
         for (configuration, kernel) in [("passes-off", off), ("passes-on", on)] {
+            if let Some(reporter) = &reporter {
+                let mut reporter = reporter.borrow_mut();
+                reporter.running = format!(
+                    "{} on {}, {} ranks: {configuration} schedule {} of {} (seed {schedule_seed})",
+                    validation.kernel,
+                    validation.target,
+                    options.ranks,
+                    schedule + 1,
+                    options.schedules
+                );
+                reporter.report(None);
+            }
             let outcome = match simulate_per_rank(kernel, &simulation) {
                 Ok(outcome) => outcome,
                 Err(error) => {
