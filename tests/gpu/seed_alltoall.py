@@ -264,9 +264,9 @@ def main() -> int:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "/tmp")
     local_rank = int(os.environ["LOCAL_RANK"])
     rank = int(os.environ["RANK"])
-    torch.cuda.set_device(local_rank)  # the seed leaves this to the launcher's convention
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())  # ranks may share a GPU (MPS)
     report: Dict[str, Any] = {
-        "rank": rank, "local_rank": local_rank, "device": torch.cuda.get_device_name(local_rank),
+        "rank": rank, "local_rank": local_rank, "device": torch.cuda.get_device_name(torch.cuda.current_device()),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__, "aboleth": aboleth.__version__, "steps": {}, "passed": False,
     }
