@@ -66,12 +66,20 @@ impl TargetArgument {
 
 #[derive(clap::Args)]
 struct PipelineArguments {
-    /// The transport to specialize to.
-    #[arg(long, value_enum, default_value = "mlx5")]
-    target: TargetArgument,
+    #[command(flatten)]
+    planning: PlanningArguments,
     /// Lower every call library-style (the baseline every benchmark compares against).
     #[arg(long)]
     passes_off: bool,
+}
+
+/// The transport and what the passes may assume: shared by `opt`/`compile` and `sim` (which
+/// runs passes off itself, beside these).
+#[derive(clap::Args)]
+struct PlanningArguments {
+    /// The transport to specialize to.
+    #[arg(long, value_enum, default_value = "mlx5")]
+    target: TargetArgument,
     /// Skip one planning pass (repeatable); see `aboleth passes`.
     #[arg(long = "disable-pass", value_name = "NAME")]
     disable_pass: Vec<String>,
@@ -91,11 +99,16 @@ impl PipelineArguments {
     /// The pipeline configuration, checked (`PipelineOptions::validate`): a combination that
     /// cannot have the effect asked for is a command-line error.
     fn options(&self) -> anyhow::Result<PipelineOptions> {
-        let mut options = PipelineOptions::new(self.target.target());
+        let planning = &self.planning;
+        let mut options = PipelineOptions::new(planning.target.target());
         options.passes_off = self.passes_off;
-        options.immediate_signals = self.immediate_signals;
-        options.packet_signals = self.packet_signals;
-        options.disabled = self.disable_pass.iter().cloned().collect::<BTreeSet<_>>();
+        options.immediate_signals = planning.immediate_signals;
+        options.packet_signals = planning.packet_signals;
+        options.disabled = planning
+            .disable_pass
+            .iter()
+            .cloned()
+            .collect::<BTreeSet<_>>();
         options.validate().map_err(command_line_error)?;
         Ok(options)
     }
@@ -202,20 +215,9 @@ enum Command {
         /// Programs per rank, overriding the kernel's `grid` (an expression in `ranks`).
         #[arg(long)]
         grid: Option<String>,
-        /// The transport.
-        #[arg(long, value_enum, default_value = "mlx5")]
-        target: TargetArgument,
-        /// Skip one planning pass in the Aboleth configuration (repeatable).
-        #[arg(long = "disable-pass", value_name = "NAME")]
-        disable_pass: Vec<String>,
-        /// Flags are observed only through `wait_signal`: mlx5 signals may ride on their puts
-        /// (write-with-immediate), applied by the receiver's waits.
-        #[arg(long)]
-        immediate_signals: bool,
-        /// A signal publishes only the put it follows, awaited in the same launch: p2p signals
-        /// may travel in their puts' data as LL packets (flag-in-data).
-        #[arg(long)]
-        packet_signals: bool,
+        /// The transport, and what the Aboleth configuration's passes may assume.
+        #[command(flatten)]
+        planning: PlanningArguments,
         /// Random schedules per configuration.
         #[arg(long, default_value_t = 20)]
         schedules: u32,
@@ -348,10 +350,7 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             kernel,
             ranks,
             grid,
-            target,
-            disable_pass,
-            immediate_signals,
-            packet_signals,
+            planning,
             schedules,
             seed,
             rounds,
@@ -361,21 +360,21 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             step_limit,
             python: python_kernel,
         } => {
-            let mut declared = PipelineOptions::new(target.target());
-            declared.disabled = disable_pass.iter().cloned().collect();
-            declared.immediate_signals = immediate_signals;
-            declared.packet_signals = packet_signals;
-            declared.validate().map_err(command_line_error)?;
-            let mut options = ValidationOptions::new(target.target());
+            let passes_on = PipelineArguments {
+                planning,
+                passes_off: false,
+            }
+            .options()?;
+            let mut options = ValidationOptions::new(passes_on.target);
             options.ranks = ranks;
             options.grid = grid;
             options.schedules = schedules;
             options.seed = seed;
             options.rounds = rounds;
             options.step_limit = step_limit;
-            options.disabled_passes = disable_pass.into_iter().collect();
-            options.immediate_signals = immediate_signals;
-            options.packet_signals = packet_signals;
+            options.disabled_passes = passes_on.disabled;
+            options.immediate_signals = passes_on.immediate_signals;
+            options.packet_signals = passes_on.packet_signals;
             options.kernel = kernel;
             if let Some(name) = mutate {
                 let names: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
@@ -648,11 +647,12 @@ fn compile_python(request: &PythonCompilation<'_>, python: &str) -> anyhow::Resu
         anyhow::anyhow!("{file}: error: name the @triton.jit function with --kernel NAME")
     })?;
     let pipeline = request.pipeline;
+    let planning = &pipeline.planning;
     let mut arguments = vec![
         "--kernel".to_string(),
         kernel,
         "--target".to_string(),
-        pipeline.target.target().name().to_string(),
+        planning.target.target().name().to_string(),
         "--emit".to_string(),
         request.emit.name().to_string(),
     ];
@@ -668,13 +668,13 @@ fn compile_python(request: &PythonCompilation<'_>, python: &str) -> anyhow::Resu
     if pipeline.passes_off {
         arguments.push("--passes-off".to_string());
     }
-    for pass in &pipeline.disable_pass {
+    for pass in &planning.disable_pass {
         arguments.extend(["--disable-pass".to_string(), pass.clone()]);
     }
-    if pipeline.immediate_signals {
+    if planning.immediate_signals {
         arguments.push("--immediate-signals".to_string());
     }
-    if pipeline.packet_signals {
+    if planning.packet_signals {
         arguments.push("--packet-signals".to_string());
     }
     let output = run_triton_compile(python, file, &arguments)?;

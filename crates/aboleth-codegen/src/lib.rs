@@ -200,32 +200,45 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
     })
 }
 
+/// A parse or verifier error of the lifted text: the user's, at their line, when the line stands
+/// for a TTIR op; else the lifter's own (internal) mistake.
 fn map_parse_diagnostic(
     module: &TtirModule,
     lifted: &lift::LiftedKernel,
     diagnostic: Diagnostic,
 ) -> BridgeError {
-    match lifted.ttir_operation_at_line(diagnostic.line) {
-        Some(id) => BridgeError::at(module, id, diagnostic.message),
-        None => BridgeError::plain(format!(
+    locate_in_ttir(module, lifted, diagnostic, |diagnostic| {
+        format!(
             "internal: the lifted kernel does not parse: {diagnostic} (please report it with \
              the kernel)\n{}",
             lifted.text
-        )),
-    }
+        )
+    })
 }
 
+/// A pipeline error, at the user's line when the lifted line stands for a TTIR op.
 fn map_diagnostic(
     module: &TtirModule,
     lifted: &lift::LiftedKernel,
     diagnostic: Diagnostic,
 ) -> BridgeError {
-    match lifted.ttir_operation_at_line(diagnostic.line) {
-        Some(id) => BridgeError::at(module, id, diagnostic.message),
-        None => BridgeError::plain(format!(
+    locate_in_ttir(module, lifted, diagnostic, |diagnostic| {
+        format!(
             "{} (in the lifted Aboleth IR of kernel `{}`)",
             diagnostic.message, lifted.name
-        )),
+        )
+    })
+}
+
+fn locate_in_ttir(
+    module: &TtirModule,
+    lifted: &lift::LiftedKernel,
+    diagnostic: Diagnostic,
+    otherwise: impl FnOnce(&Diagnostic) -> String,
+) -> BridgeError {
+    match lifted.ttir_operation_at_line(diagnostic.line) {
+        Some(id) => BridgeError::at(module, id, diagnostic.message),
+        None => BridgeError::plain(otherwise(&diagnostic)),
     }
 }
 
