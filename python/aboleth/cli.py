@@ -9,6 +9,7 @@ included, as ``cargo run -p aboleth-cli``. Nothing is decided here.
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Optional, Sequence
 
@@ -18,6 +19,10 @@ from . import _aboleth
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs ``aboleth ARGUMENTS`` (default: this process's) and returns the exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    # The Rust command runs with the GIL released and does not return to Python until it ends,
+    # so Python's Ctrl-C handler would only set a flag: let SIGINT end the process, as it ends
+    # the cargo-built binary. (This is the whole process's command, not a library call.)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     # Rust writes to the process's file descriptors: flush what Python buffered first.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -408,14 +408,13 @@ def _apply() -> None:
             knobs.runtime.add_stages_inspection_hook = installation.hook
             knobs.runtime.jit_post_compile_hook = installation.post_compile_hook
             _installation = installation
-        if config == _config:
-            return
-        _config = config
         salt = cache_salt(config)
         directory = os.path.join(_installation.saved_cache.base, f"aboleth-{salt}")
         if knobs.cache.dir != directory:
-            knobs.cache.dir = directory
-        _select_kernel_caches(salt)
+            knobs.cache.dir = directory  # also when another tool moved it meanwhile
+        if config != _config:
+            _config = config
+            _select_kernel_caches(salt)
 
 
 @functools.lru_cache(maxsize=64, typed=True)
@@ -431,8 +430,9 @@ def _make_config(target: Any, passes_off: Any, disabled_passes: Any, immediate_s
     names), so that ``compilation()`` around every launch does not check the same configuration
     again. Anything else goes to ``Config`` itself, which refuses it."""
     if not isinstance(disabled_passes, str):
+        disabled_passes = tuple(disabled_passes)  # once: it may be an iterator
         try:
-            return _make_config_cached(target, passes_off, tuple(disabled_passes), immediate_signals, packet_signals)
+            return _make_config_cached(target, passes_off, disabled_passes, immediate_signals, packet_signals)
         except TypeError as error:
             if "unhashable" not in str(error):
                 raise

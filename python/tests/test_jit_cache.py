@@ -67,7 +67,8 @@ def ptx_of(compiled: Any) -> str:
 def test_a_kernel_warmed_up_under_another_configuration_is_compiled_again(compile_only_driver, tmp_path,
                                                                           monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    kernel = seed_kernels.alltoall
+    # A JIT function of its own: no other test has warmed it up or remembered it.
+    kernel = triton.jit(seed_kernels.alltoall.fn)
     stages: List[str] = []
     original = aboleth.hook._run_stage
 
@@ -109,3 +110,17 @@ def test_kernels_without_aboleth_calls_keep_one_cache(compile_only_driver, tmp_p
         # The disk cache directory is salted per configuration, but the in-memory cache of a
         # kernel without aboleth calls is kept: its binary cannot depend on the configuration.
         assert plain.warmup(MockTensor(triton.language.int32), BLOCK=64, grid=(1,)) is first
+
+
+def test_uninstall_gives_the_post_compile_hook_slot_back():
+    def other_tool(**kwargs):
+        return None
+
+    triton.knobs.runtime.jit_post_compile_hook = other_tool
+    try:
+        aboleth.install(target="p2p")
+        assert triton.knobs.runtime.jit_post_compile_hook is not other_tool
+        aboleth.uninstall()
+        assert triton.knobs.runtime.jit_post_compile_hook is other_tool
+    finally:
+        triton.knobs.runtime.jit_post_compile_hook = None

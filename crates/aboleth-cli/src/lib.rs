@@ -453,7 +453,7 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
 }
 
 fn is_python_file(file: &str) -> bool {
-    file.ends_with(".py")
+    file.to_ascii_lowercase().ends_with(".py")
 }
 
 /// A mistake on the command line itself (no input file position to give).
@@ -568,6 +568,8 @@ fn simulate_python(
             "endpoints=endpoints recv=regions:recv send=local:send send_key=lkey:send epoch=value:epoch",
         )
     })?;
+    // Refused options (ranks, schedules, rounds) before compiling once per rank.
+    options.check()?;
     let grid = options.grid.clone().unwrap_or_else(|| "1".to_string());
     let compilations = if python_kernel.rank_constexpr.is_some() {
         options.ranks
@@ -613,10 +615,19 @@ fn simulate_python(
         kernels.push(lifted);
     }
     let texts: Vec<String> = kernels.iter().map(|k| k.text.clone()).collect();
-    // The simulator locates what it reports in the lifted text (the same lines for every
-    // rank's compilation): tell it at the user's line.
+    // The simulator locates what it reports in the lifted text (`FILE` or, per rank, `FILE
+    // (rank N)`): tell it at the user's line, through that rank's compilation.
     let lifted_file = format!("{kernel}.lifted.abo");
-    let locate = |diagnostic: Diagnostic| anyhow::anyhow!("{}", kernels[0].locate(&diagnostic));
+    let locate = |diagnostic: Diagnostic| {
+        let rank = diagnostic
+            .file
+            .strip_prefix(&format!("{lifted_file} (rank "))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .and_then(|rank| rank.parse::<usize>().ok())
+            .unwrap_or(0);
+        let located = kernels.get(rank).map(|kernel| kernel.locate(&diagnostic));
+        anyhow::anyhow!("{}", located.unwrap_or_else(|| diagnostic.to_string()))
+    };
     let mut validation = if texts.len() == 1 {
         let mut validations = validate(&texts[0], &lifted_file, options).map_err(locate)?;
         validations.remove(0)
@@ -624,7 +635,8 @@ fn simulate_python(
         validate_per_rank(&texts, &lifted_file, options).map_err(locate)?
     };
     for failure in &mut validation.failures {
-        failure.message = kernels[0].relocate(&failure.message, &lifted_file);
+        failure.message =
+            aboleth_codegen::relocate_per_rank(&kernels, &failure.message, &lifted_file);
     }
     Ok(validation)
 }

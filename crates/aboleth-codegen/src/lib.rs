@@ -4,7 +4,9 @@
 //! [`run_stage`] parses the TTIR ([`aboleth_ttir`]), lifts the aboleth calls and the scalar code
 //! around them into the `ab` dialect ([`lift`]), runs the same pipeline as `aboleth opt`
 //! ([`aboleth_passes::pipeline`]), and generates TTIR for the lowered ops in place ([`emit`]).
-//! A kernel without aboleth calls comes back byte for byte. What it does not do: talk to Python
+//! A kernel without aboleth calls comes back byte for byte. [`lift_for_simulation`] gives
+//! `aboleth sim KERNEL.py` the lifted kernel as a [`SimulationKernel`], which maps the
+//! simulator's positions back to the kernel's Python lines. What it does not do: talk to Python
 //! or Triton (the `aboleth-python` crate and the stage hook do), or decide anything the passes
 //! did not (code generation translates op by op).
 
@@ -242,9 +244,9 @@ fn locate_in_ttir(
     }
 }
 
-/// Lines of the lifted text before the first op: the module, its block, the function and
-/// its entry block (the kernel parameters).
-const LIFTED_HEADER_LINES: u32 = 6;
+/// Lines of the lifted text before the first op (`lift`: ops start at line 5): the module,
+/// its block, the function with its attributes, and its entry block (the kernel parameters).
+const LIFTED_HEADER_LINES: u32 = 4;
 
 /// A Triton kernel lifted for the simulator (`aboleth sim KERNEL.py`): the `ab` text with the
 /// launch attributes, and the Python position each of its lines stands for, so that every
@@ -275,47 +277,10 @@ impl SimulationKernel {
         }
     }
 
-    /// `text` (a simulator message) with every `lifted_file:line:column` it quotes (or
-    /// `lifted_file (rank N):line:column`, per-rank compilations) replaced by the user's
-    /// position of that line (left as it is for lines the lifter added).
+    /// `text` (a simulator message) with every `lifted_file:line:column` it quotes replaced by
+    /// the user's position of that line (left as it is for lines the lifter added).
     pub fn relocate(&self, text: &str, lifted_file: &str) -> String {
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(start) = rest.find(lifted_file) {
-            out.push_str(&rest[..start]);
-            let mut prefix_length = lifted_file.len();
-            let tail = &rest[start + prefix_length..];
-            if let Some(rank) = tail.strip_prefix(" (rank ")
-                && let Some(close) = rank.find(')')
-                && rank[..close].chars().all(|c| c.is_ascii_digit())
-            {
-                prefix_length += " (rank ".len() + close + 1;
-            }
-            if !rest[start + prefix_length..].starts_with(':') {
-                out.push_str(&rest[start..start + prefix_length]);
-                rest = &rest[start + prefix_length..];
-                continue;
-            }
-            prefix_length += 1;
-            let prefix = &rest[start..start + prefix_length];
-            let after = &rest[start + prefix_length..];
-            let digits = after.chars().take_while(char::is_ascii_digit).count();
-            let line: Option<u32> = after[..digits].parse().ok();
-            let column_part = after[digits..].strip_prefix(':').unwrap_or("");
-            let column_digits = column_part.chars().take_while(char::is_ascii_digit).count();
-            match line.and_then(|line| self.position_of_line(line)) {
-                Some(position) if column_digits > 0 => {
-                    out.push_str(position);
-                    rest = &column_part[column_digits..];
-                }
-                _ => {
-                    out.push_str(prefix);
-                    rest = after;
-                }
-            }
-        }
-        out.push_str(rest);
-        out
+        relocate_per_rank(std::slice::from_ref(self), text, lifted_file)
     }
 
     /// `diagnostic` (located in [`Self::text`]) told at the user's position, or, for a line the
@@ -325,12 +290,61 @@ impl SimulationKernel {
             Some(position) => format!("{position}: error: {}", diagnostic.message),
             None if diagnostic.line == 0 => diagnostic.to_string(),
             None => format!(
-                "{}: error: {} (at line {} of the lifted Aboleth IR of kernel `{}`: \
-                 `aboleth compile ... --emit aboleth` prints it)",
+                "{}: error: {} (at line {} of the lifted Aboleth IR of kernel `{}`, an op the \
+                 lifting added: the nearest Python line is that of the op it serves)",
                 diagnostic.file, diagnostic.message, diagnostic.line, self.name
             ),
         }
     }
+}
+
+/// `text` (a simulator message) with every `lifted_file:line:column` and `lifted_file (rank
+/// N):line:column` it quotes replaced by the user's position of that line in rank N's
+/// compilation (`kernels[N]`, or `kernels[0]` without a rank), left as it is for lines the
+/// lifter added.
+pub fn relocate_per_rank(kernels: &[SimulationKernel], text: &str, lifted_file: &str) -> String {
+    if lifted_file.is_empty() || kernels.is_empty() {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(lifted_file) {
+        out.push_str(&rest[..start]);
+        let mut prefix_length = lifted_file.len();
+        let tail = &rest[start + prefix_length..];
+        let mut kernel = &kernels[0];
+        if let Some(rank) = tail.strip_prefix(" (rank ")
+            && let Some(close) = rank.find(')')
+            && let Ok(rank_index) = rank[..close].parse::<usize>()
+        {
+            prefix_length += " (rank ".len() + close + 1;
+            kernel = kernels.get(rank_index).unwrap_or(kernel);
+        }
+        if !rest[start + prefix_length..].starts_with(':') {
+            out.push_str(&rest[start..start + prefix_length]);
+            rest = &rest[start + prefix_length..];
+            continue;
+        }
+        prefix_length += 1;
+        let prefix = &rest[start..start + prefix_length];
+        let after = &rest[start + prefix_length..];
+        let digits = after.chars().take_while(char::is_ascii_digit).count();
+        let line: Option<u32> = after[..digits].parse().ok();
+        let column_part = after[digits..].strip_prefix(':').unwrap_or("");
+        let column_digits = column_part.chars().take_while(char::is_ascii_digit).count();
+        match line.and_then(|line| kernel.position_of_line(line)) {
+            Some(position) if column_digits > 0 => {
+                out.push_str(position);
+                rest = &column_part[column_digits..];
+            }
+            _ => {
+                out.push_str(prefix);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The lifted Aboleth IR of a TTIR kernel, with the simulator's launch attributes
@@ -430,5 +444,80 @@ pub fn target_from_name(name: &str) -> Option<Target> {
         "proxy" => Some(Target::Proxy),
         "p2p" => Some(Target::P2p),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(positions: &[(u32, &str)]) -> SimulationKernel {
+        SimulationKernel {
+            name: "k".into(),
+            text: String::new(),
+            positions: positions
+                .iter()
+                .map(|(line, position)| (*line, position.to_string()))
+                .collect(),
+            function_position: "k.py:3:0".into(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn relocate_maps_each_ranks_lines_through_its_own_compilation() {
+        let rank0 = kernel(&[(7, "k.py:10:5")]);
+        let rank1 = kernel(&[(7, "k.py:11:5"), (9, "k.py:12:1")]);
+        let text = "a at k.lifted.abo (rank 0):7:3 (p2p.copy); b at k.lifted.abo (rank 1):7:3; \
+                    c at k.lifted.abo (rank 1):9:1; d at k.lifted.abo:7:1; \
+                    e at k.lifted.abo (rank 1):8:1; f at k.lifted.abo:2:1; g k.lifted.abo:7";
+        assert_eq!(
+            relocate_per_rank(&[rank0, rank1], text, "k.lifted.abo"),
+            "a at k.py:10:5 (p2p.copy); b at k.py:11:5; c at k.py:12:1; d at k.py:10:5; \
+             e at k.lifted.abo (rank 1):8:1; f at k.py:3:0; g k.lifted.abo:7"
+        );
+        assert_eq!(relocate_per_rank(&[kernel(&[])], "x:1:1", ""), "x:1:1");
+    }
+
+    #[test]
+    fn a_diagnostic_on_an_added_line_says_so_and_a_header_line_is_the_def() {
+        let k = kernel(&[(5, "k.py:8:2")]);
+        let at = |line| Diagnostic {
+            file: "k.lifted.abo".into(),
+            line,
+            column: 1,
+            message: "m".into(),
+        };
+        assert_eq!(k.locate(&at(5)), "k.py:8:2: error: m");
+        assert_eq!(k.locate(&at(3)), "k.py:3:0: error: m");
+        assert!(
+            k.locate(&at(6))
+                .starts_with("k.lifted.abo: error: m (at line 6 of the lifted Aboleth IR")
+        );
+    }
+
+    #[test]
+    fn bind_keys_naming_a_local_variable_are_renamed_with_a_note() {
+        let parameter = |ab_name: &str, local_name: Option<&str>| lift::Parameter {
+            ttir_name: format!("%{ab_name}"),
+            ttir_type: "i64".into(),
+            ab_name: ab_name.into(),
+            local_name: local_name.map(str::to_string),
+        };
+        let parameters = [parameter("send", Some("src")), parameter("epoch", None)];
+        let mut notes = Vec::new();
+        let bind =
+            bind_by_parameter_name("src=local:send epoch=value:epoch", &parameters, &mut notes);
+        assert_eq!(bind, "send=local:send epoch=value:epoch");
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with("bind key `src` names a local variable"));
+        // A key that is a parameter's own name stays, even if another parameter was once so named.
+        let mut notes = Vec::new();
+        let parameters = [parameter("send", Some("src")), parameter("src", None)];
+        assert_eq!(
+            bind_by_parameter_name("src=local:x", &parameters, &mut notes),
+            "src=local:x"
+        );
+        assert!(notes.is_empty());
     }
 }

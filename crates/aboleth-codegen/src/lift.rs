@@ -498,10 +498,12 @@ impl Lifter<'_> {
             // `aboleth sim KERNEL.py`), else after the TTIR value.
             let local = sanitize(name.trim_start_matches('%'));
             // A reinterpretation yields the name to the parameter itself when that is also used.
+            // So does a second reinterpretation of one parameter: it keeps its local name.
             let parameter = self
                 .kernel_parameter_of(&opaque_definitions[index])
                 .filter(|parameter| *parameter == name || !opaque_names.contains(parameter))
-                .map(|parameter| sanitize(parameter.trim_start_matches('%')));
+                .map(|parameter| sanitize(parameter.trim_start_matches('%')))
+                .filter(|parameter| !self.parameters.iter().any(|p| &p.ab_name == parameter));
             let plain = parameter.unwrap_or_else(|| local.clone());
             let clashes = plain.starts_with(|c: char| c.is_ascii_digit())
                 || (plain.starts_with('l') && plain[1..].chars().all(|c| c.is_ascii_digit()))
