@@ -568,9 +568,17 @@ fn simulate_python(
             "endpoints=endpoints recv=regions:recv send=local:send send_key=lkey:send epoch=value:epoch",
         )
     })?;
-    // Refused options (ranks, schedules, rounds) before compiling once per rank.
+    // Refused options (ranks, schedules, rounds) and a launch that does not parse, before
+    // compiling once per rank; the launch's mistakes are the command line's, not the kernel's.
     options.check()?;
     let grid = options.grid.clone().unwrap_or_else(|| "1".to_string());
+    aboleth_sim::launch::LaunchSpec::parse(
+        Some(&grid),
+        Some(&regions),
+        Some(&bind),
+        python_kernel.init.as_deref(),
+    )
+    .map_err(|message| command_line_error(format!("--{message}")))?;
     let compilations = if python_kernel.rank_constexpr.is_some() {
         options.ranks
     } else {
