@@ -553,11 +553,14 @@ fn immediate_of(
     let high = (i64::from(add) << IMMEDIATE_ADD_BIT) | (value << IMMEDIATE_INDEX_BITS);
     let at = flag.defining_op().expect("checked: the flag is an ab.at");
     // It may sit between the put and the signal; its operands come from before the put
-    // (checked), so it moves before the put, where the WQE uses it.
+    // (checked), so it moves before the put, where the WQE uses it. One already before the put
+    // stays: earlier users of the same `ab.at` (another signal to that flag) need it there.
     let put = signal_after(ctx, signal)
         .and_then(|token| token.defining_op())
         .expect("immediate signals name their put");
-    if at.deref(ctx).get_parent_block() == put.deref(ctx).get_parent_block() {
+    if at.deref(ctx).get_parent_block() == put.deref(ctx).get_parent_block()
+        && comes_after(ctx, at, put)
+    {
         at.unlink(ctx);
         at.insert_before(ctx, put);
     }
@@ -565,6 +568,18 @@ fn immediate_of(
     let index = builder.to_i64(ctx, index);
     let high = builder.constant(ctx, high);
     (builder.binary(ctx, BinaryOperator::Or, high, index), flag)
+}
+
+/// Whether `later` follows `earlier` in their (common) block.
+fn comes_after(ctx: &Context, later: Ptr<Operation>, earlier: Ptr<Operation>) -> bool {
+    let mut cursor = earlier.deref(ctx).get_next();
+    while let Some(op) = cursor {
+        if op == later {
+            return true;
+        }
+        cursor = op.deref(ctx).get_next();
+    }
+    false
 }
 
 /// `1` on the last iteration of the innermost constant-trip-count loop around `op` (not

@@ -431,6 +431,9 @@ fn check(text: &str, configuration: usize) -> Result<(bool, usize), String> {
     Ok((true, compiled))
 }
 
+/// Held while a test has replaced the process's panic hook.
+static PANIC_HOOK_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn type_shuffled_programs_never_panic_and_every_error_is_located() {
     let seconds: u64 = std::env::var("ABOLETH_FUZZ_SECONDS")
@@ -441,6 +444,11 @@ fn type_shuffled_programs_never_panic_and_every_error_is_located() {
     let mut rng = ChaCha8Rng::seed_from_u64(0x7e5_5a5e);
     let (mut cases, mut parsed, mut compiled_any) = (0u64, 0u64, 0u64);
     let (mut clean_cases, mut clean_compiled) = (0u64, 0u64);
+    // The panic hook is global: the two tests take turns, so neither silences the other's
+    // failure message.
+    let _turn = PANIC_HOOK_TURN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let mut failure = None;
@@ -517,6 +525,11 @@ fn loops_with_extreme_constant_bounds_compile_or_are_refused_with_a_location() {
          ab.for zero, high, one [] {\n        ^inner(j: builtin.integer i64):\n",
         "      };\n      ab.yield\n      };\n",
     );
+    // The panic hook is global: the two tests take turns, so neither silences the other's
+    // failure message.
+    let _turn = PANIC_HOOK_TURN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let outcomes: Vec<Result<(bool, usize), String>> = [&whole_range, &nested]
