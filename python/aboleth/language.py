@@ -55,8 +55,8 @@ exception is its ``__cause__``):
 - ``op`` must be ``"set"`` or ``"add"``: ``ValueError``; ``dtype`` must be a whole-byte
   element type: ``TypeError``; ``source_key`` is required: ``TypeError``.
 
-What this module does not do: any lowering (the Rust side replaces the calls; until issue 3
-lands the ``aboleth`` stage stops with ``NotImplementedError``), the interpreter mode
+What this module does not do: any lowering (the Rust side replaces the calls in the
+``aboleth`` stage), the interpreter mode
 (``TRITON_INTERPRET=1``), or checks that need values (bounds, peer ranges).
 """
 

@@ -7,12 +7,11 @@
 //! right before the next op that maps to TTIR in the same block (after the last one at a
 //! block's end); kept scalar ops and loops stay where they are and are referred to by name.
 //!
-//! Transports: p2p is generated (peer addresses from the region descriptors; copies as masked
+//! Transports: p2p (peer addresses from the region descriptors; copies as masked
 //! `tt.load`/`tt.store` of 1024 words (or bytes, when unaligned) per iteration that Triton
-//! spreads over the program's threads;
-//! flag stores, fences and flag polls as inline PTX with exact qualifiers, one elected thread
-//! storing). mlx5 and proxy command generation is not built yet and is refused with an error
-//! naming the op. Nothing here decides anything: the planning attributes were consumed by the
+//! spreads over the program's threads; flag stores, fences and flag polls as inline PTX with
+//! exact qualifiers, one elected thread storing), proxy (ring entries) and mlx5 (WQEs, doorbell
+//! record, doorbell). An mlx5 op without a translation here is refused with an error naming it. Nothing here decides anything: the planning attributes were consumed by the
 //! lowering, and this module translates op by op.
 
 use std::collections::HashMap;
@@ -788,7 +787,7 @@ impl Generator<'_> {
             "mlx5.wait_completion" => self.mlx5_wait_completion(op)?,
             other if other.starts_with("mlx5.") => {
                 return Err(BridgeError::not_built(format!(
-                    "TTIR code generation for `{other}` is not built yet: --target {} compiles to the Aboleth IR (aboleth compile --emit aboleth) and runs in the simulator, but no lowering generates Triton code for it yet",
+                    "TTIR code generation has no translation of `{other}`: --target {} compiles it to the Aboleth IR (aboleth compile --emit aboleth) and runs it in the simulator, but cannot generate Triton code for it",
                     self.target.name()
                 )));
             }

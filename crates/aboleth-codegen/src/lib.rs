@@ -29,7 +29,7 @@ use serde::Serialize;
 pub struct BridgeError {
     /// `file:line:col: error: ...` (the Python source position when TTIR has one).
     pub message: String,
-    /// The request is valid but its code generation is not built yet (Python raises
+    /// The request is valid but code generation has no translation for it (Python raises
     /// `NotImplementedError` for it).
     pub not_built: bool,
 }
@@ -43,7 +43,7 @@ impl BridgeError {
         }
     }
 
-    /// A valid request whose code generation is not built yet.
+    /// A valid request that code generation has no translation for.
     pub fn not_built(message: impl Into<String>) -> Self {
         BridgeError {
             message: format!("error: {}", message.into()),

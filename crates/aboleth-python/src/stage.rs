@@ -103,7 +103,7 @@ pub enum StageError {
     Config(String),
     /// The TTIR text does not parse.
     Parse(TtirError),
-    /// Valid, but the code generation it needs is not built yet (mlx5 and proxy to TTIR).
+    /// Valid, but code generation has no translation for an op it needs.
     NotBuilt {
         /// What is missing, naming the op and what works instead.
         message: String,

@@ -1,4 +1,4 @@
-//! The wait-failure log: where a GPU wait that gave up (bounded waits, issue 5 item 3) records
+//! The wait-failure log: where a GPU wait that gave up (every bounded wait) records
 //! what it waited for, in host-pinned memory mapped for the GPU, so the host can say which rank
 //! waited on which flag of which peer for which value, and what it saw.
 //!

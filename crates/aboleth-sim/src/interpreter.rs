@@ -680,6 +680,33 @@ struct Thread {
     other_threads: Option<usize>,
 }
 
+impl Thread {
+    /// A running thread of `program` on `rank` with nothing posted, waited or spawned yet.
+    fn new(
+        rank: u32,
+        program: u32,
+        registers: Vec<Value>,
+        frames: Vec<Frame>,
+        clock_nanoseconds: u64,
+    ) -> Self {
+        Thread {
+            rank,
+            program,
+            registers,
+            frames,
+            finished: false,
+            blocked: None,
+            clock_nanoseconds,
+            unsignaled_puts: BTreeMap::new(),
+            last_completion_slot: BTreeMap::new(),
+            reservation_loaded: None,
+            waits_passed: 0,
+            lanes: Vec::new(),
+            other_threads: None,
+        }
+    }
+}
+
 enum Step {
     /// A pure instruction ran; keep going.
     Continue,
@@ -1227,26 +1254,12 @@ impl<'k> World<'k> {
                     registers[parameter.register] =
                         self.argument(rank, &self.kernel.launch.bindings[&parameter.name]);
                 }
-                self.threads.push(Thread {
-                    rank,
-                    program,
-                    registers,
-                    frames: vec![Frame {
-                        body: kernel.body.clone(),
-                        pc: 0,
-                        induction: None,
-                    }],
-                    finished: false,
-                    blocked: None,
-                    clock_nanoseconds: start,
-                    unsignaled_puts: BTreeMap::new(),
-                    last_completion_slot: BTreeMap::new(),
-                    reservation_loaded: None,
-                    waits_passed: 0,
-                    lanes: Vec::new(),
-                    other_threads: None,
-                });
-                self.store_buffers.push(GpuStoreBuffer::new(rank, program));
+                let frame = Frame {
+                    body: kernel.body.clone(),
+                    pc: 0,
+                    induction: None,
+                };
+                self.add_thread(Thread::new(rank, program, registers, vec![frame], start));
             }
         }
         self.schedule()?;
@@ -3271,6 +3284,14 @@ impl<'k> World<'k> {
         Ok(Step::Continue)
     }
 
+    /// Adds `thread` with a store buffer of its own; returns its index.
+    fn add_thread(&mut self, thread: Thread) -> usize {
+        self.store_buffers
+            .push(GpuStoreBuffer::new(thread.rank, thread.program));
+        self.threads.push(thread);
+        self.threads.len() - 1
+    }
+
     /// Starts a lane of `thread`'s `doorbell_scope` loop: a thread of the same program with a
     /// copy of its registers and its own store buffer, running the iterations from `first`.
     fn spawn_lane(
@@ -3285,29 +3306,19 @@ impl<'k> World<'k> {
         let parent = &self.threads[thread];
         let mut registers = parent.registers.clone();
         registers[induction] = Value::Integer(first);
-        let lane = Thread {
-            rank: parent.rank,
-            program: parent.program,
-            registers,
-            frames: vec![Frame {
-                body: body.clone(),
-                pc: 0,
-                induction: Some((induction, first, upper, stride)),
-            }],
-            finished: false,
-            blocked: None,
-            clock_nanoseconds: parent.clock_nanoseconds,
-            unsignaled_puts: BTreeMap::new(),
-            last_completion_slot: BTreeMap::new(),
-            reservation_loaded: None,
-            waits_passed: 0,
-            lanes: Vec::new(),
-            other_threads: None,
+        let frame = Frame {
+            body: body.clone(),
+            pc: 0,
+            induction: Some((induction, first, upper, stride)),
         };
-        let (rank, program) = (lane.rank, lane.program);
-        self.threads.push(lane);
-        self.store_buffers.push(GpuStoreBuffer::new(rank, program));
-        let index = self.threads.len() - 1;
+        let lane = Thread::new(
+            parent.rank,
+            parent.program,
+            registers,
+            vec![frame],
+            parent.clock_nanoseconds,
+        );
+        let index = self.add_thread(lane);
         self.threads[thread].lanes.push(index);
     }
 
@@ -3318,25 +3329,15 @@ impl<'k> World<'k> {
             return other;
         }
         let parent = &self.threads[thread];
-        let (rank, program) = (parent.rank, parent.program);
-        let other = Thread {
-            rank,
-            program,
-            registers: Vec::new(),
-            frames: Vec::new(),
-            finished: true,
-            blocked: None,
-            clock_nanoseconds: parent.clock_nanoseconds,
-            unsignaled_puts: BTreeMap::new(),
-            last_completion_slot: BTreeMap::new(),
-            reservation_loaded: None,
-            waits_passed: 0,
-            lanes: Vec::new(),
-            other_threads: None,
-        };
-        self.threads.push(other);
-        self.store_buffers.push(GpuStoreBuffer::new(rank, program));
-        let index = self.threads.len() - 1;
+        let mut other = Thread::new(
+            parent.rank,
+            parent.program,
+            Vec::new(),
+            Vec::new(),
+            parent.clock_nanoseconds,
+        );
+        other.finished = true;
+        let index = self.add_thread(other);
         self.threads[thread].other_threads = Some(index);
         index
     }
