@@ -351,7 +351,7 @@ impl Generator<'_> {
                 "ab_lanes",
                 format!(
                     "arith.constant {} : {induction_type}",
-                    aboleth_passes::doorbell_scope::WARP_LANES
+                    aboleth_passes::choose_doorbell_scope::WARP_LANES
                 ),
             )
         };
@@ -1941,7 +1941,7 @@ impl Generator<'_> {
             None
         };
         let blocks = match inline_bytes {
-            Some(length) => aboleth_passes::comm::inline_write_basic_blocks(length),
+            Some(length) => aboleth_passes::support::queue_slots::inline_write_basic_blocks(length),
             None => 1,
         };
         let addresses: Vec<String> = (0..blocks)

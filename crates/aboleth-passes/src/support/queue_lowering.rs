@@ -1,4 +1,4 @@
-//! The lowering shared by the queue transports (mlx5 and proxy): reservation, commands,
+//! The lowering driver shared by the queue transports (mlx5 and proxy): reservation, commands,
 //! submission and completion waits, driven by the planning attributes.
 //!
 //! For each batch (or each single transfer when there is none) it emits: one reservation of
@@ -9,35 +9,41 @@
 //! reservation, a GPU fence, in-order publication, the post lock, `atomicMax` on the producer
 //! index, a completion per command, a fenced signal. `ab.wait` becomes a completion wait on its
 //! token's slot, `ab.drain` a wait for everything the program posted, `ab.fence` nothing (the
-//! queue is in order), `ab.wait_signal` a flag poll. The per-transport differences (op names, slot sizes, what submission is) live in
-//! [`QueueTransport`] implementations; this module holds no transport detail.
+//! queue is in order), `ab.wait_signal` a flag poll ([`crate::support::wait_lowering`]).
+//! What differs per transport (the command ops, what submission is, a signal riding in its
+//! put's command, what a wait does on the receive side) is a [`QueueTransport`]
+//! implementation, in `lower_mlx5.rs` and `lower_proxy.rs`; this module holds no transport
+//! detail.
 
 use std::collections::HashMap;
 
 use aboleth_ir::{
     Diagnostic,
-    ab::{
-        attributes::{BinaryOperator, Publication, QueueOwner},
-        ops::operand,
-    },
+    ab::attributes::{BinaryOperator, Publication},
     attrs,
     builder::{Builder, i64_type},
     pliron::{
         basic_block::BasicBlock,
         context::{Context, Ptr},
-        linked_list::LinkedList,
+        op::Op,
         operation::Operation,
         value::Value,
     },
     scalar::constant_trip_count,
     text::op_name,
-    transport::{GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Target},
-    walk::{all_ops, block_ops, kernels, region_block},
+    transport::{GpuBarrierOp, Target},
+    walk::{block_ops, kernels, region_block},
 };
 
-use crate::batching::is_pure_scalar;
-use crate::comm::{
-    endpoint_of, is_transfer, put_predicate, signal_after, signal_operation, slots_of,
+use crate::support::{
+    queue_slots::slots_of,
+    riding_signals::riding_signal_of_put,
+    transfers::{
+        batchable_loop_endpoint, endpoint_of, has_single_owner, is_pure_scalar, is_transfer,
+        put_predicate, signal_after, signal_operation,
+    },
+    transport_ops::{emit_fence, put_operands, signal_operands},
+    wait_lowering::{ReceiveSide, lower_wait_signal},
 };
 
 /// One command to emit: its op, the endpoint, the slot, and the completion decision.
@@ -48,94 +54,87 @@ pub struct Command {
     pub endpoint: Value,
     /// The first slot of the command.
     pub slot: Value,
+    /// A put's predicate (`i64`): its command is a NOP of the same size when it is 0. `None`
+    /// for a signal.
+    pub predicate: Option<Value>,
     /// 1 when the command must request a completion, 0 when not (may be computed).
     pub completion: Value,
     /// True when `completion` is nonzero only on a loop's last iteration.
     pub completion_once: bool,
     /// True for library-style signals: the transport fences before executing them.
     pub fenced: bool,
-    /// A put carrying a write-with-immediate signal: the immediate (`i64`) and the signal's
-    /// flag (the simulator checks the signal against it; the code generator does not need it).
-    pub immediate: Option<(Value, Value)>,
+    /// A put carrying the signal that rides on it: the operands
+    /// [`QueueTransport::emit_riding_signal`] returned (on mlx5 the immediate, an `i64`, and
+    /// the signal's flag, which the simulator checks the signal against).
+    pub riding_signal: Option<(Value, Value)>,
+}
+
+/// One submission: slots `[base, end)` of `endpoint` (`count` of them) handed to the NIC or
+/// the proxy.
+pub struct Submission<'a> {
+    /// The endpoint value.
+    pub endpoint: Value,
+    /// The first slot submitted.
+    pub base: Value,
+    /// How many slots.
+    pub count: Value,
+    /// The slot after the last one (`base + count`).
+    pub end: Value,
+    /// The endpoint has no single owner: the shared posting protocol.
+    pub shared: bool,
+    /// The doorbell scope: the threads (`thread`, `warp`, `cta`) whose command writes the
+    /// doorbell covers.
+    pub scope: &'a str,
 }
 
 /// What differs between queue transports.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "a submission names the queue, the slot range and the sharing mode"
-)]
 pub trait QueueTransport {
     /// The target.
-    fn target(&self) -> Target;
-    /// Emits the reservation; returns the base slot (`i64`).
-    fn emit_reserve(
+    const TARGET: Target;
+    /// The reservation op (`mlx5.reserve`, `proxy.reserve`): endpoint, slots -> base slot.
+    type ReserveOp: Op;
+    /// The completion wait op (`mlx5.wait_completion`, `proxy.wait_completion`): endpoint, and
+    /// the command's first slot and the slot after it, or nothing for a wait for everything.
+    type WaitCompletionOp: Op;
+    /// The publication of a signal that rides in its put's command and takes no slot of its
+    /// own (mlx5: write-with-immediate); `None` when the transport has none.
+    const RIDING_PUBLICATION: Option<Publication> = None;
+
+    /// Emits, before its put's command, the operands that carry `signal` (a signal of
+    /// [`Self::RIDING_PUBLICATION`] riding on that put) in the command.
+    fn emit_riding_signal(
         &self,
-        ctx: &mut Context,
-        builder: &mut Builder,
-        endpoint: Value,
-        slots: Value,
-        atomic: bool,
-    ) -> Value;
+        _ctx: &mut Context,
+        _builder: &mut Builder,
+        _signal: Ptr<Operation>,
+    ) -> (Value, Value) {
+        unreachable!("only a transport with a riding publication has riding signals")
+    }
+    /// What every `ab.wait_signal` of `kernel` also does while it polls, if anything.
+    fn receive_side(&self, _ctx: &Context, _kernel: Ptr<Operation>) -> Option<ReceiveSide> {
+        None
+    }
     /// Emits one put command.
-    fn emit_put(
-        &self,
-        ctx: &mut Context,
-        builder: &mut Builder,
-        command: &Command,
-        predicate: Value,
-    );
+    fn emit_put(&self, ctx: &mut Context, builder: &mut Builder, command: &Command);
     /// Emits one signal command.
     fn emit_signal(&self, ctx: &mut Context, builder: &mut Builder, command: &Command);
-    /// Emits the submission of slots `[base, end)`; `scope` is the doorbell scope: the threads
-    /// (`thread`, `warp`, `cta`) whose command writes the doorbell covers.
-    fn emit_submit(
-        &self,
-        ctx: &mut Context,
-        builder: &mut Builder,
-        endpoint: Value,
-        base: Value,
-        count: Value,
-        end: Value,
-        shared: bool,
-        scope: &str,
-    );
-    /// Emits a wait for the command at `(slot, end)`, or for everything reserved when `None`.
-    fn emit_wait_completion(
-        &self,
-        ctx: &mut Context,
-        builder: &mut Builder,
-        endpoint: Value,
-        slot: Option<(Value, Value)>,
-    );
-}
-
-/// True when the endpoint was found to have one owner.
-pub fn has_single_owner(ctx: &Context, endpoint: Value) -> bool {
-    endpoint
-        .defining_op()
-        .and_then(|op| attrs::get_typed::<QueueOwner>(ctx, op, "owner"))
-        == Some(QueueOwner::Program)
+    /// Emits the submission of a range of slots.
+    fn emit_submit(&self, ctx: &mut Context, builder: &mut Builder, submission: &Submission);
 }
 
 /// Lowers every kernel of `module` with `transport`.
-pub fn lower_module(
+pub fn lower_module<T: QueueTransport>(
     ctx: &mut Context,
     module: Ptr<Operation>,
-    transport: &dyn QueueTransport,
+    transport: &T,
 ) -> Result<bool, Diagnostic> {
     for kernel in kernels(ctx, module) {
-        let receive_tables = all_ops(ctx, kernel).into_iter().find_map(|op| {
-            (op_name(ctx, op) == "ab.signal"
-                && attrs::get_typed::<Publication>(ctx, op, "publication")
-                    == Some(Publication::WriteWithImmediate))
-            .then(|| crate::signal_publication::immediate_signal_candidate(ctx, op))
-            .flatten()
-        });
+        let receive_side = transport.receive_side(ctx, kernel);
         let mut lowering = Lowering {
             transport,
             tokens: HashMap::new(),
             erase: Vec::new(),
-            receive_tables,
+            receive_side,
         };
         let block = region_block(ctx, kernel, 0);
         lowering.lower_block(ctx, block)?;
@@ -146,17 +145,16 @@ pub fn lower_module(
     Ok(true)
 }
 
-struct Lowering<'a> {
-    transport: &'a dyn QueueTransport,
+struct Lowering<'a, T: QueueTransport> {
+    transport: &'a T,
     /// Token -> (endpoint, first slot of its command, slots it takes).
     tokens: HashMap<Value, (Value, Value, i64)>,
     erase: Vec<Ptr<Operation>>,
-    /// (flag table, endpoint table) of the kernel's write-with-immediate signals, if any: every
-    /// wait of the kernel then drains the receive CQ.
-    receive_tables: Option<(Value, Value)>,
+    /// What every wait of the kernel also does while it polls.
+    receive_side: Option<ReceiveSide>,
 }
 
-impl Lowering<'_> {
+impl<T: QueueTransport> Lowering<'_, T> {
     fn lower_block(&mut self, ctx: &mut Context, block: Ptr<BasicBlock>) -> Result<(), Diagnostic> {
         let ops = block_ops(ctx, block);
         let mut index = 0;
@@ -222,7 +220,7 @@ impl Lowering<'_> {
                     let mut builder = Builder::before(ctx, op);
                     let size = builder.constant(ctx, slots);
                     let end = builder.binary(ctx, BinaryOperator::Add, slot, size);
-                    self.transport.emit_wait_completion(
+                    emit_wait_completion::<T::WaitCompletionOp>(
                         ctx,
                         &mut builder,
                         endpoint,
@@ -238,21 +236,11 @@ impl Lowering<'_> {
                 "ab.drain" => {
                     let endpoint = endpoint_of(ctx, op);
                     let mut builder = Builder::before(ctx, op);
-                    self.transport
-                        .emit_wait_completion(ctx, &mut builder, endpoint, None);
+                    emit_wait_completion::<T::WaitCompletionOp>(ctx, &mut builder, endpoint, None);
                     self.erase.push(op);
                 }
                 "ab.wait_signal" => {
-                    lower_wait_signal_receiving(
-                        ctx,
-                        op,
-                        self.receive_tables.map(|(flag_table, endpoint_table)| {
-                            ReceiveSide::Immediates {
-                                flag_table,
-                                endpoint_table,
-                            }
-                        }),
-                    );
+                    lower_wait_signal(ctx, op, self.receive_side);
                     self.erase.push(op);
                 }
                 _ => {}
@@ -268,7 +256,7 @@ impl Lowering<'_> {
         members: &[Ptr<Operation>],
         library_put_signal: bool,
     ) -> Result<(), Diagnostic> {
-        let target = self.transport.target();
+        let target = T::TARGET;
         let first = members[0];
         let endpoint = member_endpoint(ctx, first);
         let shared = !has_single_owner(ctx, endpoint);
@@ -282,9 +270,7 @@ impl Lowering<'_> {
         }
         let mut builder = Builder::before(ctx, first);
         let count = builder.constant(ctx, total);
-        let base = self
-            .transport
-            .emit_reserve(ctx, &mut builder, endpoint, count, shared);
+        let base = emit_reserve::<T::ReserveOp>(ctx, &mut builder, endpoint, count, shared);
         // `choose-doorbell-scope`: loops whose iterations run on a warp or the whole CTA. Those
         // threads need the base slot too, and the leader rings only after their writes.
         let widest_scope = members
@@ -317,16 +303,15 @@ impl Lowering<'_> {
                 attrs::set_string(ctx, barrier, "scope", scope);
             }
             let scope = widest_scope.as_deref().unwrap_or("thread");
-            self.transport.emit_submit(
-                ctx,
-                &mut builder,
+            let submission = Submission {
                 endpoint,
                 base,
                 count,
                 end,
                 shared,
                 scope,
-            );
+            };
+            self.transport.emit_submit(ctx, &mut builder, &submission);
         }
         Ok(())
     }
@@ -341,7 +326,7 @@ impl Lowering<'_> {
         shared: bool,
         coalesce: bool,
     ) -> Result<i64, Diagnostic> {
-        let target = self.transport.target();
+        let target = T::TARGET;
         let trip =
             constant_trip_count(ctx, for_op).expect("batched loops have constant trip counts");
         let body = region_block(ctx, for_op, 0);
@@ -401,7 +386,7 @@ impl Lowering<'_> {
         shared: bool,
         coalesce: bool,
     ) -> Result<i64, Diagnostic> {
-        let target = self.transport.target();
+        let target = T::TARGET;
         let slots = slots_of(ctx, op, target).ok_or_else(|| {
             Diagnostic::at_op(
                 ctx,
@@ -411,9 +396,9 @@ impl Lowering<'_> {
         })?;
         let endpoint = endpoint_of(ctx, op);
         let publication = attrs::get_typed::<Publication>(ctx, op, "publication");
-        if publication == Some(Publication::WriteWithImmediate) {
-            // Its put carried it (see below): a wait on it is a wait on the put's WQE.
-            let put_token = signal_after(ctx, op).expect("immediate signals name their put");
+        if publication.is_some() && publication == T::RIDING_PUBLICATION {
+            // Its put carried it (see below): a wait on it is a wait on the put's command.
+            let put_token = signal_after(ctx, op).expect("riding signals name their put");
             let carried = *self.tokens.get(&put_token).ok_or_else(|| {
                 Diagnostic::at_op(
                     ctx,
@@ -428,9 +413,11 @@ impl Lowering<'_> {
         let mut builder = Builder::before(ctx, op);
         let (mut completion, mut completion_once) =
             completion_of(ctx, &mut builder, op, last_iteration);
-        let mut immediate = None;
-        if let Some(signal) = riding_signal_of_put(ctx, op, Publication::WriteWithImmediate) {
-            // One WQE for both: it asks for a completion if either needed one.
+        let mut riding_signal = None;
+        if let Some(signal) =
+            T::RIDING_PUBLICATION.and_then(|riding| riding_signal_of_put(ctx, op, riding))
+        {
+            // One command for both: it asks for a completion if either needed one.
             let (signal_completion, signal_once) =
                 completion_of(ctx, &mut builder, signal, last_iteration);
             if attrs::get_string(ctx, op, "completion").as_deref() == Some("never") {
@@ -439,44 +426,46 @@ impl Lowering<'_> {
                 completion = builder.binary(ctx, BinaryOperator::Or, completion, signal_completion);
                 completion_once = completion_once && signal_once;
             }
-            immediate = Some(immediate_of(ctx, &mut builder, signal));
+            riding_signal = Some(self.transport.emit_riding_signal(ctx, &mut builder, signal));
         }
-        let command = Command {
-            op,
-            endpoint,
-            slot,
-            completion,
-            completion_once,
-            fenced: publication.is_none() || publication == Some(Publication::Fenced),
-            immediate,
-        };
-        if op_name(ctx, op) == "ab.put" {
+        let is_put = op_name(ctx, op) == "ab.put";
+        let predicate = is_put.then(|| {
             let guarded_by_if = op.deref(ctx).get_parent_op(ctx).is_some_and(|parent| {
                 op_name(ctx, parent) == "ab.if"
                     && put_predicate(ctx, op) == Some(parent.deref(ctx).get_operand(0))
             });
-            let predicate = match put_predicate(ctx, op) {
+            match put_predicate(ctx, op) {
                 Some(predicate) if !guarded_by_if => builder.to_i64(ctx, predicate),
                 _ => builder.constant(ctx, 1),
-            };
-            self.transport
-                .emit_put(ctx, &mut builder, &command, predicate);
+            }
+        });
+        let command = Command {
+            op,
+            endpoint,
+            slot,
+            predicate,
+            completion,
+            completion_once,
+            fenced: publication.is_none() || publication == Some(Publication::Fenced),
+            riding_signal,
+        };
+        if is_put {
+            self.transport.emit_put(ctx, &mut builder, &command);
         } else {
             self.transport.emit_signal(ctx, &mut builder, &command);
         }
         if !coalesce {
             let slots_value = builder.constant(ctx, slots);
             let end = builder.binary(ctx, BinaryOperator::Add, slot, slots_value);
-            self.transport.emit_submit(
-                ctx,
-                &mut builder,
+            let submission = Submission {
                 endpoint,
-                slot,
-                slots_value,
+                base: slot,
+                count: slots_value,
                 end,
                 shared,
-                "thread",
-            );
+                scope: "thread",
+            };
+            self.transport.emit_submit(ctx, &mut builder, &submission);
         }
         // A command is one WQE (or ring entry); its completion reports the index of its first
         // slot, so that is what a wait on its token polls for; once it is done, the slots up to
@@ -506,80 +495,6 @@ fn completion_of(
         },
         _ => (builder.constant(ctx, 1), false),
     }
-}
-
-/// The signal published with `publication` that rides on `put` (write-with-immediate or
-/// packets), if one does: the next transfer after it in its block (only pure scalar ops
-/// between) when that names `put`'s token.
-pub fn riding_signal_of_put(
-    ctx: &Context,
-    put: Ptr<Operation>,
-    publication: Publication,
-) -> Option<Ptr<Operation>> {
-    if op_name(ctx, put) != "ab.put" {
-        return None;
-    }
-    let token = put.deref(ctx).get_result(0);
-    let mut cursor = put.deref(ctx).get_next();
-    while let Some(op) = cursor {
-        let name = op_name(ctx, op);
-        if name == "ab.signal" {
-            let rides = attrs::get_typed::<Publication>(ctx, op, "publication")
-                == Some(publication)
-                && signal_after(ctx, op) == Some(token);
-            return rides.then_some(op);
-        }
-        if !is_pure_scalar(&name) {
-            return None;
-        }
-        cursor = op.deref(ctx).get_next();
-    }
-    None
-}
-
-/// The immediate of `signal` (`aboleth_abi::mlx5::receive::ImmediateSignal`: add bit, the
-/// constant value, the flag's element index) and its flag.
-fn immediate_of(
-    ctx: &mut Context,
-    builder: &mut Builder,
-    signal: Ptr<Operation>,
-) -> (Value, Value) {
-    use aboleth_abi::mlx5::receive::{IMMEDIATE_ADD_BIT, IMMEDIATE_INDEX_BITS};
-    let flag = signal.deref(ctx).get_operand(operand::signal::FLAG);
-    let value = signal.deref(ctx).get_operand(operand::signal::VALUE);
-    let value = aboleth_ir::scalar::constant_value(ctx, value)
-        .expect("choose-signal-publication checked the value is a constant");
-    let add = signal_operation(ctx, signal) == aboleth_ir::ab::attributes::SignalOperation::Add;
-    let high = (i64::from(add) << IMMEDIATE_ADD_BIT) | (value << IMMEDIATE_INDEX_BITS);
-    let at = flag.defining_op().expect("checked: the flag is an ab.at");
-    // It may sit between the put and the signal; its operands come from before the put
-    // (checked), so it moves before the put, where the WQE uses it. One already before the put
-    // stays: earlier users of the same `ab.at` (another signal to that flag) need it there.
-    let put = signal_after(ctx, signal)
-        .and_then(|token| token.defining_op())
-        .expect("immediate signals name their put");
-    if at.deref(ctx).get_parent_block() == put.deref(ctx).get_parent_block()
-        && comes_after(ctx, at, put)
-    {
-        at.unlink(ctx);
-        at.insert_before(ctx, put);
-    }
-    let index = at.deref(ctx).get_operand(1);
-    let index = builder.to_i64(ctx, index);
-    let high = builder.constant(ctx, high);
-    (builder.binary(ctx, BinaryOperator::Or, high, index), flag)
-}
-
-/// Whether `later` follows `earlier` in their (common) block.
-fn comes_after(ctx: &Context, later: Ptr<Operation>, earlier: Ptr<Operation>) -> bool {
-    let mut cursor = earlier.deref(ctx).get_next();
-    while let Some(op) = cursor {
-        if op == later {
-            return true;
-        }
-        cursor = op.deref(ctx).get_next();
-    }
-    false
 }
 
 /// `1` on the last iteration of the innermost constant-trip-count loop around `op` (not
@@ -627,7 +542,7 @@ fn fusable_signal(ctx: &Context, ops: &[Ptr<Operation>], index: usize) -> Option
         if name == "ab.signal" {
             let fusable = attrs::get_int(ctx, *later, "batch").is_none()
                 && endpoint_of(ctx, *later) == endpoint_of(ctx, put)
-                && crate::comm::signal_after(ctx, *later) == Some(token);
+                && signal_after(ctx, *later) == Some(token);
             return fusable.then_some(later_index);
         }
         if !is_pure_scalar(&name) {
@@ -639,8 +554,7 @@ fn fusable_signal(ctx: &Context, ops: &[Ptr<Operation>], index: usize) -> Option
 
 fn member_endpoint(ctx: &Context, member: Ptr<Operation>) -> Value {
     if op_name(ctx, member) == "ab.for" {
-        crate::batching::batchable_loop_endpoint(ctx, member)
-            .expect("batched loops have one endpoint")
+        batchable_loop_endpoint(ctx, member).expect("batched loops have one endpoint")
     } else {
         endpoint_of(ctx, member)
     }
@@ -679,83 +593,8 @@ fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result
     })
 }
 
-/// Lowers `ab.wait_signal` to a flag poll: `ld.acquire.sys` when planned, else the library's
-/// volatile poll followed by a GPU fence.
-pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>) {
-    lower_wait_signal_receiving(ctx, op, None);
-}
-
-/// What a wait also does while it polls, in a kernel whose signals do not write flags directly.
-#[derive(Clone, Copy, Debug)]
-pub enum ReceiveSide {
-    /// Write-with-immediate: drain this rank's receive CQ, applying each immediate to its flag
-    /// (`gpu.wait_flag %flag, %value, %flag_table, %endpoint_table`).
-    Immediates {
-        /// The flag region's descriptor table.
-        flag_table: Value,
-        /// The endpoint table (every handle names the receive context).
-        endpoint_table: Value,
-    },
-    /// Flag-in-data: unpack the flag's packet slot into the data region and set the flag
-    /// (`gpu.wait_flag %flag, %value, %flag_table, %data_table [packets]`).
-    Packets {
-        /// The flag region's descriptor table.
-        flag_table: Value,
-        /// The destination region's descriptor table.
-        data_table: Value,
-    },
-}
-
-/// [`lower_wait_signal`], with what the poll also does in a kernel whose signals need the
-/// receiver's help ([`ReceiveSide`]).
-pub fn lower_wait_signal_receiving(
-    ctx: &mut Context,
-    op: Ptr<Operation>,
-    receives: Option<ReceiveSide>,
-) {
-    let (flag, value) = {
-        let operation = op.deref(ctx);
-        (operation.get_operand(0), operation.get_operand(1))
-    };
-    let acquire = attrs::get_string(ctx, op, "order").as_deref() == Some("acquire");
-    let mut builder = Builder::before(ctx, op);
-    let value = builder.to_i64(ctx, value);
-    let mut operands = vec![flag, value];
-    match receives {
-        Some(ReceiveSide::Immediates {
-            flag_table,
-            endpoint_table,
-        }) => operands.extend([flag_table, endpoint_table]),
-        Some(ReceiveSide::Packets {
-            flag_table,
-            data_table,
-        }) => operands.extend([flag_table, data_table]),
-        None => {}
-    }
-    let poll = builder.create::<GpuWaitFlagOp>(ctx, vec![], operands);
-    if matches!(receives, Some(ReceiveSide::Packets { .. })) {
-        attrs::set_bool(ctx, poll, "packets", true);
-    }
-    attrs::set_string(
-        ctx,
-        poll,
-        "order",
-        if acquire { "acquire" } else { "volatile" },
-    );
-    if !acquire {
-        let fence = builder.create::<GpuFenceOp>(ctx, vec![], vec![]);
-        attrs::set_string(ctx, fence, "scope", "gpu");
-    }
-}
-
-/// Emits `gpu.fence [scope]`.
-pub fn emit_fence(ctx: &mut Context, builder: &mut Builder, scope: &str) {
-    let fence = builder.create::<GpuFenceOp>(ctx, vec![], vec![]);
-    attrs::set_string(ctx, fence, "scope", scope);
-}
-
 /// Emits a reservation op `T` (`mlx5.reserve`, `proxy.reserve`) and returns its base slot.
-pub fn emit_reserve_op<T: aboleth_ir::pliron::op::Op>(
+fn emit_reserve<T: Op>(
     ctx: &mut Context,
     builder: &mut Builder,
     endpoint: Value,
@@ -770,7 +609,7 @@ pub fn emit_reserve_op<T: aboleth_ir::pliron::op::Op>(
 
 /// Emits a completion wait op `T` for the command at `(slot, end)` (its first slot and the slot
 /// after it), or for everything when `None`.
-pub fn emit_wait_completion_op<T: aboleth_ir::pliron::op::Op>(
+fn emit_wait_completion<T: Op>(
     ctx: &mut Context,
     builder: &mut Builder,
     endpoint: Value,
@@ -784,15 +623,16 @@ pub fn emit_wait_completion_op<T: aboleth_ir::pliron::op::Op>(
 }
 
 /// Emits a put command op `T` (`mlx5.write`, `proxy.put`): endpoint, slot, destination,
-/// source, bytes, key, predicate, completion.
-pub fn emit_put_op<T: aboleth_ir::pliron::op::Op>(
+/// source, bytes, key, predicate, completion, then the riding signal's operands if any. The
+/// caller marks it ([`mark_completion_once`] and its own attributes).
+pub fn emit_put_op<T: Op>(
     ctx: &mut Context,
     builder: &mut Builder,
     command: &Command,
-    predicate: Value,
 ) -> Ptr<Operation> {
+    let predicate = command.predicate.expect("a put command has a predicate");
     let [destination, source, bytes, key] = put_operands(ctx, builder, command.op);
-    let operands = vec![
+    let mut operands = vec![
         command.endpoint,
         command.slot,
         destination,
@@ -802,21 +642,16 @@ pub fn emit_put_op<T: aboleth_ir::pliron::op::Op>(
         predicate,
         command.completion,
     ];
-    let mut operands = operands;
-    if let Some((immediate, flag)) = command.immediate {
-        operands.extend([immediate, flag]);
+    if let Some((first, second)) = command.riding_signal {
+        operands.extend([first, second]);
     }
-    let op = builder.create::<T>(ctx, vec![], operands);
-    if command.immediate.is_some() {
-        attrs::set_bool(ctx, op, "with_immediate", true);
-    }
-    mark_completion_once(ctx, op, command);
-    op
+    builder.create::<T>(ctx, vec![], operands)
 }
 
 /// Emits a signal command op `T` (`mlx5.atomic`, `proxy.signal`): endpoint, slot, flag,
-/// value, completion, with the signal's `op` and the library `fence` flag.
-pub fn emit_signal_op<T: aboleth_ir::pliron::op::Op>(
+/// value, completion, with the signal's `op`, the library `fence` flag and
+/// [`mark_completion_once`].
+pub fn emit_signal_op<T: Op>(
     ctx: &mut Context,
     builder: &mut Builder,
     command: &Command,
@@ -830,7 +665,7 @@ pub fn emit_signal_op<T: aboleth_ir::pliron::op::Op>(
         command.completion,
     ];
     let op = builder.create::<T>(ctx, vec![], operands);
-    let operation = crate::comm::signal_operation(ctx, command.op);
+    let operation = signal_operation(ctx, command.op);
     attrs::set(ctx, op, "op", Box::new(operation));
     attrs::set_bool(ctx, op, "fence", command.fenced);
     mark_completion_once(ctx, op, command);
@@ -838,37 +673,29 @@ pub fn emit_signal_op<T: aboleth_ir::pliron::op::Op>(
 }
 
 /// Marks a command op whose completion is requested only on a loop's last iteration.
-fn mark_completion_once(ctx: &Context, op: Ptr<Operation>, command: &Command) {
+pub fn mark_completion_once(ctx: &Context, op: Ptr<Operation>, command: &Command) {
     if command.completion_once {
         attrs::set_bool(ctx, op, "completion_once", true);
     }
 }
 
-/// The operands of an `ab.put` in transport order: destination, source, bytes, key.
-pub fn put_operands(ctx: &mut Context, builder: &mut Builder, op: Ptr<Operation>) -> [Value; 4] {
-    let (destination, source, bytes, key) = {
-        let operation = op.deref(ctx);
-        (
-            operation.get_operand(operand::put::DESTINATION),
-            operation.get_operand(operand::put::SOURCE),
-            operation.get_operand(operand::put::BYTES),
-            operation.get_operand(operand::put::SOURCE_KEY),
-        )
-    };
-    let bytes = builder.to_i64(ctx, bytes);
-    let key = builder.to_i64(ctx, key);
-    [destination, source, bytes, key]
-}
-
-/// The operands of an `ab.signal` in transport order: flag, value.
-pub fn signal_operands(ctx: &mut Context, builder: &mut Builder, op: Ptr<Operation>) -> [Value; 2] {
-    let (flag, value) = {
-        let operation = op.deref(ctx);
-        (
-            operation.get_operand(operand::signal::FLAG),
-            operation.get_operand(operand::signal::VALUE),
-        )
-    };
-    let value = builder.to_i64(ctx, value);
-    [flag, value]
+/// Emits the in-order publication op `T` (`mlx5.publish`, `proxy.publish`) of a submission: on
+/// a shared queue after a fence of `fence_scope` (what the consumer reads the commands
+/// through); on a one-owner queue a plain store marked `owner_only`, which keeps the shared
+/// protocol's publication counter in step (no wait): a later kernel may post to this queue
+/// with that protocol.
+pub fn emit_publication<T: Op>(
+    ctx: &mut Context,
+    builder: &mut Builder,
+    submission: &Submission,
+    fence_scope: &str,
+) {
+    let operands = vec![submission.endpoint, submission.base, submission.count];
+    if submission.shared {
+        emit_fence(ctx, builder, fence_scope);
+        builder.create::<T>(ctx, vec![], operands);
+    } else {
+        let publish = builder.create::<T>(ctx, vec![], operands);
+        attrs::set_bool(ctx, publish, "owner_only", true);
+    }
 }

@@ -1,7 +1,8 @@
-//! Questions passes ask about communication ops: which endpoint, which source, how many slots.
+//! How many queue slots a command takes on each transport (WQE basic blocks on mlx5, ring
+//! entries on proxy), and the inline payload limit that decides it for an mlx5 put.
 //!
-//! Shared helpers so that every pass reads `ab.put`/`ab.signal` operands the same way and the
-//! pass files hold only their own decision. Nothing here rewrites IR.
+//! Read by `size-buffers` (ring sizes), the queue lowering (slot offsets), the code generator
+//! and the simulator (inline WQE sizes). Nothing here rewrites IR.
 
 use aboleth_ir::{
     ab::{
@@ -12,53 +13,13 @@ use aboleth_ir::{
     pliron::{
         context::{Context, Ptr},
         operation::Operation,
-        value::Value,
     },
     scalar::constant_value,
     text::op_name,
     transport::Target,
 };
 
-/// True for the ops that post a command on a queue (`ab.put`, `ab.signal`).
-pub fn is_transfer(ctx: &Context, op: Ptr<Operation>) -> bool {
-    matches!(op_name(ctx, op).as_str(), "ab.put" | "ab.signal")
-}
-
-/// The endpoint operand of a transfer, drain or fence.
-pub fn endpoint_of(ctx: &Context, op: Ptr<Operation>) -> Value {
-    op.deref(ctx).get_operand(0)
-}
-
-/// The optional predicate of an `ab.put`.
-pub fn put_predicate(ctx: &Context, op: Ptr<Operation>) -> Option<Value> {
-    let operation = op.deref(ctx);
-    (operation.get_num_operands() > operand::put::PREDICATE)
-        .then(|| operation.get_operand(operand::put::PREDICATE))
-}
-
-/// The optional `after` token of an `ab.signal`.
-pub fn signal_after(ctx: &Context, op: Ptr<Operation>) -> Option<Value> {
-    let operation = op.deref(ctx);
-    (operation.get_num_operands() > operand::signal::AFTER)
-        .then(|| operation.get_operand(operand::signal::AFTER))
-}
-
-/// The signal's operation (`set` when the attribute is absent).
-pub fn signal_operation(ctx: &Context, op: Ptr<Operation>) -> SignalOperation {
-    attrs::get_typed::<SignalOperation>(ctx, op, "op").unwrap_or(SignalOperation::Set)
-}
-
-/// The kernel argument (or other root value) a local pointer is derived from by `ab.ptr_add`.
-pub fn pointer_root(ctx: &Context, pointer: Value) -> Value {
-    let mut current = pointer;
-    while let Some(op) = current.defining_op() {
-        if op_name(ctx, op) != "ab.ptr_add" {
-            break;
-        }
-        current = op.deref(ctx).get_operand(0);
-    }
-    current
-}
+use crate::support::transfers::signal_operation;
 
 /// Largest payload the mlx5 lowering copies into a WQE instead of pointing at it. NICs accept
 /// up to `max_inline_data` (often 220 B), but every inlined byte is a GPU store into the SQ, so

@@ -18,55 +18,14 @@ use aboleth_ir::{
         operation::Operation,
         value::Value,
     },
-    scalar::{constant_trip_count, defined_inside},
     text::op_name,
-    walk::{all_ops, block_ops, region_ops},
+    walk::{all_ops, block_ops},
 };
 
-use crate::comm::{endpoint_of, is_transfer};
 use crate::registry::PassContext;
-
-/// Ops that compute values without side effects; they may sit between batch members.
-pub fn is_pure_scalar(name: &str) -> bool {
-    matches!(
-        name,
-        "builtin.constant"
-            | "ab.binop"
-            | "ab.cast"
-            | "ab.ptr_add"
-            | "ab.at"
-            | "ab.remote"
-            | "ab.load"
-            | "ab.program_id"
-            | "ab.rank"
-            | "ab.world_size"
-    )
-}
-
-/// The endpoint every transfer in a batchable loop uses, if the loop is batchable.
-pub fn batchable_loop_endpoint(ctx: &Context, for_op: Ptr<Operation>) -> Option<Value> {
-    constant_trip_count(ctx, for_op)?;
-    let mut endpoint = None;
-    for op in region_ops(ctx, for_op, 0) {
-        let name = op_name(ctx, op);
-        if is_transfer(ctx, op) {
-            let this = endpoint_of(ctx, op);
-            if defined_inside(ctx, this, for_op) || endpoint.is_some_and(|e| e != this) {
-                return None;
-            }
-            endpoint = Some(this);
-        } else if name == "ab.for" {
-            let inner = batchable_loop_endpoint(ctx, op)?;
-            if endpoint.is_some_and(|e| e != inner) {
-                return None;
-            }
-            endpoint = Some(inner);
-        } else if !(is_pure_scalar(&name) || name == "ab.yield") {
-            return None;
-        }
-    }
-    endpoint
-}
+use crate::support::transfers::{
+    batchable_loop_endpoint, endpoint_of, is_pure_scalar, is_transfer,
+};
 
 /// Runs the pass on every block of `module`.
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {

@@ -35,8 +35,8 @@ use aboleth_ir::{
     walk::{all_ops, block_ops, kernels},
 };
 
-use crate::comm::{endpoint_of, is_transfer, pointer_root};
 use crate::registry::PassContext;
+use crate::support::transfers::{endpoint_of, is_transfer, pointer_root};
 
 /// Runs the pass on every kernel of `module`.
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {

@@ -36,9 +36,8 @@ use aboleth_ir::{
     walk::all_ops,
 };
 
-use crate::batching::batchable_loop_endpoint;
-use crate::lower_common::has_single_owner;
 use crate::registry::PassContext;
+use crate::support::transfers::{batchable_loop_endpoint, has_single_owner};
 
 /// Iterations one warp writes in one step.
 pub const WARP_LANES: i64 = 32;

@@ -22,8 +22,8 @@ use aboleth_ir::{
     walk::{all_ops, block_ops},
 };
 
-use crate::comm::{endpoint_of, put_predicate};
 use crate::registry::PassContext;
+use crate::support::transfers::{endpoint_of, put_predicate};
 
 /// Runs the pass on every kernel of `module`.
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {

@@ -19,8 +19,8 @@ use aboleth_ir::{
     walk::all_ops,
 };
 
-use crate::comm::signal_after;
 use crate::registry::PassContext;
+use crate::support::transfers::signal_after;
 
 /// Runs the pass on every kernel of `module`.
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {

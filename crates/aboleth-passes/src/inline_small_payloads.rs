@@ -1,6 +1,6 @@
 //! `inline-small-payloads`: carry small payloads inside the command.
 //!
-//! On mlx5, a put of constant size up to [`crate::comm::MLX5_INLINE_BYTES_LIMIT`] bytes is marked
+//! On mlx5, a put of constant size up to [`crate::support::queue_slots::MLX5_INLINE_BYTES_LIMIT`] bytes is marked
 //! `inline`: the lowering copies the payload into the WQE's inline segment, so the NIC does not
 //! DMA-read the source, and the source is reusable as soon as the WQE is written (its completion
 //! is then never needed for reuse). Proxy ring entries have no payload room and p2p copies are
@@ -21,8 +21,8 @@ use aboleth_ir::{
     walk::all_ops,
 };
 
-use crate::comm::MLX5_INLINE_BYTES_LIMIT;
 use crate::registry::PassContext;
+use crate::support::queue_slots::MLX5_INLINE_BYTES_LIMIT;
 
 /// Runs the pass on every kernel of `module`.
 pub fn run(

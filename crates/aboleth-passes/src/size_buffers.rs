@@ -22,8 +22,11 @@ use aboleth_ir::{
     walk::all_ops,
 };
 
-use crate::comm::{endpoint_of, is_transfer, slots_of};
 use crate::registry::PassContext;
+use crate::support::{
+    queue_slots::slots_of,
+    transfers::{endpoint_of, is_transfer},
+};
 
 /// Smallest ring the runtime allocates.
 pub const QUEUE_SLOTS_MIN: i64 = 64;
