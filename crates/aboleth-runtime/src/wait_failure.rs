@@ -242,33 +242,58 @@ mod tests {
             .collect()
     }
 
+    /// The reference wait kernel's loads and stores, written as literal offsets in PTX, are at
+    /// aboleth-abi's offsets: each line below is built from the struct and must be in the PTX.
     #[test]
-    fn layout_matches_the_reference_kernel() {
-        let record = WaitFailureRecord {
-            sequence: 1,
-            flag_address: 0x10,
-            expected_value: 0x20,
-            observed_value: 0x30,
-            waited_nanoseconds: 0x40,
-            rank: 5,
-            peer_rank: 6,
-            site_id: 7,
-            comparison: 0,
-            program_id: 9,
-            thread_id: 10,
+    fn the_reference_wait_kernel_uses_the_abi_offsets() {
+        use core::mem::offset_of;
+        type Header = WaitFailureLogHeader;
+        type Record = WaitFailureRecord;
+        let ptx = crate::cuda::RUNTIME_KERNELS_PTX;
+        let kernel = &ptx[ptx
+            .find(".entry aboleth_bounded_wait_u64(")
+            .expect("the reference wait kernel")..];
+        // Fields at offset 0 are addressed without a displacement.
+        assert_eq!(Header::FAILURE_COUNTER_OFFSET_BYTES, 0);
+        assert_eq!(offset_of!(Record, sequence), 0);
+        assert!(Record::SIZE_BYTES.is_power_of_two());
+        let store = |width: &str, field_offset: usize, register: &str| {
+            format!("\tst.relaxed.sys.{width} \t[%rd13+{field_offset}], {register};\n")
         };
-        let words = record.to_words();
-        let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_le_bytes()).collect();
-        // The offsets the PTX kernel stores at.
-        assert_eq!(bytes[8], 0x10);
-        assert_eq!(bytes[40], 5);
-        assert_eq!(bytes[44], 6);
-        assert_eq!(bytes[48], 7);
-        assert_eq!(bytes[52], 0);
-        assert_eq!(bytes[56], 9);
-        assert_eq!(bytes[60], 10);
-        assert_eq!(WaitFailureRecord::from_words(words), record);
-        assert_eq!(wait_failure_log_bytes(64), 64 + 64 * 64);
+        let expected = [
+            format!(
+                "\tld.relaxed.sys.u64 \t%rd9, [%rd4+{}];\n",
+                Header::ABORT_REQUESTED_OFFSET_BYTES
+            ),
+            "\tatom.relaxed.sys.add.u64 \t%rd10, [%rd4], 1;\n".to_owned(),
+            format!(
+                "\tld.relaxed.sys.u32 \t%r4, [%rd4+{}];\n",
+                Header::CAPACITY_RECORDS_OFFSET_BYTES
+            ),
+            format!(
+                "\tshl.b64 \t%rd12, %rd10, {};\n",
+                Record::SIZE_BYTES.trailing_zeros()
+            ),
+            format!("\tadd.u64 \t%rd13, %rd13, {};\n", Header::SIZE_BYTES),
+            store("u64", offset_of!(Record, flag_address), "%rd1"),
+            store("u64", offset_of!(Record, expected_value), "%rd2"),
+            store("u64", offset_of!(Record, observed_value), "%rd6"),
+            store("u64", offset_of!(Record, waited_nanoseconds), "%rd8"),
+            store("u32", offset_of!(Record, rank), "%r1"),
+            store("u32", offset_of!(Record, peer_rank), "%r2"),
+            store("u32", offset_of!(Record, site_id), "%r3"),
+            format!("\tmov.u32 \t%r5, {WAIT_KIND_FLAG_AT_LEAST};\n"),
+            store("u32", offset_of!(Record, comparison), "%r5"),
+            store("u32", offset_of!(Record, program_id), "%r6"),
+            store("u32", offset_of!(Record, thread_id), "%r7"),
+            "\tst.release.sys.u64 \t[%rd13], %rd14;\n".to_owned(),
+        ];
+        for line in expected {
+            assert!(
+                kernel.contains(&line),
+                "runtime_kernels.ptx: aboleth_bounded_wait_u64 lacks {line:?}"
+            );
+        }
     }
 
     #[test]
