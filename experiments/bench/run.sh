@@ -19,14 +19,13 @@ status=0
 echo "building the baselines with $(nvcc --version | tail -1)"
 nvcc -O3 -arch=sm_90 -Xcompiler -fPIC -shared -o "$build/libhandwritten.so" $here/handwritten.cu \
     2>&1 | tee "$build/handwritten.log" || status=1
-nvshmem_home=$(python3 -c 'import nvidia.nvshmem, os; print(os.path.dirname(nvidia.nvshmem.__file__))' 2>/dev/null \
-    || python3 -c 'import nvidia.nvshmem; print(list(nvidia.nvshmem.__path__)[0])' 2>/dev/null)
+nvshmem_home=$(python3 -c 'import nvidia.nvshmem; print(list(nvidia.nvshmem.__path__)[0])' 2>/dev/null)
 if [ -n "$nvshmem_home" ] && [ -d "$nvshmem_home/include" ]; then
     export LD_LIBRARY_PATH="$nvshmem_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    host_library=$(ls "$nvshmem_home"/lib/libnvshmem_host.so* | head -1)
+    host_library=$(basename "$(ls "$nvshmem_home"/lib/libnvshmem_host.so* | head -1)")
     nvcc -O3 -arch=sm_90 -rdc=true -Xcompiler -fPIC -shared -I"$nvshmem_home/include" \
         -o "$build/libnvshmem_alltoall.so" $here/nvshmem_alltoall.cu "$nvshmem_home/lib/libnvshmem_device.a" \
-        "$host_library" 2>&1 | tee "$build/nvshmem.log" || status=1
+        -L"$nvshmem_home/lib" -l:"$host_library" 2>&1 | tee "$build/nvshmem.log" || status=1
 else
     echo "NVSHMEM not found (nvidia-nvshmem-cu13): its rows are not run"
 fi
