@@ -110,18 +110,18 @@ def handwritten_rows(library: Any, rank: int, n: int, failures: List[str]) -> Li
 
 def nvshmem_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[Dict[str, Any]]:
     capacity = max(sizes())
-    unique_id = ctypes.create_string_buffer(library.nvshmem_unique_id_bytes())
+    unique_id = ctypes.create_string_buffer(library.bench_nvshmem_unique_id_bytes())
     if rank == 0:
-        status = library.nvshmem_get_unique_id(unique_id)
+        status = library.bench_nvshmem_get_unique_id(unique_id)
         if status != 0:
             raise RuntimeError(f"nvshmemx_get_uniqueid failed: {status}")
     shared = [unique_id.raw if rank == 0 else None]
     dist.broadcast_object_list(shared, src=0)
-    status = library.nvshmem_setup(rank, n, ctypes.c_char_p(shared[0]), ctypes.c_longlong(capacity))
+    status = library.bench_nvshmem_setup(rank, n, ctypes.c_char_p(shared[0]), ctypes.c_longlong(capacity))
     if status != 0:
         raise RuntimeError(f"nvshmem setup failed: {status}")
     addresses = (ctypes.c_ulonglong * 3)()
-    library.nvshmem_buffers(addresses)
+    library.bench_nvshmem_buffers(addresses)
     send_all = device_bytes(addresses[0], n * capacity)
     recv_all = device_bytes(addresses[1], n * capacity)
     my_flags = device_bytes(addresses[2], 8 * n).view(torch.int64)
@@ -130,13 +130,13 @@ def nvshmem_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[D
         threads = 32 if variant != 2 else 128
         for bytes_per_peer in sizes():
             def launch(first_epoch: int, rounds: int) -> None:
-                status = library.nvshmem_alltoall(rank, n, ctypes.c_longlong(bytes_per_peer),
+                status = library.bench_nvshmem_alltoall(rank, n, ctypes.c_longlong(bytes_per_peer),
                                                   ctypes.c_longlong(first_epoch), rounds, variant, threads,
                                                   ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
                 if status != 0:
                     raise RuntimeError(f"nvshmem_alltoall: status {status}")
 
-            result = measure(rank, n, launch, library.nvshmem_barrier, send_all, recv_all, my_flags,
+            result = measure(rank, n, launch, library.bench_nvshmem_barrier, send_all, recv_all, my_flags,
                              bytes_per_peer, epoch)
             epoch = result["next_epoch"]
             if result["errors"]:
@@ -146,8 +146,8 @@ def nvshmem_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[D
                             threads=threads, rounds_per_launch=result["rounds"]))
             log(rank, f"{system} {bytes_per_peer} B: {result['launch_us'] / result['rounds']:.3f} us/round "
                       f"{'checked' if not result['errors'] else 'WRONG'}")
-    library.nvshmem_barrier()
-    library.nvshmem_teardown()
+    library.bench_nvshmem_barrier()
+    library.bench_nvshmem_teardown()
     return rows
 
 

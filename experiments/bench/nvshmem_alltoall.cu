@@ -56,10 +56,10 @@ __global__ void alltoall_rounds(unsigned char *recv, const unsigned char *send, 
 
 extern "C" {
 
-int nvshmem_unique_id_bytes() { return static_cast<int>(sizeof(nvshmemx_uniqueid_t)); }
+int bench_nvshmem_unique_id_bytes() { return static_cast<int>(sizeof(nvshmemx_uniqueid_t)); }
 
-// Rank 0 fills `id` (nvshmem_unique_id_bytes() bytes); the others receive it from baselines.py.
-int nvshmem_get_unique_id(void *id) {
+// Rank 0 fills `id` (bench_nvshmem_unique_id_bytes() bytes); the others receive it from baselines.py.
+int bench_nvshmem_get_unique_id(void *id) {
     nvshmemx_uniqueid_t unique_id = NVSHMEMX_UNIQUEID_INITIALIZER;
     int status = nvshmemx_get_uniqueid(&unique_id);
     std::memcpy(id, &unique_id, sizeof(unique_id));
@@ -67,7 +67,7 @@ int nvshmem_get_unique_id(void *id) {
 }
 
 // Initializes this PE and allocates send | recv (capacity bytes per peer each) and the flags.
-int nvshmem_setup(int rank, int world_size, const void *id, long long capacity_bytes_per_peer) {
+int bench_nvshmem_setup(int rank, int world_size, const void *id, long long capacity_bytes_per_peer) {
     nvshmemx_uniqueid_t unique_id;
     std::memcpy(&unique_id, id, sizeof(unique_id));
     nvshmemx_init_attr_t attributes = NVSHMEMX_INIT_ATTR_INITIALIZER;
@@ -84,18 +84,18 @@ int nvshmem_setup(int rank, int world_size, const void *id, long long capacity_b
 }
 
 // Device addresses of the symmetric buffers (send, recv, flags), for baselines.py to fill and check.
-void nvshmem_buffers(unsigned long long *addresses) {
+void bench_nvshmem_buffers(unsigned long long *addresses) {
     addresses[0] = reinterpret_cast<unsigned long long>(g_send);
     addresses[1] = reinterpret_cast<unsigned long long>(g_recv);
     addresses[2] = reinterpret_cast<unsigned long long>(g_flags);
 }
 
-int nvshmem_barrier() {
+int bench_nvshmem_barrier() {
     nvshmem_barrier_all();
     return static_cast<int>(cudaDeviceSynchronize());
 }
 
-int nvshmem_alltoall(int rank, int world_size, long long bytes_per_peer, long long first_epoch, int rounds,
+int bench_nvshmem_alltoall(int rank, int world_size, long long bytes_per_peer, long long first_epoch, int rounds,
                      int variant, int threads, cudaStream_t stream) {
     if (bytes_per_peer > g_capacity) return -3;
     alltoall_rounds<<<world_size - 1, threads, 0, stream>>>(g_recv, g_send, g_flags, rank, bytes_per_peer,
@@ -103,7 +103,7 @@ int nvshmem_alltoall(int rank, int world_size, long long bytes_per_peer, long lo
     return static_cast<int>(cudaGetLastError());
 }
 
-void nvshmem_teardown() {
+void bench_nvshmem_teardown() {
     nvshmem_free(g_send);
     nvshmem_free(g_recv);
     nvshmem_free(g_flags);
