@@ -16,6 +16,7 @@
 //! it polls. The queue machinery (reservation, slots, batches, completion waits) is the
 //! driver in [`crate::support::queue_lowering`]; this file holds only what is mlx5's.
 
+use aboleth_abi::Transport;
 use aboleth_abi::mlx5::receive::{IMMEDIATE_ADD_BIT, IMMEDIATE_INDEX_BITS};
 use aboleth_ir::{
     Diagnostic,
@@ -35,7 +36,7 @@ use aboleth_ir::{
     text::op_name,
     transport::{
         Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp, Mlx5LockOp, Mlx5PublishOp,
-        Mlx5ReserveOp, Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp, Target,
+        Mlx5ReserveOp, Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp,
     },
     walk::all_ops,
 };
@@ -55,7 +56,7 @@ use crate::support::{
 pub struct Mlx5Transport;
 
 impl QueueTransport for Mlx5Transport {
-    const TARGET: Target = Target::Mlx5;
+    const TARGET: Transport = Transport::Mlx5;
     type ReserveOp = Mlx5ReserveOp;
     type WaitCompletionOp = Mlx5WaitCompletionOp;
     const RIDING_PUBLICATION: Option<Publication> = Some(Publication::WriteWithImmediate);

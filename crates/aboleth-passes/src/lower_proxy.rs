@@ -9,6 +9,7 @@
 //! queue machinery is the driver in [`crate::support::queue_lowering`]; this file holds only
 //! what is the proxy's.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic, attrs,
     builder::Builder,
@@ -18,7 +19,7 @@ use aboleth_ir::{
     },
     transport::{
         ProxyDoorbellOp, ProxyPublishOp, ProxyPutOp, ProxyReserveOp, ProxySignalOp,
-        ProxyWaitCompletionOp, Target,
+        ProxyWaitCompletionOp,
     },
 };
 
@@ -32,7 +33,7 @@ use crate::support::queue_lowering::{
 pub struct ProxyTransport;
 
 impl QueueTransport for ProxyTransport {
-    const TARGET: Target = Target::Proxy;
+    const TARGET: Transport = Transport::Proxy;
     type ReserveOp = ProxyReserveOp;
     type WaitCompletionOp = ProxyWaitCompletionOp;
 

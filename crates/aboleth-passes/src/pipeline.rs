@@ -7,6 +7,7 @@
 //! each pass when asked (`--print-after-all`). Which passes exist, and their order, is the
 //! registry's: this module names none.
 
+use aboleth_abi::Transport;
 use std::collections::BTreeSet;
 
 use aboleth_ir::{
@@ -16,7 +17,6 @@ use aboleth_ir::{
         operation::{Operation, verify_operation},
     },
     text::{op_name, print_module},
-    transport::Target,
     verify::verify_module,
     walk::all_ops,
 };
@@ -27,7 +27,7 @@ use crate::registry::{PASSES, PassContext, lowering_for};
 #[derive(Clone, Debug)]
 pub struct PipelineOptions {
     /// The transport to lower to.
-    pub target: Target,
+    pub target: Transport,
     /// Skip every planning pass (library-style lowering: the baseline).
     pub passes_off: bool,
     /// Planning passes to skip, by flag name.
@@ -44,7 +44,7 @@ pub struct PipelineOptions {
 
 impl PipelineOptions {
     /// All passes on, for `target`.
-    pub fn new(target: Target) -> Self {
+    pub fn new(target: Transport) -> Self {
         PipelineOptions {
             target,
             passes_off: false,
@@ -72,7 +72,7 @@ impl PipelineOptions {
                 names.join(", ")
             ));
         }
-        if self.immediate_signals && self.target != Target::Mlx5 {
+        if self.immediate_signals && self.target != Transport::Mlx5 {
             return Err(format!(
                 "immediate signals (--immediate-signals, immediate_signals=True) let mlx5 \
                  signals ride on their puts as RDMA write-with-immediate; the {} transport has no \
@@ -80,7 +80,7 @@ impl PipelineOptions {
                 self.target.name()
             ));
         }
-        if self.packet_signals && self.target != Target::P2p {
+        if self.packet_signals && self.target != Transport::P2p {
             return Err(format!(
                 "packet signals (--packet-signals, packet_signals=True) let p2p signals travel \
                  in their puts' data as LL packets over NVLink stores; the {} transport does not \
@@ -88,7 +88,7 @@ impl PipelineOptions {
                 self.target.name()
             ));
         }
-        if matches!(self.target, Target::Efa | Target::Ionic) {
+        if !self.target.is_lowered() {
             return Err(format!(
                 "--target {}: not supported yet: no lowering to {} exists; use --target mlx5, \
                  proxy or p2p",

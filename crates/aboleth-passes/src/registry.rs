@@ -8,18 +8,18 @@
 //! (the tests check both); `docs/COMPILER_SEMANTICS.md` describes each entry at length. This
 //! module runs nothing itself.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic,
     pliron::context::{Context, Ptr},
     pliron::operation::Operation,
-    transport::Target,
 };
 
 /// What a pass may look at besides the IR.
 #[derive(Clone, Copy, Debug)]
 pub struct PassContext {
     /// The transport being compiled for.
-    pub target: Target,
+    pub target: Transport,
     /// The program declares that its flags are observed only through `ab.wait_signal`, so a
     /// signal's flag may be written when a wait of the receiving rank applies it rather than
     /// when it lands: `choose-signal-publication` may then pick write-with-immediate.
@@ -145,7 +145,7 @@ pub const PASSES: &[PassInfo] = &[
 /// one per target that has a lowering.
 pub struct LoweringInfo {
     /// The target it lowers to.
-    pub target: Target,
+    pub target: Transport,
     /// The flag name (the name `--print-after-all` shows, `// run: pass NAME` in goldens).
     pub name: &'static str,
     /// One line: what it emits.
@@ -157,19 +157,19 @@ pub struct LoweringInfo {
 /// The lowering pass of each target that has one; it runs after every planning pass.
 pub const LOWERINGS: &[LoweringInfo] = &[
     LoweringInfo {
-        target: Target::Mlx5,
+        target: Transport::Mlx5,
         name: "lower-mlx5",
         description: "specialize to GPU-initiated RDMA on ConnectX: WQEs, doorbell record, UAR doorbell",
         run: crate::lower_mlx5::run,
     },
     LoweringInfo {
-        target: Target::Proxy,
+        target: Transport::Proxy,
         name: "lower-proxy",
         description: "specialize to the host proxy: ring entries that a host thread executes",
         run: crate::lower_proxy::run,
     },
     LoweringInfo {
-        target: Target::P2p,
+        target: Transport::P2p,
         name: "lower-p2p",
         description: "specialize to NVLink peer memory: stores to peer pointers and flag stores",
         run: crate::lower_p2p::run,
@@ -182,7 +182,7 @@ pub fn find(name: &str) -> Option<&'static PassInfo> {
 }
 
 /// The lowering pass of `target`, if it has one.
-pub fn lowering_for(target: Target) -> Option<&'static LoweringInfo> {
+pub fn lowering_for(target: Transport) -> Option<&'static LoweringInfo> {
     LOWERINGS.iter().find(|lowering| lowering.target == target)
 }
 

@@ -15,6 +15,7 @@
 //! implementation, in `lower_mlx5.rs` and `lower_proxy.rs`; this module holds no transport
 //! detail.
 
+use aboleth_abi::Transport;
 use std::collections::HashMap;
 
 use aboleth_ir::{
@@ -31,7 +32,7 @@ use aboleth_ir::{
     },
     scalar::constant_trip_count,
     text::op_name,
-    transport::{GpuBarrierOp, Target},
+    transport::GpuBarrierOp,
     walk::{block_ops, kernels, region_block},
 };
 
@@ -90,7 +91,7 @@ pub struct Submission<'a> {
 /// What differs between queue transports.
 pub trait QueueTransport {
     /// The target.
-    const TARGET: Target;
+    const TARGET: Transport;
     /// The reservation op (`mlx5.reserve`, `proxy.reserve`): endpoint, slots -> base slot.
     type ReserveOp: Op;
     /// The completion wait op (`mlx5.wait_completion`, `proxy.wait_completion`): endpoint, and
@@ -571,7 +572,11 @@ fn too_many_slots(ctx: &Context, for_op: Ptr<Operation>) -> Diagnostic {
     )
 }
 
-fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result<i64, Diagnostic> {
+fn member_slots(
+    ctx: &Context,
+    member: Ptr<Operation>,
+    target: Transport,
+) -> Result<i64, Diagnostic> {
     if op_name(ctx, member) == "ab.for" {
         let trip = constant_trip_count(ctx, member).unwrap_or(0);
         let mut per_iteration = 0;

@@ -4,6 +4,7 @@
 //! Read by `size-buffers` (ring sizes), the queue lowering (slot offsets), the code generator
 //! and the simulator (inline WQE sizes). Nothing here rewrites IR.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     ab::{
         attributes::{Publication, SignalOperation},
@@ -16,7 +17,6 @@ use aboleth_ir::{
     },
     scalar::constant_value,
     text::op_name,
-    transport::Target,
 };
 
 use crate::support::transfers::signal_operation;
@@ -28,9 +28,9 @@ pub const MLX5_INLINE_BYTES_LIMIT: i64 = 64;
 
 /// Queue slots one transfer takes on `target`: WQE basic blocks on mlx5, ring entries on proxy.
 /// Returns `None` when the size is not a compile-time constant (an inline put of unknown size).
-pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Target) -> Option<i64> {
+pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Transport) -> Option<i64> {
     match target {
-        Target::Mlx5 => {
+        Transport::Mlx5 => {
             if op_name(ctx, op) == "ab.signal"
                 && attrs::get_typed::<Publication>(ctx, op, "publication")
                     == Some(Publication::WriteWithImmediate)
@@ -54,8 +54,8 @@ pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Target) -> Option<i64
                 Some(1)
             }
         }
-        Target::Proxy => Some(1),
-        Target::P2p | Target::Efa | Target::Ionic => Some(0),
+        Transport::Proxy => Some(1),
+        Transport::P2p | Transport::Efa | Transport::Ionic => Some(0),
     }
 }
 
