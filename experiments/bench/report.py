@@ -3,6 +3,7 @@ README.md (``command, date, machine, git_commit, rows``), a Markdown table and a
 to OUT_DIR and copied to experiments/bench/results/.
 
     python3 experiments/bench/report.py OUT_DIR
+    python3 experiments/bench/report.py --replot experiments/bench/results/REPORT.json
 
 A row merges the ranks' rows of one configuration: ``round_us`` and ``launch_us`` are the slowest
 rank's (a round is over when every rank's is), ``checked`` is true only when every rank checked
@@ -91,10 +92,18 @@ def plot(rows: List[Dict[str, Any]], path: str, title: str) -> bool:
     except ImportError:
         return False
     figure, axes = plt.subplots(figsize=(10, 6))
-    for name in sorted({label(entry) for entry in rows if entry["system"] != "flag-round-trip"}):
+    names = sorted({label(entry) for entry in rows if entry["system"] != "flag-round-trip"})
+    colors = plt.get_cmap("tab20")
+    for index, name in enumerate(names):
         points = sorted((entry["bytes_per_peer"], entry["round_us"]) for entry in rows
                         if label(entry) == name and entry.get("round_us") is not None)
-        axes.plot([size for size, _ in points], [value for _, value in points], marker="o", label=name)
+        # Aboleth solid, baselines dashed: twenty colors, so no two lines look alike.
+        style = "-" if name.startswith("aboleth") else "--"
+        axes.plot([size for size, _ in points], [value for _, value in points], style, marker="o", markersize=3,
+                  color=colors(index % 20), label=name)
+    for entry in rows:
+        if entry["system"] == "flag-round-trip":
+            axes.axhline(entry["round_us"], color="black", linestyle=":", label="GPU<->CPU flag round trip")
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xlabel("bytes per peer")
@@ -108,6 +117,15 @@ def plot(rows: List[Dict[str, Any]], path: str, title: str) -> bool:
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--replot":
+        # Redraws the table and plot of a merged report (results/*.json) in place.
+        with open(sys.argv[2]) as file:
+            report = json.load(file)
+        stem = sys.argv[2][:-len(".json")]
+        with open(f"{stem}.md", "w") as file:
+            file.write(markdown(report["rows"], report))
+        plot(report["rows"], f"{stem}.png", f"all-to-all, {report['machine']}")
+        return 0
     out_dir = sys.argv[1]
     rows, notes = merge(out_dir)
     rows.sort(key=lambda entry: (entry["system"], entry["transport"], entry["variant"],
