@@ -188,6 +188,23 @@ impl Generator<'_> {
         self.asm(&ptx, &typed);
     }
 
+    /// The remote address and rkey of operand 2, the remote element a WQE writes.
+    fn wqe_target(&mut self, op: Ptr<Operation>) -> Result<(String, String), BridgeError> {
+        let Repr::RemotePointer { descriptor, .. } = self.repr(self.operand(op, 2))? else {
+            return Err(BridgeError::plain(format!(
+                "internal: {} without a remote pointer",
+                op_name(self.ctx, op)
+            )));
+        };
+        let remote = self.remote_address(self.operand(op, 2))?;
+        let rkey = self.load_field(
+            &descriptor,
+            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, rkey) as u64,
+            32,
+        );
+        Ok((remote, rkey))
+    }
+
     pub(super) fn mlx5_write(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         // A write-with-immediate signal rides on this put: RDMA_WRITE_IMM, the immediate in the
         // control segment (operand 8; operand 9, the flag, is only for the simulator's checks).
@@ -216,17 +233,7 @@ impl Generator<'_> {
         let endpoint = self.operand(op, 0);
         let (handle, management) = self.mlx5_queue(endpoint)?;
         let slot = self.i64(self.operand(op, 1))?;
-        let Repr::RemotePointer { descriptor, .. } = self.repr(self.operand(op, 2))? else {
-            return Err(BridgeError::plain(
-                "internal: mlx5.write without a remote pointer",
-            ));
-        };
-        let remote = self.remote_address(self.operand(op, 2))?;
-        let rkey = self.load_field(
-            &descriptor,
-            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, rkey) as u64,
-            32,
-        );
+        let (remote, rkey) = self.wqe_target(op)?;
         let source = self.use_as(self.operand(op, 3), "i64")?;
         let bytes_value = self.operand(op, 4);
         let bytes = self.i64(bytes_value)?;
@@ -397,17 +404,7 @@ impl Generator<'_> {
         let endpoint = self.operand(op, 0);
         let (handle, management) = self.mlx5_queue(endpoint)?;
         let slot = self.i64(self.operand(op, 1))?;
-        let Repr::RemotePointer { descriptor, .. } = self.repr(self.operand(op, 2))? else {
-            return Err(BridgeError::plain(
-                "internal: mlx5.atomic without a remote pointer",
-            ));
-        };
-        let remote = self.remote_address(self.operand(op, 2))?;
-        let rkey = self.load_field(
-            &descriptor,
-            core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, rkey) as u64,
-            32,
-        );
+        let (remote, rkey) = self.wqe_target(op)?;
         let value = self.i64(self.operand(op, 3))?;
         let completion = self.i64(self.operand(op, 4))?;
         let add =
@@ -472,44 +469,26 @@ impl Generator<'_> {
 
     pub(super) fn mlx5_publish(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
-        let base = self.i64(self.operand(op, 1))?;
-        let count = self.i64(self.operand(op, 2))?;
-        let ready = self.offset_address(
+        // The management block is device memory of this GPU's programs: GPU scope.
+        self.publish_in_order(
+            op,
             &management,
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, ready_head) as u64,
-        );
-        if attrs::get_bool(self.ctx, op, "owner_only") {
-            self.owner_only_publication(&ready, &base, &count);
-            return Ok(());
-        }
-        let overdue = self.queue_overdue(
-            op,
-            self.operand(op, 0),
-            &ready,
-            &base,
-            aboleth_abi::wait_failure::WAIT_KIND_PUBLICATION_TURN,
-        )?;
-        self.leader_wait(
-            "ld.acquire.gpu.global.u64",
-            &ready,
-            &base,
-            |this, seen| this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64")),
-            overdue,
-        );
-        let end = self.binary_i64("arith.addi", &base, &count);
-        self.asm(
-            &Self::leader("st.release.gpu.global.u64 [$1], $2;"),
-            &[(&ready, "i64", 'l'), (&end, "i64", 'l')],
-        );
-        Ok(())
+            "gpu",
+        )
+    }
+
+    /// The queue's post lock in its management block.
+    fn post_lock_address(&mut self, management: &str) -> String {
+        self.offset_address(
+            management,
+            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, post_send_lock) as u64,
+        )
     }
 
     pub(super) fn mlx5_lock(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
-        let lock = self.offset_address(
-            &management,
-            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, post_send_lock) as u64,
-        );
+        let lock = self.post_lock_address(&management);
         // Thread 0 swaps 0 -> 1 until it gets the lock; the others see "free" at once.
         let zero_expected = self.constant_i64(0);
         let overdue = self.queue_overdue(
@@ -519,36 +498,21 @@ impl Generator<'_> {
             &zero_expected,
             aboleth_abi::wait_failure::WAIT_KIND_POST_LOCK,
         )?;
-        self.emit("scf.while : () -> () {".into());
-        let old = self.assign("ab_lock", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"));
-        let zero = self.constant_i64(0);
-        let held = self.assign("ab_held", format!("arith.cmpi ne, {old}, {zero} : i64"));
-        if let Some(overdue) = overdue {
-            self.give_up_if_overdue(
-                &overdue.bound,
-                &WaitReport {
-                    waiting: held.clone(),
-                    address: overdue.address,
-                    expected: overdue.expected,
-                    seen: old,
-                    peer: overdue.peer,
-                    kind: overdue.kind,
-                },
-            );
-        }
-        self.emit(format!("scf.condition({held})"));
-        self.emit("} do {".into());
-        self.emit("scf.yield".into());
-        self.emit("}".into());
+        self.spin_while(|this| {
+            let old = this.assign("ab_lock", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"));
+            let zero = this.constant_i64(0);
+            let held = this.assign("ab_held", format!("arith.cmpi ne, {old}, {zero} : i64"));
+            if let Some(overdue) = overdue {
+                this.give_up_if_queue_overdue(overdue, &held, old);
+            }
+            held
+        });
         Ok(())
     }
 
     pub(super) fn mlx5_unlock(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
-        let lock = self.offset_address(
-            &management,
-            core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, post_send_lock) as u64,
-        );
+        let lock = self.post_lock_address(&management);
         let zero = self.constant_i64(0);
         self.asm(
             &Self::leader("st.release.gpu.global.u64 [$1], $2;"),
@@ -665,32 +629,20 @@ impl Generator<'_> {
             &target,
             aboleth_abi::wait_failure::WAIT_KIND_COMPLETION,
         )?;
-        self.emit("scf.while : () -> () {".into());
-        let pending = self.assign("ab_pending", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"));
-        let zero32 = self.assign("ab_zero", "arith.constant 0 : i32".to_string());
-        let waiting = self.assign(
-            "ab_waiting",
-            format!("arith.cmpi ne, {pending}, {zero32} : i32"),
-        );
-        if let Some(overdue) = overdue {
-            // Report the CQE's counter (host order) the leader last saw.
-            let seen = self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{{ .reg .u32 %ab_w, %ab_c; ld.volatile.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; cvt.u64.u32 $0, %ab_c; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {counter_word} : i64 -> i64"));
-            self.give_up_if_overdue(
-                &overdue.bound,
-                &WaitReport {
-                    waiting: waiting.clone(),
-                    address: overdue.address,
-                    expected: overdue.expected,
-                    seen,
-                    peer: overdue.peer,
-                    kind: overdue.kind,
-                },
+        self.spin_while(|this| {
+            let pending = this.assign("ab_pending", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"));
+            let zero32 = this.assign("ab_zero", "arith.constant 0 : i32".to_string());
+            let waiting = this.assign(
+                "ab_waiting",
+                format!("arith.cmpi ne, {pending}, {zero32} : i32"),
             );
-        }
-        self.emit(format!("scf.condition({waiting})"));
-        self.emit("} do {".into());
-        self.emit("scf.yield".into());
-        self.emit("}".into());
+            if let Some(overdue) = overdue {
+                // Report the CQE's counter (host order) the leader last saw.
+                let seen = this.assign("ab_seen", format!("tt.elementwise_inline_asm \"{{ .reg .u32 %ab_w, %ab_c; ld.volatile.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; cvt.u64.u32 $0, %ab_c; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {counter_word} : i64 -> i64"));
+                this.give_up_if_queue_overdue(overdue, &waiting, seen);
+            }
+            waiting
+        });
         // Those basic blocks are free again for reservations.
         let consumer = self.offset_address(
             &management,

@@ -156,37 +156,13 @@ impl Generator<'_> {
 
     pub(super) fn proxy_publish(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (ring, _) = self.ring_of(self.operand(op, 0))?;
-        let base = self.i64(self.operand(op, 1))?;
-        let count = self.i64(self.operand(op, 2))?;
-        let ready = self.offset_address(
+        // The ring header is host memory the proxy thread reads: system scope.
+        self.publish_in_order(
+            op,
             &ring,
             aboleth_abi::ProxyRingHeader::PRODUCER_READY_COUNTER_OFFSET_BYTES,
-        );
-        if attrs::get_bool(self.ctx, op, "owner_only") {
-            self.owner_only_publication(&ready, &base, &count);
-            return Ok(());
-        }
-        // In ticket order: wait for the producers before us, then advance past our batch.
-        let overdue = self.queue_overdue(
-            op,
-            self.operand(op, 0),
-            &ready,
-            &base,
-            aboleth_abi::wait_failure::WAIT_KIND_PUBLICATION_TURN,
-        )?;
-        self.leader_wait(
-            "ld.acquire.sys.global.u64",
-            &ready,
-            &base,
-            |this, seen| this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64")),
-            overdue,
-        );
-        let end = self.binary_i64("arith.addi", &base, &count);
-        self.asm(
-            &Self::leader("st.release.sys.global.u64 [$1], $2;"),
-            &[(&ready, "i64", 'l'), (&end, "i64", 'l')],
-        );
-        Ok(())
+            "sys",
+        )
     }
 
     pub(super) fn proxy_doorbell(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {

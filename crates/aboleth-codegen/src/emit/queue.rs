@@ -66,28 +66,58 @@ impl Generator<'_> {
         keep_waiting: impl Fn(&mut Self, &str) -> String,
         overdue: Option<Overdue>,
     ) {
-        self.emit("scf.while : () -> () {".into());
-        prelude(self);
-        let seen = self.leader_load(load, address, otherwise);
-        let waiting = keep_waiting(self, &seen);
-        if let Some(overdue) = overdue {
-            // Only the leader waits here (the others' `otherwise` already satisfies them).
-            self.give_up_if_overdue(
-                &overdue.bound,
-                &WaitReport {
-                    waiting: waiting.clone(),
-                    address: overdue.address,
-                    expected: overdue.expected,
-                    seen,
-                    peer: overdue.peer,
-                    kind: overdue.kind,
-                },
-            );
+        self.spin_while(|this| {
+            prelude(this);
+            let seen = this.leader_load(load, address, otherwise);
+            let waiting = keep_waiting(this, &seen);
+            if let Some(overdue) = overdue {
+                // Only the leader waits here (the others' `otherwise` already satisfies them).
+                this.give_up_if_queue_overdue(overdue, &waiting, seen);
+            }
+            waiting
+        });
+    }
+
+    /// `*.publish` of a batch (`base`, `count`: operands 1 and 2) on the queue of operand 0,
+    /// whose ready counter is at `counters + ready_offset_bytes`: in ticket order on a shared
+    /// queue (thread 0 waits with an acquire at `scope` until the counter equals `base`, then
+    /// release-stores `base + count`), or the one-owner form. Proxy rings are host memory
+    /// (`sys`); an mlx5 queue's management block is this GPU's (`gpu`).
+    pub(super) fn publish_in_order(
+        &mut self,
+        op: Ptr<Operation>,
+        counters: &str,
+        ready_offset_bytes: u64,
+        scope: &str,
+    ) -> Result<(), BridgeError> {
+        let base = self.i64(self.operand(op, 1))?;
+        let count = self.i64(self.operand(op, 2))?;
+        let ready = self.offset_address(counters, ready_offset_bytes);
+        if attrs::get_bool(self.ctx, op, "owner_only") {
+            self.owner_only_publication(&ready, &base, &count);
+            return Ok(());
         }
-        self.emit(format!("scf.condition({waiting})"));
-        self.emit("} do {".into());
-        self.emit("scf.yield".into());
-        self.emit("}".into());
+        // In ticket order: wait for the producers before us, then advance past our batch.
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            &ready,
+            &base,
+            aboleth_abi::wait_failure::WAIT_KIND_PUBLICATION_TURN,
+        )?;
+        self.leader_wait(
+            &format!("ld.acquire.{scope}.global.u64"),
+            &ready,
+            &base,
+            |this, seen| this.assign("ab_waiting", format!("arith.cmpi ne, {seen}, {base} : i64")),
+            overdue,
+        );
+        let end = self.binary_i64("arith.addi", &base, &count);
+        self.asm(
+            &Self::leader(&format!("st.release.{scope}.global.u64 [$1], $2;")),
+            &[(&ready, "i64", 'l'), (&end, "i64", 'l')],
+        );
+        Ok(())
     }
 
     /// Thread 0 takes `slots` (operand 1) on a queue whose reservation counter is at `counter`

@@ -41,36 +41,66 @@ impl Generator<'_> {
             None
         };
         // Every thread polls the same word: no election, no broadcast needed.
-        self.emit("scf.while : () -> () {".into());
-        if let Some(receives) = &receives {
-            self.drain_one_receive(receives);
-        }
-        if let Some(packet_wait) = &packet_wait {
-            self.unpack_packets(packet_wait);
-        }
-        let seen = self.assign("ab_seen", format!("tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"));
-        let waiting = self.assign(
-            "ab_waiting",
-            format!("arith.cmpi slt, {seen}, {expected} : i64"),
-        );
-        if let Some(bound) = &bound {
-            self.give_up_if_overdue(
-                bound,
-                &WaitReport {
-                    waiting: waiting.clone(),
-                    address: flag_address,
-                    expected: expected.clone(),
-                    seen,
-                    peer: unknown_peer,
-                    kind: aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_LEAST,
-                },
+        self.spin_while(|this| {
+            if let Some(receives) = &receives {
+                this.drain_one_receive(receives);
+            }
+            if let Some(packet_wait) = &packet_wait {
+                this.unpack_packets(packet_wait);
+            }
+            let seen = this.assign("ab_seen", format!("tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"));
+            let waiting = this.assign(
+                "ab_waiting",
+                format!("arith.cmpi slt, {seen}, {expected} : i64"),
             );
-        }
+            if let Some(bound) = &bound {
+                this.give_up_if_overdue(
+                    bound,
+                    &WaitReport {
+                        waiting: waiting.clone(),
+                        address: flag_address,
+                        expected: expected.clone(),
+                        seen,
+                        peer: unknown_peer,
+                        kind: aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_LEAST,
+                    },
+                );
+            }
+            waiting
+        });
+        Ok(())
+    }
+
+    /// An `scf.while` loop whose condition `iteration` generates (its i1 result: keep waiting),
+    /// with an empty `do` region: the shape of every wait.
+    pub(super) fn spin_while(&mut self, iteration: impl FnOnce(&mut Self) -> String) {
+        self.emit("scf.while : () -> () {".into());
+        let waiting = iteration(self);
         self.emit(format!("scf.condition({waiting})"));
         self.emit("} do {".into());
         self.emit("scf.yield".into());
         self.emit("}".into());
-        Ok(())
+    }
+
+    /// Inside a queue wait's loop: [`Self::give_up_if_overdue`] with what `overdue` said to
+    /// report, `waiting` (i1) and the word's value `seen`.
+    pub(super) fn give_up_if_queue_overdue(
+        &mut self,
+        overdue: Overdue,
+        waiting: &str,
+        seen: String,
+    ) {
+        self.give_up_if_overdue(
+            &overdue.bound,
+            &WaitReport {
+                waiting: waiting.to_string(),
+                address: overdue.address,
+                expected: overdue.expected,
+                seen,
+                peer: overdue.peer,
+                kind: overdue.kind,
+            },
+        );
     }
 
     /// Before a wait's loop: its site (for the plan summary's source line), the bound read from
