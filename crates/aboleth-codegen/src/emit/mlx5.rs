@@ -7,7 +7,7 @@
 //! immediates from `mlx5_receive.rs`. Simulated and cross-checked against rdma-core's layouts,
 //! not run on hardware here.
 
-use super::ptx::WqePtx;
+use super::ptx::{WqePtx, fill_ptx};
 use super::*;
 
 impl Generator<'_> {
@@ -107,7 +107,7 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::EndpointHandle, cq_buffer_address),
             64,
         );
-        let counter_word = self.offset_address(&cq, 60);
+        let counter_word = self.offset_address(&cq, CQE_COUNTER_WORD_OFFSET_BYTES);
         // The management block is device memory used by this GPU's programs only: GPU scope.
         self.reserve_slots(
             op,
@@ -127,7 +127,7 @@ impl Generator<'_> {
     /// `reclaim_mlx5_ring` does the same.
     pub(super) fn reclaim_from_cq(&mut self, counter_word: &str, consumer: &str) {
         self.asm(
-            "{ .reg .pred %ab_leader, %ab_valid, %ab_ahead, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_ci32, %ab_d; .reg .u64 %ab_ci, %ab_d64, %ab_new, %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u32 %ab_w, 0xf0000000; @%ab_leader ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; setp.eq.u32 %ab_failed, %ab_op, 14; @%ab_failed trap; setp.ne.u32 %ab_valid, %ab_op, 15; mov.u64 %ab_ci, 0; @%ab_leader ld.volatile.global.u64 %ab_ci, [$2]; cvt.u32.u64 %ab_ci32, %ab_ci; sub.u32 %ab_d, %ab_c, %ab_ci32; and.b32 %ab_d, %ab_d, 65535; setp.lt.u32 %ab_ahead, %ab_d, 32768; and.pred %ab_valid, %ab_valid, %ab_ahead; and.pred %ab_valid, %ab_valid, %ab_leader; cvt.u64.u32 %ab_d64, %ab_d; add.u64 %ab_new, %ab_ci, %ab_d64; add.u64 %ab_new, %ab_new, 1; @%ab_valid atom.relaxed.gpu.global.max.u64 %ab_old, [$2], %ab_new; mov.u32 $0, 0; }",
+            &fill_ptx(include_str!("ptx/reclaim_from_cq.ptx"), &cqe_opcodes()),
             &[(counter_word, "i64", 'l'), (consumer, "i64", 'l')],
         );
     }
@@ -621,7 +621,7 @@ impl Generator<'_> {
         // opcode of 0xf is "no CQE yet"). Done when the counter is at or after the target.
         // Thread 0 decides (the target may be its own reservation); the others wait at the
         // barrier below.
-        let counter_word = self.offset_address(&cq, 60);
+        let counter_word = self.offset_address(&cq, CQE_COUNTER_WORD_OFFSET_BYTES);
         let overdue = self.queue_overdue(
             op,
             self.operand(op, 0),
@@ -629,8 +629,9 @@ impl Generator<'_> {
             &target,
             aboleth_abi::wait_failure::WAIT_KIND_COMPLETION,
         )?;
+        let poll = fill_ptx(include_str!("ptx/completion_poll.ptx"), &cqe_opcodes()[..2]);
         self.spin_while(|this| {
-            let pending = this.assign("ab_pending", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader, %ab_invalid, %ab_early, %ab_failed; .reg .u32 %ab_tid, %ab_w, %ab_c, %ab_op, %ab_t, %ab_d; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.acquire.sys.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; shr.u32 %ab_op, %ab_w, 28; setp.eq.u32 %ab_invalid, %ab_op, 15; setp.eq.u32 %ab_failed, %ab_op, 13; @%ab_failed trap; cvt.u32.u64 %ab_t, $2; sub.u32 %ab_d, %ab_c, %ab_t; and.b32 %ab_d, %ab_d, 65535; setp.ge.u32 %ab_early, %ab_d, 32768; or.pred %ab_early, %ab_early, %ab_invalid; and.pred %ab_early, %ab_early, %ab_leader; selp.u32 $0, 1, 0, %ab_early; }}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"));
+            let pending = this.assign("ab_pending", format!("tt.elementwise_inline_asm \"{poll}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"));
             let zero32 = this.assign("ab_zero", "arith.constant 0 : i32".to_string());
             let waiting = this.assign(
                 "ab_waiting",
@@ -664,3 +665,22 @@ impl Generator<'_> {
 /// WQE: its first basic block, then its end (24 spare bytes; two are used).
 const MANAGEMENT_LAST_POSTED_OFFSET_BYTES: u64 =
     core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, reserved) as u64;
+
+/// The collapsed CQ's CQE word the code polls: `wqe_counter` (big-endian) and, in its top
+/// byte, `op_own`, read as one little-endian u32.
+const CQE_COUNTER_WORD_OFFSET_BYTES: u64 =
+    core::mem::offset_of!(aboleth_abi::mlx5::cqe::Cqe64, wqe_counter) as u64;
+const _: () = assert!(
+    core::mem::offset_of!(aboleth_abi::mlx5::cqe::Cqe64, op_own)
+        == core::mem::offset_of!(aboleth_abi::mlx5::cqe::Cqe64, wqe_counter) + 3
+);
+
+/// The CQE opcodes the completion poll and the ring reclaim test (`op_own >> 4`).
+fn cqe_opcodes() -> [(&'static str, u64); 3] {
+    use aboleth_abi::mlx5::cqe::{CQE_OPCODE_INVALID, CQE_OPCODE_REQ_ERR, CQE_OPCODE_RESP_ERR};
+    [
+        ("OPCODE_INVALID", u64::from(CQE_OPCODE_INVALID)),
+        ("OPCODE_REQUESTER_ERROR", u64::from(CQE_OPCODE_REQ_ERR)),
+        ("OPCODE_RESPONDER_ERROR", u64::from(CQE_OPCODE_RESP_ERR)),
+    ]
+}

@@ -3,6 +3,7 @@
 //! reservations and publication through `queue.rs`; completion waits on the ring's completion
 //! counter. It does not run the proxy (`aboleth-runtime` does, `aboleth-sim` models it).
 
+use super::ptx::fill_ptx;
 use super::*;
 
 impl Generator<'_> {
@@ -136,7 +137,12 @@ impl Generator<'_> {
         let entry = self.binary_i64("arith.addi", &slots, &entry_offset);
         // Every field, then the sequence word; plain stores: the doorbell's release orders them.
         // (16-byte vector stores only at 16-byte-aligned offsets of the 64-byte entry.)
-        let stores = "@%ab_leader st.global.u64 [$1+8], $2; @%ab_leader st.global.v2.u64 [$1+16], {$3, $4}; @%ab_leader st.global.v2.u64 [$1+32], {$5, $6}; @%ab_leader st.global.v2.u64 [$1+48], {$7, $8}; @%ab_leader st.global.u64 [$1], $9;";
+        let stores = fill_ptx(
+            "@%ab_leader st.global.u64 [$1+@OPCODE@], $2; @%ab_leader st.global.v2.u64 [$1+@SOURCE_KEY@], {$3, $4}; @%ab_leader st.global.v2.u64 [$1+@SIGNAL_REGION@], {$5, $6}; @%ab_leader st.global.v2.u64 [$1+@LENGTH@], {$7, $8}; @%ab_leader st.global.u64 [$1+@SEQUENCE@], $9;",
+            &entry_words(),
+        )
+        // The sequence word is at offset 0, written `[$1]`.
+        .replace("[$1+0]", "[$1]");
         let operands = [
             entry.as_str(),
             &word8,
@@ -150,7 +156,7 @@ impl Generator<'_> {
         ];
         let typed: Vec<(&str, &str, char)> =
             operands.iter().map(|name| (*name, "i64", 'l')).collect();
-        self.asm(&Self::leader_block(stores), &typed);
+        self.asm(&Self::leader_block(&stores), &typed);
         Ok(())
     }
 
@@ -230,4 +236,42 @@ impl Generator<'_> {
         self.emit("gpu.barrier".into());
         Ok(())
     }
+}
+
+/// Where the entry's 8-byte words start, as `proxy_command` packs them: `opcode | flags << 16
+/// | peer_rank << 32` at `opcode`, `{source_key | destination_region_index << 32,
+/// source_address}`, `{signal_region_index | signal_offset_bytes << 32,
+/// destination_offset_bytes}` and `{length_bytes, signal_value}` as 16-byte pairs, and the
+/// sequence word (stored last).
+fn entry_words() -> [(&'static str, u64); 5] {
+    use aboleth_abi::ProxyRingEntry as Entry;
+    use core::mem::offset_of;
+    const _: () = {
+        assert!(offset_of!(Entry, flags) == offset_of!(Entry, opcode) + 2);
+        assert!(offset_of!(Entry, peer_rank) == offset_of!(Entry, opcode) + 4);
+        assert!(offset_of!(Entry, destination_region_index) == offset_of!(Entry, source_key) + 4);
+        assert!(offset_of!(Entry, source_address) == offset_of!(Entry, source_key) + 8);
+        assert!(
+            offset_of!(Entry, signal_offset_bytes) == offset_of!(Entry, signal_region_index) + 4
+        );
+        assert!(
+            offset_of!(Entry, destination_offset_bytes)
+                == offset_of!(Entry, signal_region_index) + 8
+        );
+        assert!(offset_of!(Entry, signal_value) == offset_of!(Entry, length_bytes) + 8);
+        // `st.global.v2.u64` needs 16-byte alignment.
+        assert!(offset_of!(Entry, source_key) % 16 == 0);
+        assert!(offset_of!(Entry, signal_region_index) % 16 == 0);
+        assert!(offset_of!(Entry, length_bytes) % 16 == 0);
+    };
+    [
+        ("OPCODE", offset_of!(Entry, opcode) as u64),
+        ("SOURCE_KEY", offset_of!(Entry, source_key) as u64),
+        (
+            "SIGNAL_REGION",
+            offset_of!(Entry, signal_region_index) as u64,
+        ),
+        ("LENGTH", offset_of!(Entry, length_bytes) as u64),
+        ("SEQUENCE", offset_of!(Entry, sequence) as u64),
+    ]
 }

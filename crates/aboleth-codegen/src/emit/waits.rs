@@ -189,7 +189,7 @@ impl Generator<'_> {
         let record = {
             use aboleth_abi::{WaitFailureLogHeader as Header, WaitFailureRecord as Record};
             use core::mem::offset_of;
-            const TEMPLATE: &str = "{ .reg .pred %ab_fits; .reg .u32 %ab_tid, %ab_cap32, %ab_cta; .reg .u64 %ab_slot, %ab_cap, %ab_rec, %ab_seq; mov.u32 %ab_tid, %tid.x; mov.u32 %ab_cta, %ctaid.x; atom.relaxed.sys.global.add.u64 %ab_slot, [$1+@FAILURE_COUNTER@], 1; ld.global.u32 %ab_cap32, [$1+@CAPACITY@]; cvt.u64.u32 %ab_cap, %ab_cap32; setp.lt.u64 %ab_fits, %ab_slot, %ab_cap; mad.lo.u64 %ab_rec, %ab_slot, @RECORD_BYTES@, $1; add.u64 %ab_rec, %ab_rec, @HEADER_BYTES@; @%ab_fits st.global.u64 [%ab_rec+@FLAG_ADDRESS@], $2; @%ab_fits st.global.u64 [%ab_rec+@EXPECTED@], $3; @%ab_fits st.global.u64 [%ab_rec+@OBSERVED@], $4; @%ab_fits st.global.u64 [%ab_rec+@WAITED@], $5; @%ab_fits st.global.u32 [%ab_rec+@RANK@], $6; @%ab_fits st.global.u32 [%ab_rec+@PEER@], $8; @%ab_fits st.global.u32 [%ab_rec+@SITE@], $7; @%ab_fits st.global.u32 [%ab_rec+@KIND@], $9; @%ab_fits st.global.u32 [%ab_rec+@PROGRAM@], %ab_cta; @%ab_fits st.global.u32 [%ab_rec+@THREAD@], %ab_tid; add.u64 %ab_seq, %ab_slot, 1; @%ab_fits st.release.sys.global.u64 [%ab_rec+@SEQUENCE@], %ab_seq; st.relaxed.sys.global.u64 [$1+@ABORT@], 1; exit; mov.u32 $0, 0; }";
+            const TEMPLATE: &str = include_str!("ptx/wait_failure_record.ptx");
             fill_ptx(
                 TEMPLATE,
                 &[
