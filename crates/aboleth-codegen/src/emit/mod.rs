@@ -17,6 +17,13 @@
 
 use std::collections::HashMap;
 
+use aboleth_ir::pliron::op::{Op, OpId};
+use aboleth_ir::transport::{
+    GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp,
+    Mlx5LockOp, Mlx5PublishOp, Mlx5ReserveOp, Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp,
+    P2pCopyOp, P2pPutPacketsOp, P2pSignalOp, ProxyDoorbellOp, ProxyPublishOp, ProxyPutOp,
+    ProxyReserveOp, ProxySignalOp, ProxyWaitCompletionOp,
+};
 use aboleth_ir::{
     ab::attributes::{BinaryOperator, SignalOperation},
     ab::ops::BinaryOp,
@@ -171,7 +178,70 @@ fn ab_type_text(ctx: &Context, value: Value) -> String {
     }
 }
 
+/// How one lowered op becomes TTIR.
+type Translation<'a> = fn(&mut Generator<'a>, Ptr<Operation>) -> Result<(), BridgeError>;
+
+/// The translation of each transport and `gpu` op, found by the op's type (its pliron
+/// `OpId`), one method per op.
+fn transport_translation<'a>(id: &OpId) -> Option<Translation<'a>> {
+    macro_rules! by_type {
+        ($($op:ty => $method:path),* $(,)?) => {
+            $(if *id == <$op as Op>::get_opid_static() {
+                return Some($method);
+            })*
+        };
+    }
+    by_type!(
+        P2pCopyOp => Generator::p2p_copy,
+        P2pSignalOp => Generator::p2p_signal,
+        P2pPutPacketsOp => Generator::p2p_put_packets,
+        GpuBarrierOp => Generator::gpu_barrier,
+        GpuFenceOp => Generator::gpu_fence,
+        GpuWaitFlagOp => Generator::wait_flag,
+        ProxyReserveOp => Generator::proxy_reserve,
+        ProxyPutOp => Generator::proxy_put,
+        ProxySignalOp => Generator::proxy_signal,
+        ProxyPublishOp => Generator::proxy_publish,
+        ProxyDoorbellOp => Generator::proxy_doorbell,
+        ProxyWaitCompletionOp => Generator::proxy_wait_completion,
+        Mlx5ReserveOp => Generator::mlx5_reserve,
+        Mlx5WriteOp => Generator::mlx5_write,
+        Mlx5AtomicOp => Generator::mlx5_atomic,
+        Mlx5PublishOp => Generator::mlx5_publish,
+        Mlx5LockOp => Generator::mlx5_lock,
+        Mlx5UnlockOp => Generator::mlx5_unlock,
+        Mlx5DoorbellRecordOp => Generator::mlx5_doorbell_record,
+        Mlx5DoorbellOp => Generator::mlx5_doorbell,
+        Mlx5WaitCompletionOp => Generator::mlx5_wait_completion,
+    );
+    None
+}
+
 impl Generator<'_> {
+    /// `gpu.barrier`: `bar.sync` of the program, or of each warp (`scope: "warp"`).
+    fn gpu_barrier(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        if attrs::get_string(self.ctx, op, "scope").as_deref() == Some("warp") {
+            // Every warp syncs itself; only the leader's warp has written commands.
+            let dummy = self.constant_i64(0);
+            self.asm("bar.warp.sync -1; mov.u32 $0, 0;", &[(&dummy, "i64", 'l')]);
+        } else {
+            self.emit("gpu.barrier".into());
+        }
+        Ok(())
+    }
+
+    /// `gpu.fence`: a fence at the op's scope (`fence.sc.sys` for the system).
+    fn gpu_fence(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let ptx = match attrs::get_string(self.ctx, op, "scope").as_deref() {
+            Some("sys") => "fence.sc.sys; mov.u32 $0, 0;",
+            Some("cta") => "fence.acq_rel.cta; mov.u32 $0, 0;",
+            _ => "fence.acq_rel.gpu; mov.u32 $0, 0;",
+        };
+        let dummy = self.constant_i64(0);
+        self.asm(ptx, &[(&dummy, "i64", 'l')]);
+        Ok(())
+    }
+
     fn entry(&self, op: Ptr<Operation>) -> Option<&Entry> {
         attrs::get_int(self.ctx, op, "ttir_entry").map(|index| &self.lifted.entries[index as usize])
     }
@@ -418,6 +488,9 @@ impl Generator<'_> {
     }
 
     fn operation(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        if let Some(translate) = transport_translation(&Operation::get_opid(op, self.ctx)) {
+            return translate(self, op);
+        }
         let name = op_name(self.ctx, op);
         match name.as_str() {
             "ab.yield" | "ab.return" => {}
@@ -629,43 +702,6 @@ impl Generator<'_> {
                 let offset = self.binary_i64("arith.muli", &index, &scale);
                 self.define(op, Repr::RemotePointer { descriptor, offset });
             }
-            "p2p.copy" => self.p2p_copy(op)?,
-            "p2p.signal" => self.p2p_signal(op)?,
-            "p2p.put_packets" => self.p2p_put_packets(op)?,
-            "gpu.barrier" => {
-                if attrs::get_string(self.ctx, op, "scope").as_deref() == Some("warp") {
-                    // Every warp syncs itself; only the leader's warp has written commands.
-                    let dummy = self.constant_i64(0);
-                    self.asm("bar.warp.sync -1; mov.u32 $0, 0;", &[(&dummy, "i64", 'l')]);
-                } else {
-                    self.emit("gpu.barrier".into());
-                }
-            }
-            "gpu.fence" => {
-                let ptx = match attrs::get_string(self.ctx, op, "scope").as_deref() {
-                    Some("sys") => "fence.sc.sys; mov.u32 $0, 0;",
-                    Some("cta") => "fence.acq_rel.cta; mov.u32 $0, 0;",
-                    _ => "fence.acq_rel.gpu; mov.u32 $0, 0;",
-                };
-                let dummy = self.constant_i64(0);
-                self.asm(ptx, &[(&dummy, "i64", 'l')]);
-            }
-            "gpu.wait_flag" => self.wait_flag(op)?,
-            "proxy.reserve" => self.proxy_reserve(op)?,
-            "proxy.put" => self.proxy_command(op, false)?,
-            "proxy.signal" => self.proxy_command(op, true)?,
-            "proxy.publish" => self.proxy_publish(op)?,
-            "proxy.doorbell" => self.proxy_doorbell(op)?,
-            "proxy.wait_completion" => self.proxy_wait_completion(op)?,
-            "mlx5.reserve" => self.mlx5_reserve(op)?,
-            "mlx5.write" => self.mlx5_write(op)?,
-            "mlx5.atomic" => self.mlx5_atomic(op)?,
-            "mlx5.publish" => self.mlx5_publish(op)?,
-            "mlx5.lock" => self.mlx5_lock(op)?,
-            "mlx5.unlock" => self.mlx5_unlock(op)?,
-            "mlx5.doorbell_record" => self.mlx5_doorbell_record(op)?,
-            "mlx5.doorbell" => self.mlx5_doorbell(op)?,
-            "mlx5.wait_completion" => self.mlx5_wait_completion(op)?,
             other if other.starts_with("mlx5.") => {
                 return Err(BridgeError::not_built(format!(
                     "TTIR code generation has no translation of `{other}`: --target {} compiles it to the Aboleth IR (aboleth compile --emit aboleth) and runs it in the simulator, but cannot generate Triton code for it",

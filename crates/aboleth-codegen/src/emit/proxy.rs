@@ -44,12 +44,18 @@ impl Generator<'_> {
         )
     }
 
+    /// `proxy.put`: a put entry (a NOP when its predicate is false).
+    pub(super) fn proxy_put(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        self.proxy_command(op, false)
+    }
+
+    /// `proxy.signal`: a signal entry.
+    pub(super) fn proxy_signal(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        self.proxy_command(op, true)
+    }
+
     /// A ring entry: put (or NOP when its predicate is false) or signal.
-    pub(super) fn proxy_command(
-        &mut self,
-        op: Ptr<Operation>,
-        signal: bool,
-    ) -> Result<(), BridgeError> {
+    fn proxy_command(&mut self, op: Ptr<Operation>, signal: bool) -> Result<(), BridgeError> {
         let endpoint = self.operand(op, 0);
         let (ring, capacity) = self.ring_of(endpoint)?;
         let handle = self.i64(endpoint)?;
