@@ -17,6 +17,11 @@
 
 use std::collections::HashMap;
 
+use aboleth_ir::ab::ops::{
+    AtOp, CastOp, EndpointOp, ForOp, IfOp, LoadOp, PointerAddOp, RemoteOp, ReturnOp, StoreOp,
+    YieldOp,
+};
+use aboleth_ir::pliron::builtin::ops::ConstantOp;
 use aboleth_ir::pliron::op::{Op, OpId};
 use aboleth_ir::transport::{
     GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp,
@@ -181,9 +186,9 @@ fn ab_type_text(ctx: &Context, value: Value) -> String {
 /// How one lowered op becomes TTIR.
 type Translation<'a> = fn(&mut Generator<'a>, Ptr<Operation>) -> Result<(), BridgeError>;
 
-/// The translation of each transport and `gpu` op, found by the op's type (its pliron
-/// `OpId`), one method per op.
-fn transport_translation<'a>(id: &OpId) -> Option<Translation<'a>> {
+/// The translation of each lowered op, found by the op's type (its pliron `OpId`): one method
+/// per op, in the file of its dialect or transport.
+fn translation<'a>(id: &OpId) -> Option<Translation<'a>> {
     macro_rules! by_type {
         ($($op:ty => $method:path),* $(,)?) => {
             $(if *id == <$op as Op>::get_opid_static() {
@@ -192,6 +197,18 @@ fn transport_translation<'a>(id: &OpId) -> Option<Translation<'a>> {
         };
     }
     by_type!(
+        ConstantOp => Generator::constant,
+        BinaryOp => Generator::binary,
+        CastOp => Generator::cast,
+        PointerAddOp => Generator::pointer_add,
+        LoadOp => Generator::load,
+        StoreOp => Generator::store,
+        EndpointOp => Generator::endpoint,
+        RemoteOp => Generator::remote,
+        AtOp => Generator::at,
+        IfOp => Generator::lowered_if,
+        YieldOp => Generator::nothing,
+        ReturnOp => Generator::nothing,
         P2pCopyOp => Generator::p2p_copy,
         P2pSignalOp => Generator::p2p_signal,
         P2pPutPacketsOp => Generator::p2p_put_packets,
@@ -218,6 +235,31 @@ fn transport_translation<'a>(id: &OpId) -> Option<Translation<'a>> {
 }
 
 impl Generator<'_> {
+    /// `ab.if` the lowering created (a library-style predicated put): its body is all new code,
+    /// generated inside an `scf.if`.
+    fn lowered_if(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let condition = self.i64(self.operand(op, 0))?;
+        let zero = self.constant_i64(0);
+        let taken = self.assign(
+            "ab_taken",
+            format!("arith.cmpi ne, {condition}, {zero} : i64"),
+        );
+        self.emit(format!("scf.if {taken} {{"));
+        for inner in block_ops(self.ctx, region_block(self.ctx, op, 0)) {
+            if self
+                .entry(inner)
+                .is_some_and(|entry| !matches!(entry, Entry::Added))
+            {
+                return Err(BridgeError::plain(
+                    "internal: a lifted op inside an if the lowering created",
+                ));
+            }
+            self.operation(inner)?;
+        }
+        self.emit("}".into());
+        Ok(())
+    }
+
     /// `gpu.barrier`: `bar.sync` of the program, or of each warp (`scope: "warp"`).
     fn gpu_barrier(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         if attrs::get_string(self.ctx, op, "scope").as_deref() == Some("warp") {
@@ -274,8 +316,7 @@ impl Generator<'_> {
                 Some(Entry::Kept(id)) => {
                     self.flush_before(id);
                     self.bind_kept(op, id);
-                    let name = op_name(self.ctx, op);
-                    if name == "ab.for" || name == "ab.if" {
+                    if self.isa::<ForOp>(op) || self.isa::<IfOp>(op) {
                         self.structured(module, op, id)?;
                     }
                     last_kept = Some(id);
@@ -346,7 +387,7 @@ impl Generator<'_> {
     ) -> Result<(), BridgeError> {
         let body = region_block(self.ctx, op, 0);
         let first = first_operation(module, id, 0);
-        if op_name(self.ctx, op) == "ab.for" {
+        if self.isa::<ForOp>(op) {
             let header = module
                 .operation(id)
                 .scf_for()
@@ -380,8 +421,8 @@ impl Generator<'_> {
                 );
             }
         }
-        let spread = op_name(self.ctx, op) == "ab.for"
-            && attrs::get_string(self.ctx, op, "doorbell_scope").is_some();
+        let spread =
+            self.isa::<ForOp>(op) && attrs::get_string(self.ctx, op, "doorbell_scope").is_some();
         if spread {
             self.spread_loop(module, op, id)?;
         }
@@ -487,233 +528,29 @@ impl Generator<'_> {
             .unwrap_or_default()
     }
 
+    /// Whether `op` is a `T`.
+    fn isa<T: Op>(&self, op: Ptr<Operation>) -> bool {
+        Operation::get_opid(op, self.ctx) == T::get_opid_static()
+    }
+
+    /// Translates one lowered op by the method its type names ([`translation`]).
     fn operation(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        if let Some(translate) = transport_translation(&Operation::get_opid(op, self.ctx)) {
+        if let Some(translate) = translation(&Operation::get_opid(op, self.ctx)) {
             return translate(self, op);
         }
-        let name = op_name(self.ctx, op);
-        match name.as_str() {
-            "ab.yield" | "ab.return" => {}
-            "ab.if" => {
-                // An `ab.if` the lowering created (a library-style predicated put): its body is
-                // all new code, generated inside an `scf.if`.
-                let condition = self.i64(self.operand(op, 0))?;
-                let zero = self.constant_i64(0);
-                let taken = self.assign(
-                    "ab_taken",
-                    format!("arith.cmpi ne, {condition}, {zero} : i64"),
-                );
-                self.emit(format!("scf.if {taken} {{"));
-                for inner in block_ops(self.ctx, region_block(self.ctx, op, 0)) {
-                    if self
-                        .entry(inner)
-                        .is_some_and(|entry| !matches!(entry, Entry::Added))
-                    {
-                        return Err(BridgeError::plain(
-                            "internal: a lifted op inside an if the lowering created",
-                        ));
-                    }
-                    self.operation(inner)?;
-                }
-                self.emit("}".into());
-            }
-            "builtin.constant" => {
-                let result = op.deref(self.ctx).get_result(0);
-                let value = aboleth_ir::scalar::constant_value(self.ctx, result)
-                    .ok_or_else(|| BridgeError::plain("internal: a non-integer constant"))?;
-                let type_text = ab_type_text(self.ctx, result);
-                let fresh = self.assign("ab_c", format!("arith.constant {value} : {type_text}"));
-                self.define(
-                    op,
-                    Repr::Scalar {
-                        name: fresh,
-                        type_text,
-                    },
-                );
-            }
-            "ab.binop" => {
-                let operator = Operation::get_op::<BinaryOp>(op, self.ctx)
-                    .expect("ab.binop")
-                    .operator(self.ctx);
-                let result = op.deref(self.ctx).get_result(0);
-                let type_text = ab_type_text(self.ctx, result);
-                let lhs = self.use_as(self.operand(op, 0), &type_text)?;
-                let rhs = self.use_as(self.operand(op, 1), &type_text)?;
-                let fresh = self.fresh("ab_v");
-                let arith = |name: &str| format!("{fresh} = {name} {lhs}, {rhs} : {type_text}");
-                let line = match operator {
-                    BinaryOperator::Add => arith("arith.addi"),
-                    BinaryOperator::Sub => arith("arith.subi"),
-                    BinaryOperator::Mul => arith("arith.muli"),
-                    BinaryOperator::Div => arith("arith.divsi"),
-                    BinaryOperator::Rem => arith("arith.remsi"),
-                    BinaryOperator::Min => arith("arith.minsi"),
-                    BinaryOperator::Max => arith("arith.maxsi"),
-                    BinaryOperator::And => arith("arith.andi"),
-                    BinaryOperator::Or => arith("arith.ori"),
-                    comparison => {
-                        let predicate = match comparison {
-                            BinaryOperator::Eq => "eq",
-                            BinaryOperator::Ne => "ne",
-                            BinaryOperator::Lt => "slt",
-                            BinaryOperator::Le => "sle",
-                            BinaryOperator::Gt => "sgt",
-                            _ => "sge",
-                        };
-                        let flag = self.assign(
-                            "ab_cmp",
-                            format!("arith.cmpi {predicate}, {lhs}, {rhs} : {type_text}"),
-                        );
-                        format!("{fresh} = arith.extui {flag} : i1 to {type_text}")
-                    }
-                };
-                self.emit(line);
-                self.define(
-                    op,
-                    Repr::Scalar {
-                        name: fresh,
-                        type_text,
-                    },
-                );
-            }
-            "ab.cast" => {
-                let result = op.deref(self.ctx).get_result(0);
-                let type_text = ab_type_text(self.ctx, result);
-                let Repr::Scalar {
-                    name: source,
-                    type_text: from,
-                } = self.repr(self.operand(op, 0))?
-                else {
-                    return Err(BridgeError::plain("internal: cast of a handle"));
-                };
-                // ab.cast is a signed conversion; from a TTIR i1 it is a zero extension.
-                let converted = self.convert(&source, &from, &type_text)?;
-                self.define(
-                    op,
-                    Repr::Scalar {
-                        name: converted,
-                        type_text,
-                    },
-                );
-            }
-            "ab.ptr_add" => {
-                let base = self.use_as(self.operand(op, 0), "!tt.ptr<i8>")?;
-                let offset = self.i64(self.operand(op, 1))?;
-                let fresh = self.assign(
-                    "ab_p",
-                    format!("tt.addptr {base}, {offset} : !tt.ptr<i8>, i64"),
-                );
-                self.define(
-                    op,
-                    Repr::Scalar {
-                        name: fresh,
-                        type_text: "!tt.ptr<i8>".into(),
-                    },
-                );
-            }
-            "ab.load" => {
-                let result = op.deref(self.ctx).get_result(0);
-                let type_text = ab_type_text(self.ctx, result);
-                let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
-                let fresh =
-                    self.assign("ab_v", format!("tt.load {pointer} : !tt.ptr<{type_text}>"));
-                self.define(
-                    op,
-                    Repr::Scalar {
-                        name: fresh,
-                        type_text,
-                    },
-                );
-            }
-            "ab.store" => {
-                let value = self.operand(op, 1);
-                let type_text = ab_type_text(self.ctx, value);
-                let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
-                let stored = self.use_as(value, &type_text)?;
-                self.emit(format!(
-                    "tt.store {pointer}, {stored} : !tt.ptr<{type_text}>"
-                ));
-            }
-            "ab.endpoint" => {
-                let table = self.i64(self.operand(op, 0))?;
-                let peer = self.i64(self.operand(op, 1))?;
-                let size = self.constant_i64(aboleth_abi::EndpointHandle::SIZE_BYTES as i64);
-                let offset = self.binary_i64("arith.muli", &peer, &size);
-                let address = self.binary_i64("arith.addi", &table, &offset);
-                if self.depth == 0 && self.wait_log.is_none() {
-                    // Every handle carries this rank's wait-failure log and its own rank: the
-                    // first top-level endpoint gives them to every later wait.
-                    let log = self.load_field(
-                        &address,
-                        core::mem::offset_of!(aboleth_abi::EndpointHandle, wait_failure_log_address)
-                            as u64,
-                        64,
-                    );
-                    let rank = self.load_field(
-                        &address,
-                        core::mem::offset_of!(aboleth_abi::EndpointHandle, local_rank) as u64,
-                        32,
-                    );
-                    self.wait_log = Some((log, rank));
-                }
-                if self.target == Target::Mlx5 {
-                    self.exit_unless_supported_mlx5_endpoint(op, &address);
-                }
-                self.define(
-                    op,
-                    Repr::Scalar {
-                        name: address,
-                        type_text: "i64".into(),
-                    },
-                );
-            }
-            "ab.remote" => {
-                let table = self.i64(self.operand(op, 0))?;
-                let peer = self.i64(self.operand(op, 1))?;
-                let size =
-                    self.constant_i64(aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES as i64);
-                let offset = self.binary_i64("arith.muli", &peer, &size);
-                let address = self.binary_i64("arith.addi", &table, &offset);
-                self.define(
-                    op,
-                    Repr::Scalar {
-                        name: address,
-                        type_text: "i64".into(),
-                    },
-                );
-            }
-            "ab.at" => {
-                let remote = self.operand(op, 0);
-                let Repr::Scalar {
-                    name: descriptor, ..
-                } = self.repr(remote)?
-                else {
-                    return Err(BridgeError::plain("internal: ab.at of a non-region"));
-                };
-                let element_bytes = op
-                    .deref(self.ctx)
-                    .get_result(0)
-                    .get_type(self.ctx)
-                    .deref(self.ctx)
-                    .downcast_ref::<aboleth_ir::ab::types::RemotePointerType>()
-                    .map_or(1, |t| i64::from(t.element_bytes));
-                let index = self.i64(self.operand(op, 1))?;
-                let scale = self.constant_i64(element_bytes);
-                let offset = self.binary_i64("arith.muli", &index, &scale);
-                self.define(op, Repr::RemotePointer { descriptor, offset });
-            }
-            other if other.starts_with("mlx5.") => {
-                return Err(BridgeError::not_built(format!(
-                    "TTIR code generation has no translation of `{other}`: --target {} compiles it to the Aboleth IR (aboleth compile --emit aboleth) and runs it in the simulator, but cannot generate Triton code for it",
-                    self.target.name()
-                )));
-            }
-            other => {
-                return Err(BridgeError::plain(format!(
-                    "internal: no TTIR code generation for `{other}`"
-                )));
-            }
+        match op_name(self.ctx, op).as_str() {
+            other if other.starts_with("mlx5.") => Err(BridgeError::not_built(format!(
+                "TTIR code generation has no translation of `{other}`: --target {} compiles it to the Aboleth IR (aboleth compile --emit aboleth) and runs it in the simulator, but cannot generate Triton code for it",
+                self.target.name()
+            ))),
+            other => Err(BridgeError::plain(format!(
+                "internal: no TTIR code generation for `{other}`"
+            ))),
         }
+    }
+
+    /// `ab.yield` and `ab.return`: the kept `scf.yield` and `tt.return` stand for them.
+    fn nothing(&mut self, _op: Ptr<Operation>) -> Result<(), BridgeError> {
         Ok(())
     }
 }

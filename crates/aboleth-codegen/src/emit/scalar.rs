@@ -123,4 +123,217 @@ impl Generator<'_> {
         let offset = self.constant_i64(offset_bytes as i64);
         self.binary_i64("arith.addi", base, &offset)
     }
+
+    /// `builtin.constant`: an `arith.constant` of the same value and width.
+    pub(super) fn constant(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let result = op.deref(self.ctx).get_result(0);
+        let value = aboleth_ir::scalar::constant_value(self.ctx, result)
+            .ok_or_else(|| BridgeError::plain("internal: a non-integer constant"))?;
+        let type_text = ab_type_text(self.ctx, result);
+        let fresh = self.assign("ab_c", format!("arith.constant {value} : {type_text}"));
+        self.define(
+            op,
+            Repr::Scalar {
+                name: fresh,
+                type_text,
+            },
+        );
+        Ok(())
+    }
+
+    /// `ab.binop`: the `arith` op of the operator; a comparison is `arith.cmpi` widened to the
+    /// result type.
+    pub(super) fn binary(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let operator = Operation::get_op::<BinaryOp>(op, self.ctx)
+            .expect("ab.binop")
+            .operator(self.ctx);
+        let result = op.deref(self.ctx).get_result(0);
+        let type_text = ab_type_text(self.ctx, result);
+        let lhs = self.use_as(self.operand(op, 0), &type_text)?;
+        let rhs = self.use_as(self.operand(op, 1), &type_text)?;
+        let fresh = self.fresh("ab_v");
+        let arith = |name: &str| format!("{fresh} = {name} {lhs}, {rhs} : {type_text}");
+        let line = match operator {
+            BinaryOperator::Add => arith("arith.addi"),
+            BinaryOperator::Sub => arith("arith.subi"),
+            BinaryOperator::Mul => arith("arith.muli"),
+            BinaryOperator::Div => arith("arith.divsi"),
+            BinaryOperator::Rem => arith("arith.remsi"),
+            BinaryOperator::Min => arith("arith.minsi"),
+            BinaryOperator::Max => arith("arith.maxsi"),
+            BinaryOperator::And => arith("arith.andi"),
+            BinaryOperator::Or => arith("arith.ori"),
+            comparison => {
+                let predicate = match comparison {
+                    BinaryOperator::Eq => "eq",
+                    BinaryOperator::Ne => "ne",
+                    BinaryOperator::Lt => "slt",
+                    BinaryOperator::Le => "sle",
+                    BinaryOperator::Gt => "sgt",
+                    _ => "sge",
+                };
+                let flag = self.assign(
+                    "ab_cmp",
+                    format!("arith.cmpi {predicate}, {lhs}, {rhs} : {type_text}"),
+                );
+                format!("{fresh} = arith.extui {flag} : i1 to {type_text}")
+            }
+        };
+        self.emit(line);
+        self.define(
+            op,
+            Repr::Scalar {
+                name: fresh,
+                type_text,
+            },
+        );
+        Ok(())
+    }
+
+    /// `ab.cast`: a signed conversion (a zero extension from an i1).
+    pub(super) fn cast(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let result = op.deref(self.ctx).get_result(0);
+        let type_text = ab_type_text(self.ctx, result);
+        let Repr::Scalar {
+            name: source,
+            type_text: from,
+        } = self.repr(self.operand(op, 0))?
+        else {
+            return Err(BridgeError::plain("internal: cast of a handle"));
+        };
+        // ab.cast is a signed conversion; from a TTIR i1 it is a zero extension.
+        let converted = self.convert(&source, &from, &type_text)?;
+        self.define(
+            op,
+            Repr::Scalar {
+                name: converted,
+                type_text,
+            },
+        );
+        Ok(())
+    }
+
+    /// `ab.ptr_add`: `tt.addptr` on an `i8` pointer.
+    pub(super) fn pointer_add(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let base = self.use_as(self.operand(op, 0), "!tt.ptr<i8>")?;
+        let offset = self.i64(self.operand(op, 1))?;
+        let fresh = self.assign(
+            "ab_p",
+            format!("tt.addptr {base}, {offset} : !tt.ptr<i8>, i64"),
+        );
+        self.define(
+            op,
+            Repr::Scalar {
+                name: fresh,
+                type_text: "!tt.ptr<i8>".into(),
+            },
+        );
+        Ok(())
+    }
+
+    /// `ab.load`: a `tt.load` of the result type.
+    pub(super) fn load(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let result = op.deref(self.ctx).get_result(0);
+        let type_text = ab_type_text(self.ctx, result);
+        let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
+        let fresh = self.assign("ab_v", format!("tt.load {pointer} : !tt.ptr<{type_text}>"));
+        self.define(
+            op,
+            Repr::Scalar {
+                name: fresh,
+                type_text,
+            },
+        );
+        Ok(())
+    }
+
+    /// `ab.store`: a `tt.store` of the value's type.
+    pub(super) fn store(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let value = self.operand(op, 1);
+        let type_text = ab_type_text(self.ctx, value);
+        let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
+        let stored = self.use_as(value, &type_text)?;
+        self.emit(format!(
+            "tt.store {pointer}, {stored} : !tt.ptr<{type_text}>"
+        ));
+        Ok(())
+    }
+
+    /// `ab.endpoint`: the address of the peer's endpoint handle in the table; the first top-level
+    /// one also gives the wait-failure log and this rank to every later wait, and on mlx5 the
+    /// handle is checked before anything is posted.
+    pub(super) fn endpoint(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let table = self.i64(self.operand(op, 0))?;
+        let peer = self.i64(self.operand(op, 1))?;
+        let size = self.constant_i64(aboleth_abi::EndpointHandle::SIZE_BYTES as i64);
+        let offset = self.binary_i64("arith.muli", &peer, &size);
+        let address = self.binary_i64("arith.addi", &table, &offset);
+        if self.depth == 0 && self.wait_log.is_none() {
+            // Every handle carries this rank's wait-failure log and its own rank: the
+            // first top-level endpoint gives them to every later wait.
+            let log = self.load_field(
+                &address,
+                core::mem::offset_of!(aboleth_abi::EndpointHandle, wait_failure_log_address) as u64,
+                64,
+            );
+            let rank = self.load_field(
+                &address,
+                core::mem::offset_of!(aboleth_abi::EndpointHandle, local_rank) as u64,
+                32,
+            );
+            self.wait_log = Some((log, rank));
+        }
+        if self.target == Target::Mlx5 {
+            self.exit_unless_supported_mlx5_endpoint(op, &address);
+        }
+        self.define(
+            op,
+            Repr::Scalar {
+                name: address,
+                type_text: "i64".into(),
+            },
+        );
+        Ok(())
+    }
+
+    /// `ab.remote`: the address of the peer's region descriptor in the table.
+    pub(super) fn remote(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let table = self.i64(self.operand(op, 0))?;
+        let peer = self.i64(self.operand(op, 1))?;
+        let size = self.constant_i64(aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES as i64);
+        let offset = self.binary_i64("arith.muli", &peer, &size);
+        let address = self.binary_i64("arith.addi", &table, &offset);
+        self.define(
+            op,
+            Repr::Scalar {
+                name: address,
+                type_text: "i64".into(),
+            },
+        );
+        Ok(())
+    }
+
+    /// `ab.at`: a remote element, kept as its descriptor and byte offset (the address is read
+    /// where it is used).
+    pub(super) fn at(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let remote = self.operand(op, 0);
+        let Repr::Scalar {
+            name: descriptor, ..
+        } = self.repr(remote)?
+        else {
+            return Err(BridgeError::plain("internal: ab.at of a non-region"));
+        };
+        let element_bytes = op
+            .deref(self.ctx)
+            .get_result(0)
+            .get_type(self.ctx)
+            .deref(self.ctx)
+            .downcast_ref::<aboleth_ir::ab::types::RemotePointerType>()
+            .map_or(1, |t| i64::from(t.element_bytes));
+        let index = self.i64(self.operand(op, 1))?;
+        let scale = self.constant_i64(element_bytes);
+        let offset = self.binary_i64("arith.muli", &index, &scale);
+        self.define(op, Repr::RemotePointer { descriptor, offset });
+        Ok(())
+    }
 }
