@@ -267,8 +267,8 @@ impl Generator<'_> {
         // A false predicate posts a NOP over the same slots (the batch's size is static).
         self.emit(format!("scf.if {sends} {{"));
         let write_ds = match inline_bytes {
-            Some(length) => 2 + (4 + length + 15) / 16,
-            None => 3,
+            Some(length) => ds_units(INLINE_DATA_OFFSET + length as u32),
+            None => ds_units(DATA_OFFSET + DATA_SEGMENT_BYTES),
         };
         let ds = self.constant_i64(write_ds);
         let opcode = if immediate.is_some() {
@@ -282,15 +282,15 @@ impl Generator<'_> {
             Some(immediate) => wqe.control_with_immediate(&word0, &word1, &flags, immediate),
             None => wqe.control(&word0, &word1, &flags),
         }
-        wqe.remote(16, &remote, &rkey);
+        wqe.remote(REMOTE_OFFSET, &remote, &rkey);
         match inline_bytes {
             Some(length) => {
                 let header = self.constant_i64(i64::from(aboleth_abi::mlx5::INLINE_SEG) | length);
-                wqe.word_be32(32, &header);
-                wqe.copy_bytes(&source, 36, length as u32);
+                wqe.word_be32(DATA_OFFSET, &header);
+                wqe.copy_bytes(&source, INLINE_DATA_OFFSET, length as u32);
             }
             None => {
-                wqe.data(32, &bytes, &key, &source);
+                wqe.data(DATA_OFFSET, &bytes, &key, &source);
             }
         }
         self.store_wqe(wqe);
@@ -390,7 +390,10 @@ impl Generator<'_> {
         let size = self.constant_i64(blocks);
         let end = self.binary_i64("arith.addi", slot, &size);
         self.asm(
-            "{ .reg .pred %ab_leader, %ab_wanted; .reg .u32 %ab_tid; .reg .u64 %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; setp.ne.u64 %ab_wanted, $4, 0; and.pred %ab_wanted, %ab_wanted, %ab_leader; @%ab_wanted atom.relaxed.gpu.global.max.u64 %ab_old, [$1], $2; @%ab_wanted atom.relaxed.gpu.global.max.u64 %ab_old, [$1+8], $3; mov.u32 $0, 0; }",
+            &fill_ptx(
+                "{ .reg .pred %ab_leader, %ab_wanted; .reg .u32 %ab_tid; .reg .u64 %ab_old; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; setp.ne.u64 %ab_wanted, $4, 0; and.pred %ab_wanted, %ab_wanted, %ab_leader; @%ab_wanted atom.relaxed.gpu.global.max.u64 %ab_old, [$1], $2; @%ab_wanted atom.relaxed.gpu.global.max.u64 %ab_old, [$1+@LAST_POSTED_END@], $3; mov.u32 $0, 0; }",
+                &[("LAST_POSTED_END", LAST_POSTED_END_BYTES)],
+            ),
             &[
                 (&last, "i64", 'l'),
                 (slot, "i64", 'l'),
@@ -429,15 +432,20 @@ impl Generator<'_> {
         if add {
             // ATOMIC_FA: ctrl, raddr, atomic (add, 0), data (the fetched value's buffer); ds 4.
             let address = self.basic_block_address(&handle, &slot, 0);
-            let ds = self.constant_i64(4);
+            let ds = self.constant_i64(ds_units(FETCH_ADD_RESULT_OFFSET + DATA_SEGMENT_BYTES));
             let (word0, word1) =
                 self.control_words(&handle, &slot, aboleth_abi::mlx5::OPCODE_ATOMIC_FA, 0, &ds);
             let mut wqe = WqePtx::new(&[address]);
             wqe.control(&word0, &word1, &flags);
-            wqe.remote(16, &remote, &rkey);
-            wqe.be64(32, &value);
-            wqe.be64(40, &zero);
-            wqe.data(48, &eight, &result_key, &result_address);
+            wqe.remote(REMOTE_OFFSET, &remote, &rkey);
+            wqe.be64(DATA_OFFSET + ATOMIC_SWAP_ADD, &value);
+            wqe.be64(DATA_OFFSET + ATOMIC_COMPARE, &zero);
+            wqe.data(
+                FETCH_ADD_RESULT_OFFSET,
+                &eight,
+                &result_key,
+                &result_address,
+            );
             self.store_wqe(wqe);
         } else {
             // 8-byte masked compare-and-swap with compare_mask 0: an unconditional swap; ds 5.
@@ -445,7 +453,7 @@ impl Generator<'_> {
                 self.basic_block_address(&handle, &slot, 0),
                 self.basic_block_address(&handle, &slot, 1),
             ];
-            let ds = self.constant_i64(5);
+            let ds = self.constant_i64(ds_units(SWAP_RESULT_OFFSET + DATA_SEGMENT_BYTES));
             let (word0, word1) = self.control_words(
                 &handle,
                 &slot,
@@ -455,12 +463,12 @@ impl Generator<'_> {
             );
             let mut wqe = WqePtx::new(&addresses);
             wqe.control(&word0, &word1, &flags);
-            wqe.remote(16, &remote, &rkey);
-            wqe.be64(32, &value);
-            wqe.be64(40, &zero);
-            wqe.be64(48, &all_ones);
-            wqe.be64(56, &zero);
-            wqe.data(64, &eight, &result_key, &result_address);
+            wqe.remote(REMOTE_OFFSET, &remote, &rkey);
+            wqe.be64(DATA_OFFSET + MASKED_SWAP, &value);
+            wqe.be64(DATA_OFFSET + MASKED_COMPARE, &zero);
+            wqe.be64(DATA_OFFSET + MASKED_SWAP_MASK, &all_ones);
+            wqe.be64(DATA_OFFSET + MASKED_COMPARE_MASK, &zero);
+            wqe.data(SWAP_RESULT_OFFSET, &eight, &result_key, &result_address);
             self.store_wqe(wqe);
         }
         self.note_posted(&management, &slot, if add { 1 } else { 2 }, &completion);
@@ -529,7 +537,10 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::EndpointHandle, doorbell_record_address),
             64,
         );
-        let send_word = self.offset_address(&record, 4);
+        let send_word = self.offset_address(
+            &record,
+            core::mem::offset_of!(aboleth_abi::mlx5::doorbell::DoorbellRecord, send_counter) as u64,
+        );
         let producer = self.offset_address(
             &management,
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, producer_index) as u64,
@@ -608,7 +619,7 @@ impl Generator<'_> {
             let last = self.offset_address(&management, MANAGEMENT_LAST_POSTED_OFFSET_BYTES);
             let zero = self.constant_i64(0);
             let start = self.leader_load("ld.volatile.global.u64", &last, &zero);
-            let last_end = self.offset_address(&last, 8);
+            let last_end = self.offset_address(&last, LAST_POSTED_END_BYTES);
             let end = self.leader_load("ld.volatile.global.u64", &last_end, &one);
             (start, end)
         };
@@ -683,4 +694,37 @@ fn cqe_opcodes() -> [(&'static str, u64); 3] {
         ("OPCODE_REQUESTER_ERROR", u64::from(CQE_OPCODE_REQ_ERR)),
         ("OPCODE_RESPONDER_ERROR", u64::from(CQE_OPCODE_RESP_ERR)),
     ]
+}
+
+/// The second spare word: the end of that WQE (its first basic block is the first word).
+const LAST_POSTED_END_BYTES: u64 = 8;
+const _: () = assert!(
+    MANAGEMENT_LAST_POSTED_OFFSET_BYTES + LAST_POSTED_END_BYTES + 8
+        <= core::mem::size_of::<aboleth_abi::Mlx5QueueManagement>() as u64
+);
+
+// Where the segments of the WQEs generated here start, in bytes from the WQE's start: the
+// control segment, the remote address, then the data segment, the inline header and its
+// bytes, or the atomic operands followed by the data segment of the fetched value's buffer.
+use aboleth_abi::mlx5::wqe::{
+    AtomicSegment, ControlSegment, DataSegment, InlineHeader, MaskedCompareSwap64Segment,
+    RemoteAddressSegment,
+};
+use core::mem::{offset_of, size_of};
+const REMOTE_OFFSET: u32 = size_of::<ControlSegment>() as u32;
+const DATA_OFFSET: u32 = REMOTE_OFFSET + size_of::<RemoteAddressSegment>() as u32;
+const DATA_SEGMENT_BYTES: u32 = size_of::<DataSegment>() as u32;
+const INLINE_DATA_OFFSET: u32 = DATA_OFFSET + size_of::<InlineHeader>() as u32;
+const ATOMIC_SWAP_ADD: u32 = offset_of!(AtomicSegment, swap_add) as u32;
+const ATOMIC_COMPARE: u32 = offset_of!(AtomicSegment, compare) as u32;
+const FETCH_ADD_RESULT_OFFSET: u32 = DATA_OFFSET + size_of::<AtomicSegment>() as u32;
+const MASKED_SWAP: u32 = offset_of!(MaskedCompareSwap64Segment, swap) as u32;
+const MASKED_COMPARE: u32 = offset_of!(MaskedCompareSwap64Segment, compare) as u32;
+const MASKED_SWAP_MASK: u32 = offset_of!(MaskedCompareSwap64Segment, swap_mask) as u32;
+const MASKED_COMPARE_MASK: u32 = offset_of!(MaskedCompareSwap64Segment, compare_mask) as u32;
+const SWAP_RESULT_OFFSET: u32 = DATA_OFFSET + size_of::<MaskedCompareSwap64Segment>() as u32;
+
+/// A WQE of `bytes` in the control segment's `ds` units (16 bytes, rounded up).
+const fn ds_units(bytes: u32) -> i64 {
+    bytes.div_ceil(aboleth_abi::mlx5::WQE_DS_UNIT_BYTES as u32) as i64
 }

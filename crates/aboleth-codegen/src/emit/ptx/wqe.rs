@@ -3,6 +3,8 @@
 //! inline-PTX statement whose operands are TTIR values (the byte swaps happen in PTX). Callers
 //! give segment offsets within the WQE; which segments a WQE has is `mlx5.rs`'s choice.
 
+use aboleth_abi::mlx5::WQE_BASIC_BLOCK_BYTES;
+
 /// Inline PTX that stores one WQE's segments (big-endian fields) into its basic blocks, by
 /// thread 0 of the program. Operands are TTIR values; the byte swaps happen in PTX.
 pub(in crate::emit) struct WqePtx {
@@ -50,12 +52,16 @@ impl WqePtx {
 
     /// The address register of byte `offset` of the WQE (`$k+within`).
     pub(in crate::emit) fn at(&self, offset: u32) -> String {
-        let block = (offset / 64) as usize;
+        let block = offset as usize / WQE_BASIC_BLOCK_BYTES;
         assert!(
             block < self.blocks,
             "WQE offset {offset} past its basic blocks"
         );
-        format!("[${}+{}]", block + 1, offset % 64)
+        format!(
+            "[${}+{}]",
+            block + 1,
+            offset as usize % WQE_BASIC_BLOCK_BYTES
+        )
     }
 
     /// The big-endian bytes of the low 32 bits of `value` (an i64 operand).
