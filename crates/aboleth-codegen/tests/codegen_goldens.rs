@@ -10,7 +10,8 @@
 //! the ones the stage reports):
 //! - `// run: codegen target=T [passes-off] [immediate-signals] [packet-signals]`: the
 //!   generated TTIR;
-//! - `// run: error target=T [...]`: the stage must refuse the kernel; its message.
+//! - `// run: error target=T [...]`: the stage must refuse the kernel; its message. The
+//!   lifter's located errors live in `codegen/lift/`, one file per error.
 //!
 //! What it does not check: that the generated TTIR compiles further in Triton (the Python tests
 //! and `tests/gpu` do), or what the simulator makes of the lowered kernel (`aboleth-sim`).
