@@ -7,8 +7,15 @@
 //! immediates from `mlx5_receive.rs`. Simulated and cross-checked against rdma-core's layouts,
 //! not run on hardware here.
 
+use aboleth_ir::{
+    ab::attributes::SignalOperation,
+    attrs,
+    pliron::{context::Ptr, operation::Operation, value::Value},
+    text::op_name,
+};
+
 use super::ptx::{WqePtx, fill_ptx};
-use super::*;
+use super::{BridgeError, Generator, Repr, WaitReport};
 
 impl Generator<'_> {
     /// mlx5: the generated code polls a collapsed CQ and rings the doorbell itself. A handle

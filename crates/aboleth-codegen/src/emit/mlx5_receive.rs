@@ -4,8 +4,10 @@
 //! its flag, post the receive again, advance the consumer index). The simulator's
 //! `drain_receive_cq` does the same. The sending side is `mlx5.rs`'s RDMA_WRITE_IMM.
 
+use aboleth_ir::pliron::value::Value;
+
 use super::ptx::fill_ptx;
-use super::*;
+use super::{BridgeError, Generator};
 
 impl Generator<'_> {
     /// What a receiving wait needs, read once before its loop: the rank's receive context
@@ -48,9 +50,11 @@ impl Generator<'_> {
         );
         let local_rank = field(self, core::mem::offset_of!(Context, local_rank), 32);
         let table = self.i64(flag_table)?;
-        let size = self.constant_i64(aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES as i64);
-        let offset = self.binary_i64("arith.muli", &local_rank, &size);
-        let descriptor = self.binary_i64("arith.addi", &table, &offset);
+        let descriptor = self.table_entry(
+            &table,
+            &local_rank,
+            aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES,
+        );
         let flags_base = self.load_field(
             &descriptor,
             core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, base_address) as u64,

@@ -30,14 +30,12 @@ use aboleth_ir::transport::{
     ProxyReserveOp, ProxySignalOp, ProxyWaitCompletionOp,
 };
 use aboleth_ir::{
-    ab::attributes::{BinaryOperator, SignalOperation},
     ab::ops::BinaryOp,
     attrs,
     pliron::{
         basic_block::BasicBlock,
         context::{Context, Ptr},
         operation::Operation,
-        r#type::Typed,
         value::Value,
     },
     scalar::integer_width,
@@ -49,7 +47,7 @@ use aboleth_ttir::{OperationId, TtirModule, ValueNamer};
 
 use crate::BridgeError;
 use crate::lift::{Entry, LiftedKernel};
-use waits::{Overdue, WaitBound, WaitReport};
+use waits::{WaitBound, WaitReport};
 
 /// Elements (bytes or 8-byte words) copied per iteration of a p2p copy loop: one tensor.
 pub const P2P_COPY_CHUNK_ELEMENTS: i64 = 1024;

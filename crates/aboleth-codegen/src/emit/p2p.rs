@@ -5,7 +5,13 @@
 //! (release or volatile). Packet puts (flag in data) are in `packets.rs`; the flag wait is in
 //! `waits.rs`. Nothing here decides the ordering: the `order` attribute does.
 
-use super::*;
+use aboleth_ir::{
+    ab::attributes::SignalOperation,
+    attrs,
+    pliron::{context::Ptr, operation::Operation},
+};
+
+use super::{BridgeError, Generator, P2P_COPY_CHUNK_ELEMENTS};
 
 impl Generator<'_> {
     pub(super) fn p2p_copy(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {

@@ -3,8 +3,14 @@
 //! reservations and publication through `queue.rs`; completion waits on the ring's completion
 //! counter. It does not run the proxy (`aboleth-runtime` does, `aboleth-sim` models it).
 
+use aboleth_ir::{
+    ab::attributes::SignalOperation,
+    attrs,
+    pliron::{context::Ptr, operation::Operation, value::Value},
+};
+
 use super::ptx::fill_ptx;
-use super::*;
+use super::{BridgeError, Generator, Repr};
 
 impl Generator<'_> {
     pub(super) fn ring_of(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {

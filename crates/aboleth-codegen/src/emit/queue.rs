@@ -5,7 +5,13 @@
 //! one-owner form. The transports differ only in where the counters live and the memory scope,
 //! which they pass in. It does not write commands or ring doorbells (`proxy.rs`, `mlx5.rs`).
 
-use super::*;
+use aboleth_ir::{
+    attrs,
+    pliron::{context::Ptr, operation::Operation, value::Value},
+};
+
+use super::waits::Overdue;
+use super::{BridgeError, Generator};
 
 impl Generator<'_> {
     /// A leader-only load of `[address]` with `load` (`ld.acquire.sys...`); the other threads
@@ -205,13 +211,7 @@ impl Generator<'_> {
         } else {
             base
         };
-        self.define(
-            op,
-            Repr::Scalar {
-                name: base,
-                type_text: "i64".into(),
-            },
-        );
+        self.define_scalar(op, base, "i64".into());
         Ok(())
     }
 

@@ -5,7 +5,14 @@
 //! Also the little-endian field loads every transport uses to read handles and descriptors
 //! (offsets from `aboleth-abi`). It does not generate any communication.
 
-use super::*;
+use aboleth_ir::{
+    ab::attributes::BinaryOperator,
+    ab::ops::BinaryOp,
+    pliron::{context::Ptr, operation::Operation, r#type::Typed, value::Value},
+    transport::Target,
+};
+
+use super::{BridgeError, Generator, Repr, ab_type_text};
 
 impl Generator<'_> {
     pub(super) fn repr(&self, value: Value) -> Result<Repr, BridgeError> {
@@ -82,6 +89,18 @@ impl Generator<'_> {
         self.values.insert(result, repr);
     }
 
+    /// Defines `op`'s result as the TTIR value `name` of type `type_text`.
+    pub(super) fn define_scalar(&mut self, op: Ptr<Operation>, name: String, type_text: String) {
+        self.define(op, Repr::Scalar { name, type_text });
+    }
+
+    /// The address of entry `index` (i64) of a table of `entry_bytes`-byte entries at `table`.
+    pub(super) fn table_entry(&mut self, table: &str, index: &str, entry_bytes: usize) -> String {
+        let size = self.constant_i64(entry_bytes as i64);
+        let offset = self.binary_i64("arith.muli", index, &size);
+        self.binary_i64("arith.addi", table, &offset)
+    }
+
     pub(super) fn operand(&self, op: Ptr<Operation>, index: usize) -> Value {
         op.deref(self.ctx).get_operand(index)
     }
@@ -131,13 +150,7 @@ impl Generator<'_> {
             .ok_or_else(|| BridgeError::plain("internal: a non-integer constant"))?;
         let type_text = ab_type_text(self.ctx, result);
         let fresh = self.assign("ab_c", format!("arith.constant {value} : {type_text}"));
-        self.define(
-            op,
-            Repr::Scalar {
-                name: fresh,
-                type_text,
-            },
-        );
+        self.define_scalar(op, fresh, type_text);
         Ok(())
     }
 
@@ -180,13 +193,7 @@ impl Generator<'_> {
             }
         };
         self.emit(line);
-        self.define(
-            op,
-            Repr::Scalar {
-                name: fresh,
-                type_text,
-            },
-        );
+        self.define_scalar(op, fresh, type_text);
         Ok(())
     }
 
@@ -203,13 +210,7 @@ impl Generator<'_> {
         };
         // ab.cast is a signed conversion; from a TTIR i1 it is a zero extension.
         let converted = self.convert(&source, &from, &type_text)?;
-        self.define(
-            op,
-            Repr::Scalar {
-                name: converted,
-                type_text,
-            },
-        );
+        self.define_scalar(op, converted, type_text);
         Ok(())
     }
 
@@ -221,13 +222,7 @@ impl Generator<'_> {
             "ab_p",
             format!("tt.addptr {base}, {offset} : !tt.ptr<i8>, i64"),
         );
-        self.define(
-            op,
-            Repr::Scalar {
-                name: fresh,
-                type_text: "!tt.ptr<i8>".into(),
-            },
-        );
+        self.define_scalar(op, fresh, "!tt.ptr<i8>".into());
         Ok(())
     }
 
@@ -237,13 +232,7 @@ impl Generator<'_> {
         let type_text = ab_type_text(self.ctx, result);
         let pointer = self.use_as(self.operand(op, 0), &format!("!tt.ptr<{type_text}>"))?;
         let fresh = self.assign("ab_v", format!("tt.load {pointer} : !tt.ptr<{type_text}>"));
-        self.define(
-            op,
-            Repr::Scalar {
-                name: fresh,
-                type_text,
-            },
-        );
+        self.define_scalar(op, fresh, type_text);
         Ok(())
     }
 
@@ -265,9 +254,7 @@ impl Generator<'_> {
     pub(super) fn endpoint(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let table = self.i64(self.operand(op, 0))?;
         let peer = self.i64(self.operand(op, 1))?;
-        let size = self.constant_i64(aboleth_abi::EndpointHandle::SIZE_BYTES as i64);
-        let offset = self.binary_i64("arith.muli", &peer, &size);
-        let address = self.binary_i64("arith.addi", &table, &offset);
+        let address = self.table_entry(&table, &peer, aboleth_abi::EndpointHandle::SIZE_BYTES);
         if self.depth == 0 && self.wait_log.is_none() {
             // Every handle carries this rank's wait-failure log and its own rank: the
             // first top-level endpoint gives them to every later wait.
@@ -286,13 +273,7 @@ impl Generator<'_> {
         if self.target == Target::Mlx5 {
             self.exit_unless_supported_mlx5_endpoint(op, &address);
         }
-        self.define(
-            op,
-            Repr::Scalar {
-                name: address,
-                type_text: "i64".into(),
-            },
-        );
+        self.define_scalar(op, address, "i64".into());
         Ok(())
     }
 
@@ -300,16 +281,12 @@ impl Generator<'_> {
     pub(super) fn remote(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let table = self.i64(self.operand(op, 0))?;
         let peer = self.i64(self.operand(op, 1))?;
-        let size = self.constant_i64(aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES as i64);
-        let offset = self.binary_i64("arith.muli", &peer, &size);
-        let address = self.binary_i64("arith.addi", &table, &offset);
-        self.define(
-            op,
-            Repr::Scalar {
-                name: address,
-                type_text: "i64".into(),
-            },
+        let address = self.table_entry(
+            &table,
+            &peer,
+            aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES,
         );
+        self.define_scalar(op, address, "i64".into());
         Ok(())
     }
 

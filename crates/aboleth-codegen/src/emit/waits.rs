@@ -7,8 +7,13 @@
 //! turn, completions, the post lock) use the same bookkeeping through [`Overdue`]; their loops
 //! are in `queue.rs` and the transports' files.
 
+use aboleth_ir::{
+    attrs,
+    pliron::{context::Ptr, operation::Operation},
+};
+
 use super::ptx::fill_ptx;
-use super::*;
+use super::{BridgeError, Generator};
 
 impl Generator<'_> {
     pub(super) fn wait_flag(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {

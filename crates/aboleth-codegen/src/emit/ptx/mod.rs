@@ -6,7 +6,7 @@
 //! template names a layout field, never its number). It does not decide which statement to
 //! run: the transport modules do.
 
-use super::*;
+use super::Generator;
 
 mod wqe;
 pub(super) use wqe::WqePtx;
