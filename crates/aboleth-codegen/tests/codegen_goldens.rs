@@ -18,7 +18,8 @@
 
 use std::path::{Path, PathBuf};
 
-use aboleth_codegen::{StageOptions, run_stage, target_from_name};
+use aboleth_abi::Transport;
+use aboleth_codegen::{StageOptions, run_stage};
 use aboleth_passes::pipeline::PipelineOptions;
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -70,7 +71,7 @@ fn run_file(path: &Path) -> Result<String, String> {
         .iter()
         .find_map(|word| word.strip_prefix("target="))
         .ok_or_else(|| format!("{name}: the run line names no target=T"))?;
-    let target = target_from_name(target_name)
+    let target = Transport::from_name(target_name)
         .ok_or_else(|| format!("{name}: unknown target {target_name}"))?;
     let known = [
         "codegen",

@@ -56,7 +56,7 @@ impl Generator<'_> {
         );
         // Only mlx5 handles (a kernel's endpoint to its own rank is p2p).
         let transport = self.load_field(handle, offset_of!(EndpointHandle, transport) as u64, 32);
-        let mlx5 = self.constant_i64(aboleth_abi::TransportKind::Mlx5 as i64);
+        let mlx5 = self.constant_i64(aboleth_abi::Transport::Mlx5 as i64);
         let is_mlx5 = self.assign(
             "ab_unsupported",
             format!("arith.cmpi eq, {transport}, {mlx5} : i64"),

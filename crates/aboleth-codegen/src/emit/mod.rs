@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use aboleth_abi::Transport;
 use aboleth_ir::ab::ops::{
     AtOp, CastOp, EndpointOp, ForOp, IfOp, LoadOp, PointerAddOp, RemoteOp, ReturnOp, StoreOp,
     YieldOp,
@@ -40,7 +41,6 @@ use aboleth_ir::{
     },
     scalar::integer_width,
     text::op_name,
-    transport::Target,
     walk::{block_ops, region_block},
 };
 use aboleth_ttir::{OperationId, TtirModule, ValueNamer};
@@ -78,7 +78,7 @@ pub fn generate(
     kernel: Ptr<Operation>,
     lifted: &LiftedKernel,
     module: &mut TtirModule,
-    target: Target,
+    target: Transport,
 ) -> Result<Vec<String>, BridgeError> {
     let mut generator = Generator {
         ctx,
@@ -156,7 +156,7 @@ enum Edit {
 struct Generator<'a> {
     ctx: &'a Context,
     lifted: &'a LiftedKernel,
-    target: Target,
+    target: Transport,
     values: HashMap<Value, Repr>,
     namer: ValueNamer,
     replaced: Vec<OperationId>,

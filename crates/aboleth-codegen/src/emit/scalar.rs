@@ -9,8 +9,9 @@ use aboleth_ir::{
     ab::attributes::BinaryOperator,
     ab::ops::BinaryOp,
     pliron::{context::Ptr, operation::Operation, r#type::Typed, value::Value},
-    transport::Target,
 };
+
+use aboleth_abi::Transport;
 
 use super::{BridgeError, Generator, Repr, ab_type_text};
 
@@ -270,7 +271,7 @@ impl Generator<'_> {
             );
             self.wait_log = Some((log, rank));
         }
-        if self.target == Target::Mlx5 {
+        if self.target == Transport::Mlx5 {
             self.exit_unless_supported_mlx5_endpoint(op, &address);
         }
         self.define_scalar(op, address, "i64".into());
