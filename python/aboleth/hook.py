@@ -74,8 +74,8 @@ __all__ = [
     "cache_salt",
 ]
 
-#: The transports a kernel can be compiled for.
-TARGETS = ("mlx5", "proxy", "p2p")
+#: The transports a kernel can be compiled for (the lowered ones of the Rust ``Transport`` enum).
+TARGETS = tuple(name for name, _runtime_name, lowered, _has_runtime in _aboleth.transports() if lowered)
 #: The name of the stage inserted after ``ttir`` (also the ``kernel.asm`` key of its output).
 STAGE = "aboleth"
 #: The version of the builtin/stage contract (``__aboleth_v1__`` in the symbols).

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .hook import TARGETS
+
 TARGET_CAPABILITY = 90
 WARP_SIZE = 32
 
@@ -221,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "`aboleth compile|sim KERNEL.py` runs this.")
     parser.add_argument("file", help="the Python file defining the kernel")
     parser.add_argument("--kernel", required=True, help="the @triton.jit function's name")
-    parser.add_argument("--target", required=True, choices=("mlx5", "proxy", "p2p"))
+    parser.add_argument("--target", required=True, choices=TARGETS)
     parser.add_argument("--signature", action="append", default=[],
                         help="NAME=TYPE[,NAME=TYPE...] with Triton's types: *i64, i64, i32, ...")
     parser.add_argument("--constexpr", action="append", default=[], help="NAME=VALUE (repeatable)")

@@ -7,13 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     pliron::{
         context::{Context, Ptr},
         operation::Operation,
     },
     text::{parse_module, print_module},
-    transport::Target,
     verify::verify_module,
 };
 use aboleth_passes::{PipelineOptions, run_pipeline};
@@ -37,7 +37,7 @@ fn parse(ctx: &mut Context, program: &GeneratedProgram) -> Ptr<Operation> {
 
 /// Compiles for every target, with the default passes and with `passes_off`.
 fn assert_compiles_everywhere(program: &GeneratedProgram) {
-    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+    for target in [Transport::Mlx5, Transport::Proxy, Transport::P2p] {
         for passes_off in [false, true] {
             let ctx = &mut Context::new();
             let module = parse(ctx, program);

@@ -5,6 +5,8 @@
 //! It exposes:
 //! - `version() -> str`: this crate's version;
 //! - `packet_staging_bytes(length) -> int`: staging bytes after a flag region of packet signals;
+//! - `transports()` and `connect_kinds()`: the transport vocabulary (`aboleth_abi::Transport`),
+//!   which `aboleth.TARGETS` and `aboleth.runtime.TRANSPORT_KINDS` are read from;
 //! - `run_stage(ttir_text: str, config_json: str) -> (str, str)`: the `aboleth` stage
 //!   ([`stage::run_stage`]), run with the GIL released. Errors become Python exceptions: a bad
 //!   configuration, TTIR that does not parse, or communication that cannot be compiled raises
@@ -50,6 +52,31 @@ fn packet_staging_bytes(length: u64) -> PyResult<u64> {
     Ok(aboleth_abi::packet::staging_bytes(length))
 }
 
+/// transports() -> list of (name, runtime_name, lowered, has_runtime): every transport of
+/// `aboleth_abi::Transport`, in wire-code order (`aboleth.TARGETS` are the lowered ones' names;
+/// `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
+#[pyfunction]
+fn transports() -> Vec<(&'static str, &'static str, bool, bool)> {
+    aboleth_abi::Transport::ALL
+        .into_iter()
+        .map(|transport| {
+            (
+                transport.name(),
+                transport.runtime_name(),
+                transport.is_lowered(),
+                transport.has_runtime(),
+            )
+        })
+        .collect()
+}
+
+/// connect_kinds() -> list of str: what `World.connect_all(kind)` accepts
+/// (`aboleth_runtime::TransportRequest::names`).
+#[pyfunction]
+fn connect_kinds() -> Vec<&'static str> {
+    aboleth_runtime::TransportRequest::names()
+}
+
 /// run_stage(ttir_text, config_json) -> (ttir_text, summary_json)
 ///
 /// Runs the aboleth stage on TTIR text as Triton 3.6's `module.str()` prints it. The
@@ -93,7 +120,10 @@ fn run_command_line(py: Python<'_>, arguments: Vec<String>, python_interpreter: 
 #[pymodule(name = "_aboleth")]
 mod python_module {
     #[pymodule_export]
-    use super::{check_config, packet_staging_bytes, run_command_line, run_stage, version};
+    use super::{
+        check_config, connect_kinds, packet_staging_bytes, run_command_line, run_stage, transports,
+        version,
+    };
 
     #[pymodule_export]
     use crate::runtime::{

@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+use aboleth_abi::Transport;
 use aboleth_ttir::{FileLineColumn, LineColumn, TtirError, TtirModule};
 use serde::{Deserialize, Serialize};
 
@@ -24,16 +25,30 @@ pub const SYMBOL_PREFIX: &str = "__aboleth_v1__";
 /// The bridge contract this crate implements (`v1` in the symbols).
 pub const BRIDGE_VERSION: &str = "v1";
 
-/// The transport a kernel is compiled for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Target {
-    /// GPU-initiated RDMA on an mlx5 NIC.
-    Mlx5,
-    /// A host proxy thread.
-    Proxy,
-    /// NVLink / peer memory.
-    P2p,
+/// Reads a lowered transport's name ([`Transport::from_name`]).
+fn deserialize_target<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Transport, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    Transport::from_name(&name)
+        .filter(|transport| transport.is_lowered())
+        .ok_or_else(|| {
+            let lowered: Vec<&str> = Transport::LOWERED
+                .iter()
+                .map(|transport| transport.name())
+                .collect();
+            serde::de::Error::custom(format!(
+                "unknown target {name:?}, expected one of {}",
+                lowered.join(", ")
+            ))
+        })
+}
+
+fn serialize_target<S: serde::Serializer>(
+    target: &Transport,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(target.name())
 }
 
 /// What the Python hook passes as `config_json`.
@@ -41,7 +56,11 @@ pub enum Target {
 #[serde(deny_unknown_fields)]
 pub struct StageConfig {
     /// The transport.
-    pub target: Target,
+    #[serde(
+        deserialize_with = "deserialize_target",
+        serialize_with = "serialize_target"
+    )]
+    pub target: Transport,
     /// Run only the lowering (the library-style baseline).
     #[serde(default)]
     pub passes_off: bool,
@@ -153,12 +172,7 @@ pub fn aboleth_calls(module: &TtirModule) -> Vec<AbolethCall> {
 fn pipeline_options(
     config: &StageConfig,
 ) -> Result<aboleth_passes::pipeline::PipelineOptions, StageError> {
-    let target = match config.target {
-        Target::Mlx5 => aboleth_ir::transport::Target::Mlx5,
-        Target::Proxy => aboleth_ir::transport::Target::Proxy,
-        Target::P2p => aboleth_ir::transport::Target::P2p,
-    };
-    let mut pipeline = aboleth_passes::pipeline::PipelineOptions::new(target);
+    let mut pipeline = aboleth_passes::pipeline::PipelineOptions::new(config.target);
     pipeline.passes_off = config.passes_off;
     pipeline.disabled = config.disabled_passes.iter().cloned().collect();
     pipeline.immediate_signals = config.immediate_signals;
@@ -214,7 +228,7 @@ pub fn run_stage(ttir_text: &str, config_json: &str) -> Result<StageOutput, Stag
         "aboleth_ir": output.summary.aboleth_ir,
         "waits": output.summary.waits,
         "config": {
-            "target": config.target,
+            "target": config.target.name(),
             "passes_off": config.passes_off,
             "immediate_signals": config.immediate_signals,
             "packet_signals": config.packet_signals,
@@ -296,7 +310,7 @@ mod tests {
             );
         }
         let minimal = parse_config(r#"{"target": "proxy"}"#).unwrap();
-        assert_eq!(minimal.target, Target::Proxy);
+        assert_eq!(minimal.target, Transport::Proxy);
         assert!(!minimal.passes_off);
         assert!(minimal.disabled_passes.is_empty());
         assert_eq!(minimal.source_name, "<ttir>");

@@ -12,7 +12,7 @@
 
 use std::rc::Rc;
 
-use aboleth_abi::TransportKind;
+use aboleth_abi::Transport;
 use aboleth_ir::ab::attributes::SignalOperation;
 
 use super::{
@@ -57,7 +57,7 @@ impl<'k> World<'k> {
     /// reservation counter, whichever protocol posted to it: the next kernel on the queue may
     /// post with the shared protocol, which waits until the counter equals its base.
     pub(super) fn check_queue_counters(&self, round: u32) -> Result<(), SimulationError> {
-        if !matches!(self.transport, TransportKind::Mlx5 | TransportKind::Proxy) {
+        if !matches!(self.transport, Transport::Mlx5 | Transport::Proxy) {
             return Ok(());
         }
         let mut handles: Vec<(&(u32, u64), &usize)> = self.endpoint_handle_index.iter().collect();

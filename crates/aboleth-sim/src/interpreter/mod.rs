@@ -74,8 +74,8 @@ use std::{
     rc::Rc,
 };
 
-use aboleth_abi::{EndpointHandle, TransportKind};
-use aboleth_ir::{ab::attributes::SignalOperation, transport::Target};
+use aboleth_abi::{EndpointHandle, Transport};
+use aboleth_ir::ab::attributes::SignalOperation;
 use aboleth_passes::stats::Counts;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -179,8 +179,8 @@ pub fn memory_estimate(kernel: &SimKernel, options: &SimulationOptions) -> Memor
     let tables =
         regions.len() as u64 * ranks * REGION_DESCRIPTOR_BYTES + ranks * ENDPOINT_HANDLE_BYTES;
     let transport = match kernel.target {
-        Target::Mlx5 => mlx5::infrastructure_bytes(ranks, options),
-        Target::Proxy => proxy::infrastructure_bytes(ranks, options),
+        Transport::Mlx5 => mlx5::infrastructure_bytes(ranks, options),
+        Transport::Proxy => proxy::infrastructure_bytes(ranks, options),
         _ => 0,
     };
     MemoryEstimate {
@@ -710,7 +710,7 @@ struct World<'k> {
     /// The kernel each rank runs (one entry: every rank runs it).
     rank_kernels: &'k [SimKernel],
     /// The kernel's transport: which handlers run its queue commands.
-    transport: TransportKind,
+    transport: Transport,
     options: SimulationOptions,
     memory: Memory,
     nic: Nic,

@@ -9,7 +9,7 @@
 
 use std::rc::Rc;
 
-use aboleth_abi::{EndpointHandle, TransportKind, mlx5::receive::ImmediateSignal};
+use aboleth_abi::{EndpointHandle, Transport, mlx5::receive::ImmediateSignal};
 use aboleth_ir::ab::attributes::SignalOperation;
 
 use super::{
@@ -67,7 +67,7 @@ impl<'k> World<'k> {
     /// The counters of the queue `handle` names, in the kernel's transport.
     pub(super) fn queue_geometry(&self, handle: &EndpointHandle) -> QueueGeometry {
         match self.transport {
-            TransportKind::Mlx5 => Self::mlx5_queue_geometry(handle),
+            Transport::Mlx5 => Self::mlx5_queue_geometry(handle),
             _ => Self::proxy_queue_geometry(handle),
         }
     }
@@ -84,7 +84,7 @@ impl<'k> World<'k> {
     ) -> Result<u64, SimulationError> {
         let rank = self.threads[thread].rank;
         match self.transport {
-            TransportKind::Mlx5 => self.reclaim_mlx5_ring(thread, rank, peer, handle),
+            Transport::Mlx5 => self.reclaim_mlx5_ring(thread, rank, peer, handle),
             _ => Ok(consumed),
         }
     }

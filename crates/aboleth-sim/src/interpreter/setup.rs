@@ -11,9 +11,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aboleth_abi::{
-    EndpointHandle, RemoteRegionDescriptor, TransportKind, mlx5::receive::Mlx5ReceiveQueue,
+    EndpointHandle, RemoteRegionDescriptor, Transport, mlx5::receive::Mlx5ReceiveQueue,
 };
-use aboleth_ir::transport::Target;
 use aboleth_passes::stats::Counts;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -121,9 +120,9 @@ impl<'k> World<'k> {
             regions.push(by_name);
         }
         let transport = match kernel.target {
-            Target::Mlx5 => TransportKind::Mlx5,
-            Target::Proxy => TransportKind::Proxy,
-            Target::P2p => TransportKind::P2p,
+            Transport::Mlx5 => Transport::Mlx5,
+            Transport::Proxy => Transport::Proxy,
+            Transport::P2p => Transport::P2p,
             other => {
                 return Err(SimulationError::Setup(format!(
                     "the simulator has no model of `{}` yet",
@@ -182,7 +181,7 @@ impl<'k> World<'k> {
             );
             // mlx5: the rank's receive side (write-with-immediate signals): one receive CQ, a
             // context every handle points to, and a receive queue per QP.
-            let receive = if transport == TransportKind::Mlx5 {
+            let receive = if transport == Transport::Mlx5 {
                 Some(allocate_receive_side(&mut memory, &mut nic, rank, ranks)?)
             } else {
                 None
@@ -199,7 +198,7 @@ impl<'k> World<'k> {
                     ..EndpointHandle::default()
                 };
                 match transport {
-                    TransportKind::Mlx5 => setup_mlx5_endpoint(
+                    Transport::Mlx5 => setup_mlx5_endpoint(
                         &mut memory,
                         &mut nic,
                         options,
@@ -208,7 +207,7 @@ impl<'k> World<'k> {
                         &mut receive_queues[peer as usize],
                         receive.as_ref(),
                     )?,
-                    TransportKind::Proxy => setup_proxy_endpoint(
+                    Transport::Proxy => setup_proxy_endpoint(
                         &mut memory,
                         &mut proxy,
                         options,

@@ -12,7 +12,7 @@
 
 use std::rc::Rc;
 
-use aboleth_abi::{EndpointHandle, TransportKind};
+use aboleth_abi::{EndpointHandle, Transport};
 use aboleth_ir::scalar::{evaluate_binary, truncate_signed};
 
 use super::{
@@ -282,8 +282,8 @@ impl<'k> World<'k> {
             InstructionKind::Put(put) => {
                 let prepared = self.prepare_put(thread, site, put)?;
                 match transport {
-                    TransportKind::Mlx5 => self.mlx5_put(thread, site, put, prepared)?,
-                    TransportKind::Proxy => self.proxy_put(thread, site, prepared)?,
+                    Transport::Mlx5 => self.mlx5_put(thread, site, put, prepared)?,
+                    Transport::Proxy => self.proxy_put(thread, site, prepared)?,
                     _ => unreachable!("p2p kernels have no queue commands"),
                 }
                 return Ok(Step::Effect);
@@ -291,8 +291,8 @@ impl<'k> World<'k> {
             InstructionKind::SignalCommand(signal) => {
                 let prepared = self.prepare_signal(thread, site, signal)?;
                 match transport {
-                    TransportKind::Mlx5 => self.mlx5_signal(thread, signal, prepared)?,
-                    TransportKind::Proxy => self.proxy_signal(thread, signal, prepared)?,
+                    Transport::Mlx5 => self.mlx5_signal(thread, signal, prepared)?,
+                    Transport::Proxy => self.proxy_signal(thread, signal, prepared)?,
                     _ => unreachable!("p2p kernels have no queue commands"),
                 }
                 return Ok(Step::Effect);
@@ -321,8 +321,8 @@ impl<'k> World<'k> {
                 let end = self.integer(thread, *end)? as u64;
                 self.counts.doorbells += 1;
                 match transport {
-                    TransportKind::Mlx5 => self.mlx5_doorbell(thread, &handle, end)?,
-                    TransportKind::Proxy => {
+                    Transport::Mlx5 => self.mlx5_doorbell(thread, &handle, end)?,
+                    Transport::Proxy => {
                         self.proxy_doorbell(thread, &handle, end, *atomic_max, *order)?
                     }
                     _ => unreachable!("p2p kernels have no doorbells"),
@@ -342,7 +342,7 @@ impl<'k> World<'k> {
                     },
                 };
                 return match transport {
-                    TransportKind::Mlx5 => {
+                    Transport::Mlx5 => {
                         self.mlx5_wait_completion(thread, site, peer, &handle, slot, end)
                     }
                     _ => self.proxy_wait_completion(thread, site, peer, &handle, slot),
