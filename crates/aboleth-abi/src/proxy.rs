@@ -15,6 +15,11 @@
 //! `sequence == t + 1` (acquire), executes it and advances `consumer_head`; it advances
 //! `completion_counter` once the command's effects are complete (puts landed). A zeroed ring is
 //! therefore empty. Fields are host-native little-endian. This module does no synchronisation.
+//!
+//! What a decoded command asks for is resolved here once for both executors (the runtime's
+//! proxy thread and the simulator's proxy engine): [`ProxyOperation::parts`] and the
+//! [`ProxyRegions`] trait turn its region references into addresses, checked against the
+//! exchanged region table; each executor only performs the copy and the signal.
 
 use crate::wire::wire_layout;
 
@@ -211,6 +216,116 @@ pub enum ProxyOperation {
     Drain,
 }
 
+impl ProxyOperation {
+    /// The put and the signal the operation asks for, in the order they take effect (a
+    /// `PutSignal` is its put, then its signal; `Nop` and `Drain` are neither).
+    pub fn parts(&self) -> (Option<&ProxyPut>, Option<&ProxySignal>) {
+        match self {
+            ProxyOperation::Nop | ProxyOperation::Drain => (None, None),
+            ProxyOperation::Put(put) => (Some(put), None),
+            ProxyOperation::Signal(signal) => (None, Some(signal)),
+            ProxyOperation::PutSignal(put, signal) => (Some(put), Some(signal)),
+        }
+    }
+}
+
+/// Bytes of the word a proxy signal updates.
+pub const SIGNAL_WORD_BYTES: u64 = 8;
+
+/// The exchanged region table as a proxy executor holds it (the runtime's proxy thread and the
+/// simulator's proxy engine): the one place where a command's region references become the
+/// addresses its put and signal act on. An implementation says where a descriptor is and
+/// words each failure in its own error type; the resolution itself (bounds, alignment, the
+/// ring's peer) is the provided methods, written once.
+pub trait ProxyRegions {
+    /// Why a command cannot be executed.
+    type Error;
+
+    /// The descriptor of region `region_index` on `peer_rank`, or why there is none; `what`
+    /// names the command's field (`"put destination"` or `"signal"`).
+    fn descriptor(
+        &self,
+        what: &'static str,
+        region_index: u32,
+        peer_rank: u32,
+    ) -> Result<&crate::RemoteRegionDescriptor, Self::Error>;
+
+    /// `[offset_bytes, offset_bytes + length_bytes)` is not inside region `region_index` of
+    /// `region_length_bytes` bytes.
+    fn out_of_bounds(
+        &self,
+        what: &'static str,
+        region_index: u32,
+        offset_bytes: u64,
+        length_bytes: u64,
+        region_length_bytes: u64,
+    ) -> Self::Error;
+
+    /// The signal word at `address` is not 8-byte aligned.
+    fn misaligned_signal(&self, address: u64) -> Self::Error;
+
+    /// The entry names `entry_peer_rank` but sits in the ring to `ring_peer_rank`.
+    fn wrong_peer(&self, ring_peer_rank: u32, entry_peer_rank: u32) -> Self::Error;
+
+    /// The address on `peer_rank` of `[offset_bytes, offset_bytes + length_bytes)` of region
+    /// `region_index`, bounds-checked.
+    fn resolve(
+        &self,
+        what: &'static str,
+        region_index: u32,
+        peer_rank: u32,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<u64, Self::Error> {
+        let descriptor = self.descriptor(what, region_index, peer_rank)?;
+        if !descriptor.contains(offset_bytes, length_bytes) {
+            return Err(self.out_of_bounds(
+                what,
+                region_index,
+                offset_bytes,
+                length_bytes,
+                descriptor.length_bytes,
+            ));
+        }
+        Ok(descriptor.base_address + offset_bytes)
+    }
+
+    /// An error unless `command` is for the ring's peer `ring_peer_rank`.
+    fn check_peer(&self, command: &ProxyCommand, ring_peer_rank: u32) -> Result<(), Self::Error> {
+        if command.peer_rank == ring_peer_rank {
+            Ok(())
+        } else {
+            Err(self.wrong_peer(ring_peer_rank, command.peer_rank))
+        }
+    }
+
+    /// Where `put` writes on `peer_rank`.
+    fn put_destination(&self, put: &ProxyPut, peer_rank: u32) -> Result<u64, Self::Error> {
+        self.resolve(
+            "put destination",
+            put.destination_region_index,
+            peer_rank,
+            put.destination_offset_bytes,
+            put.length_bytes,
+        )
+    }
+
+    /// The (8-byte aligned) word `signal` updates on `peer_rank`.
+    fn signal_address(&self, signal: &ProxySignal, peer_rank: u32) -> Result<u64, Self::Error> {
+        let address = self.resolve(
+            "signal",
+            signal.region_index,
+            peer_rank,
+            u64::from(signal.offset_bytes),
+            SIGNAL_WORD_BYTES,
+        )?;
+        if !address.is_multiple_of(SIGNAL_WORD_BYTES) {
+            return Err(self.misaligned_signal(address));
+        }
+        Ok(address)
+    }
+}
+
 /// A command as the consumer sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProxyCommand {
@@ -367,6 +482,98 @@ impl ProxyRingEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One region of 64 bytes at 0x1000 on every rank; errors as strings.
+    struct OneRegion(crate::RemoteRegionDescriptor);
+
+    impl ProxyRegions for OneRegion {
+        type Error = String;
+        fn descriptor(
+            &self,
+            what: &'static str,
+            region_index: u32,
+            _peer_rank: u32,
+        ) -> Result<&crate::RemoteRegionDescriptor, String> {
+            (region_index == 0)
+                .then_some(&self.0)
+                .ok_or(format!("{what}: no region {region_index}"))
+        }
+        fn out_of_bounds(
+            &self,
+            what: &'static str,
+            _: u32,
+            offset: u64,
+            length: u64,
+            _: u64,
+        ) -> String {
+            format!("{what}: {length} at {offset}")
+        }
+        fn misaligned_signal(&self, address: u64) -> String {
+            format!("misaligned {address:#x}")
+        }
+        fn wrong_peer(&self, ring: u32, entry: u32) -> String {
+            format!("entry {entry} in ring {ring}")
+        }
+    }
+
+    #[test]
+    fn a_command_resolves_to_its_put_and_signal_addresses_once_for_both_executors() {
+        let regions = OneRegion(crate::RemoteRegionDescriptor {
+            base_address: 0x1000,
+            length_bytes: 64,
+            ..Default::default()
+        });
+        let put = ProxyPut {
+            destination_offset_bytes: 8,
+            length_bytes: 56,
+            ..ProxyPut::default()
+        };
+        let signal = ProxySignal {
+            region_index: 0,
+            offset_bytes: 56,
+            value: 1,
+            operation: SignalOperation::Add,
+        };
+        let command = ProxyCommand {
+            ticket: 0,
+            peer_rank: 1,
+            completion_requested: false,
+            operation: ProxyOperation::PutSignal(put, signal),
+        };
+        assert_eq!(command.operation.parts(), (Some(&put), Some(&signal)));
+        assert_eq!(ProxyOperation::Drain.parts(), (None, None));
+        assert_eq!(regions.check_peer(&command, 1), Ok(()));
+        assert_eq!(
+            regions.check_peer(&command, 2),
+            Err("entry 1 in ring 2".into())
+        );
+        assert_eq!(regions.put_destination(&put, 1), Ok(0x1008));
+        assert_eq!(regions.signal_address(&signal, 1), Ok(0x1038));
+        let too_long = ProxyPut {
+            length_bytes: 57,
+            ..put
+        };
+        assert_eq!(
+            regions.put_destination(&too_long, 1),
+            Err("put destination: 57 at 8".into())
+        );
+        let misaligned = ProxySignal {
+            offset_bytes: 4,
+            ..signal
+        };
+        assert_eq!(
+            regions.signal_address(&misaligned, 1),
+            Err("misaligned 0x1004".into())
+        );
+        let elsewhere = ProxySignal {
+            region_index: 3,
+            ..signal
+        };
+        assert_eq!(
+            regions.signal_address(&elsewhere, 1),
+            Err("signal: no region 3".into())
+        );
+    }
 
     #[test]
     fn ring_geometry() {

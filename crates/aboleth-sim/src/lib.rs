@@ -20,7 +20,6 @@ pub mod memory;
 pub mod mutations;
 pub mod nic;
 pub mod program;
-pub mod program_generator;
 pub mod proxy_engine;
 pub mod validation;
 

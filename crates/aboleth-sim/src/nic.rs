@@ -41,6 +41,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::cost_model::{CostModel, SimulatedNanoseconds};
 use crate::memory::{Memory, MemoryError};
 
+/// Bytes of one CQE.
+const CQE_BYTES: u64 = Cqe64::SIZE_BYTES as u64;
+
 /// Largest send ring the model accepts, in basic blocks: the CQ poll compares 16-bit WQE counters
 /// as signed distances, which is exact only while fewer than 2^15 basic blocks are outstanding.
 pub const SQ_BASIC_BLOCK_COUNT_MAX: u32 = 1 << 15;
@@ -393,7 +396,11 @@ impl QueuePair {
 
     fn read_doorbell_record(&mut self, memory: &Memory) -> Result<u16, NicError> {
         let bytes = memory
-            .read(self.config.rank, self.config.doorbell_record_address, 8)
+            .read(
+                self.config.rank,
+                self.config.doorbell_record_address,
+                DoorbellRecord::SIZE_BYTES as u64,
+            )
             .map_err(self.memory_error("doorbell record"))?;
         let record = DoorbellRecord::from_bytes(&bytes.try_into().expect("8 bytes"));
         let doorbell_record = record.send_producer_index();
@@ -667,7 +674,7 @@ impl QueuePair {
     fn write_cqe(
         &mut self,
         memory: &mut Memory,
-        bytes: impl FnOnce(bool) -> [u8; 64],
+        bytes: impl FnOnce(bool) -> [u8; Cqe64::SIZE_BYTES],
         summary: String,
     ) -> Result<u32, NicError> {
         let number = self.completions_written;
@@ -679,7 +686,7 @@ impl QueuePair {
             let number = number as u32;
             (number % cqe_count, cqe_owner_for_index(number, cqe_count))
         };
-        let address = self.config.cq_buffer_address + u64::from(slot) * 64;
+        let address = self.config.cq_buffer_address + u64::from(slot) * CQE_BYTES;
         memory
             .write(self.config.rank, address, &bytes(owner))
             .map_err(self.memory_error("completion queue"))?;
@@ -849,7 +856,11 @@ impl Nic {
             .check_mapped(rank, config.sq_buffer_address, sq_bytes)
             .map_err(queue_pair.memory_error("send ring"))?;
         memory
-            .check_mapped(rank, config.doorbell_record_address, 8)
+            .check_mapped(
+                rank,
+                config.doorbell_record_address,
+                DoorbellRecord::SIZE_BYTES as u64,
+            )
             .map_err(queue_pair.memory_error("doorbell record"))?;
         let invalid_cqes = Cqe64::invalid()
             .to_bytes()
@@ -1070,7 +1081,7 @@ impl Nic {
         memory
             .write(
                 responder.0,
-                cq.config.buffer_address + u64::from(cqe_slot) * 64,
+                cq.config.buffer_address + u64::from(cqe_slot) * CQE_BYTES,
                 &cqe.to_bytes(),
             )
             .map_err(memory_error)?;
@@ -1156,9 +1167,9 @@ impl Nic {
     ) -> Result<CqPollResult, NicError> {
         let queue_pair = self.queue_pair(rank, qpn)?;
         let read_cqe = |slot: u32| -> Result<DecodedCqe, NicError> {
-            let address = queue_pair.config.cq_buffer_address + u64::from(slot) * 64;
+            let address = queue_pair.config.cq_buffer_address + u64::from(slot) * CQE_BYTES;
             let bytes = memory
-                .read(rank, address, 64)
+                .read(rank, address, CQE_BYTES)
                 .map_err(queue_pair.memory_error("completion queue"))?;
             decode_cqe(&bytes.try_into().expect("64 bytes")).map_err(|source| {
                 NicError::CorruptCqe {

@@ -161,34 +161,9 @@ pub enum InstructionKind {
         atomic: bool,
     },
     /// `mlx5.write` / `proxy.put`.
-    Put {
-        endpoint: Register,
-        slot: Register,
-        destination: Register,
-        source: Register,
-        bytes: Register,
-        key: Register,
-        predicate: Register,
-        completion: Register,
-        inline: bool,
-        /// `with_immediate` (mlx5): the immediate (an `ImmediateSignal`) and the flag it
-        /// signals, for the checks.
-        immediate: Option<(Register, Register)>,
-        /// mlx5 `periodic_completion`: also ask for a CQE at ring-quarter boundaries.
-        periodic_completion: bool,
-    },
+    Put(PutOperands),
     /// `mlx5.atomic` / `proxy.signal`.
-    SignalCommand {
-        endpoint: Register,
-        slot: Register,
-        flag: Register,
-        value: Register,
-        completion: Register,
-        operation: SignalOperation,
-        fenced: bool,
-        /// mlx5 `periodic_completion` (see `Put`).
-        periodic_completion: bool,
-    },
+    SignalCommand(SignalOperands),
     /// `mlx5.publish` / `proxy.publish`: wait until the ready head is `base`, then advance it.
     Publish {
         endpoint: Register,
@@ -259,6 +234,48 @@ pub enum InstructionKind {
         /// What the poll also does when the kernel's signals need the receiver's help.
         receives: Option<WaitReceives>,
     },
+}
+
+#[allow(
+    missing_docs,
+    reason = "fields are the op's operands, named as in transport.rs"
+)]
+/// The operands of a queued put (`mlx5.write` / `proxy.put`): what both transports read
+/// before encoding it as a WQE or a ring entry.
+#[derive(Clone, Debug)]
+pub struct PutOperands {
+    pub endpoint: Register,
+    pub slot: Register,
+    pub destination: Register,
+    pub source: Register,
+    pub bytes: Register,
+    pub key: Register,
+    pub predicate: Register,
+    pub completion: Register,
+    pub inline: bool,
+    /// `with_immediate` (mlx5): the immediate (an `ImmediateSignal`) and the flag it
+    /// signals, for the checks.
+    pub immediate: Option<(Register, Register)>,
+    /// mlx5 `periodic_completion`: also ask for a CQE at ring-quarter boundaries.
+    pub periodic_completion: bool,
+}
+
+#[allow(
+    missing_docs,
+    reason = "fields are the op's operands, named as in transport.rs"
+)]
+/// The operands of a queued signal (`mlx5.atomic` / `proxy.signal`).
+#[derive(Clone, Debug)]
+pub struct SignalOperands {
+    pub endpoint: Register,
+    pub slot: Register,
+    pub flag: Register,
+    pub value: Register,
+    pub completion: Register,
+    pub operation: SignalOperation,
+    pub fenced: bool,
+    /// mlx5 `periodic_completion` (see [`PutOperands`]).
+    pub periodic_completion: bool,
 }
 
 /// What a `gpu.wait_flag` also does while it polls.
@@ -572,7 +589,7 @@ impl KernelBuilder<'_> {
                 slots: operand(self, 1)?,
                 atomic: attrs::get_bool(ctx, op, "atomic"),
             },
-            "mlx5.write" | "proxy.put" => InstructionKind::Put {
+            "mlx5.write" | "proxy.put" => InstructionKind::Put(PutOperands {
                 endpoint: operand(self, 0)?,
                 slot: operand(self, 1)?,
                 destination: operand(self, 2)?,
@@ -588,8 +605,8 @@ impl KernelBuilder<'_> {
                     None
                 },
                 periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
-            },
-            "mlx5.atomic" | "proxy.signal" => InstructionKind::SignalCommand {
+            }),
+            "mlx5.atomic" | "proxy.signal" => InstructionKind::SignalCommand(SignalOperands {
                 endpoint: operand(self, 0)?,
                 slot: operand(self, 1)?,
                 flag: operand(self, 2)?,
@@ -598,7 +615,7 @@ impl KernelBuilder<'_> {
                 operation: signal_operation(),
                 fenced: attrs::get_bool(ctx, op, "fence"),
                 periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
-            },
+            }),
             "mlx5.publish" | "proxy.publish" => InstructionKind::Publish {
                 endpoint: operand(self, 0)?,
                 base: operand(self, 1)?,

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use aboleth_abi::proxy::{
-    ProxyCommand, ProxyDecodeError, ProxyOperation, ProxyPut, ProxySignal, SignalOperation,
+    ProxyCommand, ProxyDecodeError, ProxyPut, ProxyRegions, ProxySignal, SignalOperation,
     slot_index,
 };
 use aboleth_abi::{ProxyRingEntry, ProxyRingHeader, RemoteRegionDescriptor};
@@ -56,15 +56,17 @@ impl RegionTable {
     pub fn insert(&mut self, region_index: u32, descriptors_by_rank: Vec<RemoteRegionDescriptor>) {
         self.regions.insert(region_index, descriptors_by_rank);
     }
+}
 
-    /// The address on `peer_rank` of `[offset_bytes, offset_bytes + length_bytes)` of a region.
-    pub fn resolve(
+impl ProxyRegions for RegionTable {
+    type Error = ProxyFailure;
+
+    fn descriptor(
         &self,
+        _what: &'static str,
         region_index: u32,
         peer_rank: u32,
-        offset_bytes: u64,
-        length_bytes: u64,
-    ) -> Result<u64, ProxyFailure> {
+    ) -> Result<&RemoteRegionDescriptor, ProxyFailure> {
         let descriptor = self
             .regions
             .get(&region_index)
@@ -80,15 +82,31 @@ impl RegionTable {
                 descriptor_rank: descriptor.peer_rank,
             });
         }
-        if !descriptor.contains(offset_bytes, length_bytes) {
-            return Err(ProxyFailure::RegionOutOfBounds {
-                region_index,
-                offset_bytes,
-                length_bytes,
-                region_length_bytes: descriptor.length_bytes,
-            });
+        Ok(descriptor)
+    }
+
+    fn out_of_bounds(
+        &self,
+        _what: &'static str,
+        region_index: u32,
+        offset_bytes: u64,
+        length_bytes: u64,
+        region_length_bytes: u64,
+    ) -> ProxyFailure {
+        ProxyFailure::RegionOutOfBounds {
+            region_index,
+            offset_bytes,
+            length_bytes,
+            region_length_bytes,
         }
-        Ok(descriptor.base_address + offset_bytes)
+    }
+
+    fn misaligned_signal(&self, address: u64) -> ProxyFailure {
+        ProxyFailure::MisalignedSignal { address }
+    }
+
+    fn wrong_peer(&self, _ring_peer_rank: u32, entry_peer_rank: u32) -> ProxyFailure {
+        ProxyFailure::WrongPeer { entry_peer_rank }
     }
 }
 
@@ -433,20 +451,15 @@ impl ProxyEngine {
         command: &ProxyCommand,
         cost: &mut SimulatedNanoseconds,
     ) -> Result<(), ProxyFailure> {
-        if command.peer_rank != peer_rank {
-            return Err(ProxyFailure::WrongPeer {
-                entry_peer_rank: command.peer_rank,
-            });
+        self.regions.check_peer(command, peer_rank)?;
+        let (put, signal) = command.operation.parts();
+        if let Some(put) = put {
+            self.put(memory, peer_rank, put, cost)?;
         }
-        match &command.operation {
-            ProxyOperation::Nop | ProxyOperation::Drain => Ok(()),
-            ProxyOperation::Put(put) => self.put(memory, peer_rank, put, cost),
-            ProxyOperation::Signal(signal) => self.signal(memory, peer_rank, signal, cost),
-            ProxyOperation::PutSignal(put, signal) => {
-                self.put(memory, peer_rank, put, cost)?;
-                self.signal(memory, peer_rank, signal, cost)
-            }
+        if let Some(signal) = signal {
+            self.signal(memory, peer_rank, signal, cost)?;
         }
+        Ok(())
     }
 
     /// A copy-engine copy. `source_key` 0 is the copy-engine convention of aboleth-abi (no
@@ -460,12 +473,7 @@ impl ProxyEngine {
         cost: &mut SimulatedNanoseconds,
     ) -> Result<(), ProxyFailure> {
         let length = put.length_bytes;
-        let destination = self.regions.resolve(
-            put.destination_region_index,
-            peer_rank,
-            put.destination_offset_bytes,
-            length,
-        )?;
+        let destination = self.regions.put_destination(put, peer_rank)?;
         if put.source_key == 0 {
             memory.check_mapped(self.rank, put.source_address, length)
         } else {
@@ -489,15 +497,7 @@ impl ProxyEngine {
         signal: &ProxySignal,
         cost: &mut SimulatedNanoseconds,
     ) -> Result<(), ProxyFailure> {
-        let address = self.regions.resolve(
-            signal.region_index,
-            peer_rank,
-            u64::from(signal.offset_bytes),
-            8,
-        )?;
-        if !address.is_multiple_of(8) {
-            return Err(ProxyFailure::MisalignedSignal { address });
-        }
+        let address = self.regions.signal_address(signal, peer_rank)?;
         let value = match signal.operation {
             SignalOperation::Set => signal.value,
             SignalOperation::Add => memory

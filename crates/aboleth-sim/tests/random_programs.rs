@@ -7,10 +7,10 @@
 //! reproduce it with `aboleth sim`.
 
 use aboleth_abi::Transport;
-use aboleth_sim::{
-    program_generator::{generate_from_seed, print_program, spec_from_seed, with_a_signal_per_put},
-    validation::{ValidationOptions, validate},
+use aboleth_program_generator::{
+    generate_from_seed, print_program, spec_from_seed, with_a_signal_per_put,
 };
+use aboleth_sim::validation::{ValidationOptions, validate};
 
 /// The send ring of every other program (basic blocks): small enough that a launch wraps it.
 const SMALL_SEND_RING_BLOCKS: u32 = 64;

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use aboleth_abi::RemoteRegionDescriptor;
-use aboleth_abi::proxy::{ProxyCommand, ProxyOperation, ProxyPut, ProxySignal, SignalOperation};
+use aboleth_abi::proxy::{ProxyCommand, ProxyRegions, SignalOperation};
 
 use crate::cuda::{Device, PinnedHostMemory, RuntimeKernels, Stream};
 use crate::error::{RuntimeError, RuntimeResult};
@@ -136,19 +136,18 @@ impl ProxyRegionTable {
     pub fn new(regions: Vec<Vec<RemoteRegionDescriptor>>) -> Self {
         Self { regions }
     }
+}
 
-    /// The address on `peer_rank` of `[offset_bytes, offset_bytes + length_bytes)` of region
-    /// `region_index`, bounds-checked.
-    pub fn resolve(
+impl ProxyRegions for ProxyRegionTable {
+    type Error = ProxyExecutionError;
+
+    fn descriptor(
         &self,
         what: &'static str,
         region_index: u32,
         peer_rank: u32,
-        offset_bytes: u64,
-        length_bytes: u64,
-    ) -> Result<u64, ProxyExecutionError> {
-        let descriptor = self
-            .regions
+    ) -> Result<&RemoteRegionDescriptor, ProxyExecutionError> {
+        self.regions
             .get(region_index as usize)
             .ok_or(ProxyExecutionError::UnknownRegion {
                 what,
@@ -160,17 +159,35 @@ impl ProxyRegionTable {
                 what,
                 region_index,
                 peer_rank,
-            })?;
-        if !descriptor.contains(offset_bytes, length_bytes) {
-            return Err(ProxyExecutionError::OutOfBounds {
-                what,
-                region_index,
-                offset_bytes,
-                length_bytes,
-                region_length_bytes: descriptor.length_bytes,
-            });
+            })
+    }
+
+    fn out_of_bounds(
+        &self,
+        what: &'static str,
+        region_index: u32,
+        offset_bytes: u64,
+        length_bytes: u64,
+        region_length_bytes: u64,
+    ) -> ProxyExecutionError {
+        ProxyExecutionError::OutOfBounds {
+            what,
+            region_index,
+            offset_bytes,
+            length_bytes,
+            region_length_bytes,
         }
-        Ok(descriptor.base_address + offset_bytes)
+    }
+
+    fn misaligned_signal(&self, address: u64) -> ProxyExecutionError {
+        ProxyExecutionError::MisalignedSignal { address }
+    }
+
+    fn wrong_peer(&self, ring_peer_rank: u32, entry_peer_rank: u32) -> ProxyExecutionError {
+        ProxyExecutionError::WrongPeer {
+            ring_peer_rank,
+            entry_peer_rank,
+        }
     }
 }
 
@@ -268,66 +285,36 @@ impl<E: CopyEngine> ProxyExecutor<E> {
             .wait_until_complete()
             .map_err(|error| ProxyExecutionError::Engine(Box::new(error)))
     }
-
-    fn resolve_put(
-        &self,
-        table: &ProxyRegionTable,
-        put: &ProxyPut,
-    ) -> Result<(u64, u64, u64), ProxyExecutionError> {
-        let destination = table.resolve(
-            "put destination",
-            put.destination_region_index,
-            self.peer_rank,
-            put.destination_offset_bytes,
-            put.length_bytes,
-        )?;
-        Ok((destination, put.source_address, put.length_bytes))
-    }
-
-    fn resolve_signal(
-        &self,
-        table: &ProxyRegionTable,
-        signal: &ProxySignal,
-    ) -> Result<(u64, u64, SignalOperation), ProxyExecutionError> {
-        let address = table.resolve(
-            "signal",
-            signal.region_index,
-            self.peer_rank,
-            u64::from(signal.offset_bytes),
-            8,
-        )?;
-        if !address.is_multiple_of(8) {
-            return Err(ProxyExecutionError::MisalignedSignal { address });
-        }
-        Ok((address, signal.value, signal.operation))
-    }
 }
 
 impl<E: CopyEngine> CommandExecutor for ProxyExecutor<E> {
     type Error = ProxyExecutionError;
 
     fn execute(&mut self, command: &ProxyCommand) -> Result<(), ProxyExecutionError> {
-        if command.peer_rank != self.peer_rank {
-            return Err(ProxyExecutionError::WrongPeer {
-                ring_peer_rank: self.peer_rank,
-                entry_peer_rank: command.peer_rank,
-            });
-        }
         let table = self
             .regions
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone();
+        table.check_peer(command, self.peer_rank)?;
         // Resolve every address before enqueuing anything, so a bad command leaves no half of
         // itself behind.
-        let (put, signal) = match &command.operation {
-            ProxyOperation::Nop | ProxyOperation::Drain => (None, None),
-            ProxyOperation::Put(put) => (Some(self.resolve_put(&table, put)?), None),
-            ProxyOperation::Signal(signal) => (None, Some(self.resolve_signal(&table, signal)?)),
-            ProxyOperation::PutSignal(put, signal) => (
-                Some(self.resolve_put(&table, put)?),
-                Some(self.resolve_signal(&table, signal)?),
-            ),
+        let (put, signal) = command.operation.parts();
+        let put = match put {
+            Some(put) => Some((
+                table.put_destination(put, self.peer_rank)?,
+                put.source_address,
+                put.length_bytes,
+            )),
+            None => None,
+        };
+        let signal = match signal {
+            Some(signal) => Some((
+                table.signal_address(signal, self.peer_rank)?,
+                signal.value,
+                signal.operation,
+            )),
+            None => None,
         };
         let engine_error = |error: E::Error| ProxyExecutionError::Engine(Box::new(error));
         if let Some((destination, source, length_bytes)) = put
