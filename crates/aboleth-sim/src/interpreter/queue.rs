@@ -100,7 +100,8 @@ impl<'k> World<'k> {
         atomic: bool,
     ) -> Result<Step, SimulationError> {
         // Generated code starts every reservation with a barrier of the program's threads (the
-        // commands and their sources follow the other threads' stores: emit.rs `reserve_slots`).
+        // commands and their sources follow the other threads' stores: aboleth-codegen's
+        // `emit/queue.rs`, `reserve_slots`).
         self.order_other_threads(thread);
         let rank = self.threads[thread].rank;
         let (peer, handle) = self.endpoint(thread, endpoint)?;
