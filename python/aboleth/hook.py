@@ -13,12 +13,16 @@ that was there before (if any), then inserts a stage ``aboleth`` right after ``t
    the new text parsed back into the module's MLIR context otherwise.
 
 The Rust stage compiles the communication for the configured transport (``docs/TRITON_BRIDGE.md``);
-its errors are ``ValueError`` at the kernel's Python line.
+its errors are ``ValueError`` at the kernel's Python line (``NotImplementedError`` for a lowered op
+that TTIR code generation has no translation of). :class:`Config` is the Python face of the
+configuration; the Rust pipeline checks it, through ``aboleth._aboleth.PipelineOptions``, when
+it is made.
 
 Cache: Triton 3.6 does not put the hook in its cache key, and a cache hit skips the hook. So while
 installed, ``triton.knobs.cache.dir`` points at ``<previous cache dir>/aboleth-<salt>``, where the
 salt hashes the bridge version, the Rust build and the aboleth Python sources (``cache_salt``),
-and the configuration (target, passes off, disabled passes): changing any of them recompiles, and
+and the configuration (target, passes off, disabled passes, immediate and packet signals):
+changing any of them recompiles, and
 the same configuration hits the cache. Called with no arguments (Triton 3.7's contract) the hook
 returns ``(key, hash)`` with the same salt. A ``@triton.jit`` function's in-memory cache
 (``JITFunction.device_caches``) is keyed only by specialization and options, so the installation

@@ -53,7 +53,7 @@ MATMUL = (matmul, {"a_pointer": "*fp16", "b_pointer": "*fp16", "c_pointer": "*fp
 
 
 # ---------------------------------------------------------------------------------------------
-# The stage on kernels with aboleth calls: p2p compiled, mlx5 and proxy refused as not built
+# The stage on kernels with aboleth calls: compiled for every transport, the Rust call's input
 # ---------------------------------------------------------------------------------------------
 
 
