@@ -3,7 +3,7 @@ CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test setup python-setup python-test stubs lint bless fuzz help
+.PHONY: demo test setup python-setup python-test stubs lint bless fuzz bench help
 VENV ?= .venv
 PYTHON ?= python3
 
@@ -12,6 +12,7 @@ help:
 	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-check, fuzz)"
 	@echo "make bless  - rewrite golden .out files from the current compiler, and the extension's stubs (review the diff!)"
 	@echo "make stubs  - regenerate python/aboleth/_aboleth.pyi from crates/aboleth-python"
+	@echo "make bench  - how to run the benchmark suites on the GPU machine (experiments/bench)"
 
 # Debian packages the tests need: rdma-core's mlx5dv.h for the WQE cross-check.
 setup:
@@ -88,3 +89,11 @@ bless:
 fuzz:
 	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-ir --test fuzz_parser -- --nocapture
 	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-passes --test type_shuffle_fuzz -- --nocapture
+
+# The benchmark suites need a GPU; this says how to run them there. Their CPU parts (the kernels
+# compiled for sm_90, the scripts) are checked by python/tests/test_bench_suite.py in `make test`.
+bench:
+	@echo "On the GPU machine, from the repository root, with the wheel built here and carried:"
+	@echo "  CARGO_TARGET_DIR=/work/target-release VIRTUAL_ENV=\$$PWD/.venv .venv/bin/maturin build --release -o target-carry/wheels"
+	@echo "  NPROC=2 experiments/bench/run.sh OUT_DIR"
+	@echo "See experiments/bench/README.md for the suites, the methodology and the latest results."

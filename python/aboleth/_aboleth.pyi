@@ -7,7 +7,7 @@ The Rust side of aboleth's Triton bridge (see `docs/TRITON_BRIDGE.md`) and host 
 from _typeshed import SupportsGetItem
 from typing import SupportsIndex, final
 
-__all__ = ["DeviceTable", "ExchangedRegions", "LocalRegion", "PipelineOptions", "Region", "Registration", "TcpStoreBootstrap", "World", "packet_staging_bytes", "run_command_line", "run_stage", "version"]
+__all__ = ["DeviceTable", "ExchangedRegions", "LocalRegion", "PipelineOptions", "Region", "Registration", "TcpStoreBootstrap", "World", "connect_kinds", "packet_staging_bytes", "run_command_line", "run_stage", "transports", "version"]
 
 @final
 class DeviceTable:
@@ -258,7 +258,7 @@ class World:
         """
     def connect_all(self, /, kind: str) -> list[str]:
         """
-        Connects to every rank with `kind` ("p2p", "proxy", "rdma" or "auto"); returns the
+        Connects to every rank with `kind` (one of `TransportRequest::names`: "rdma", "proxy", "p2p" or "auto"); returns the
         transport to each rank, by rank (this rank's own is "p2p"). Collective; GIL released.
         """
     @property
@@ -302,6 +302,12 @@ class World:
         Number of ranks.
         """
 
+def connect_kinds() -> list[str]:
+    """
+    connect_kinds() -> list of str: what `World.connect_all(kind)` accepts
+    (`aboleth_runtime::TransportRequest::names`).
+    """
+
 def packet_staging_bytes(length: SupportsIndex) -> int:
     """
     packet_staging_bytes(length) -> int: the bytes a flag region of `length` bytes needs after
@@ -330,6 +336,13 @@ def run_stage(ttir_text: str, options: PipelineOptions, *, source_name: str = "<
     some comes back with the communication compiled for the target. Raises ValueError for TTIR
     that does not parse or communication that cannot be compiled (located at the kernel's Python
     line), NotImplementedError for an op code generation has no translation of.
+    """
+
+def transports() -> list[tuple[str, str, bool, bool]]:
+    """
+    transports() -> list of (name, runtime_name, lowered, has_runtime): every transport of
+    `aboleth_abi::Transport`, in wire-code order (`aboleth.TARGETS` are the lowered ones' names;
+    `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
     """
 
 def version() -> str:

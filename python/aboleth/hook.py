@@ -22,8 +22,7 @@ Cache: Triton 3.6 does not put the hook in its cache key, and a cache hit skips 
 installed, ``triton.knobs.cache.dir`` points at ``<previous cache dir>/aboleth-<salt>``, where the
 salt hashes the bridge version, the Rust build and the aboleth Python sources (``cache_salt``),
 and the configuration (target, passes off, disabled passes, immediate and packet signals):
-changing any of them recompiles, and
-the same configuration hits the cache. Called with no arguments (Triton 3.7's contract) the hook
+changing any of them recompiles, and the same configuration hits the cache. Called with no arguments (Triton 3.7's contract) the hook
 returns ``(key, hash)`` with the same salt. A ``@triton.jit`` function's in-memory cache
 (``JITFunction.device_caches``) is keyed only by specialization and options, so the installation
 also chains Triton's ``jit_post_compile_hook``: a function whose kernel went through the stage
@@ -78,8 +77,8 @@ __all__ = [
     "cache_salt",
 ]
 
-#: The transports a kernel can be compiled for.
-TARGETS = ("mlx5", "proxy", "p2p")
+#: The transports a kernel can be compiled for (the lowered ones of the Rust ``Transport`` enum).
+TARGETS = tuple(name for name, _runtime_name, lowered, _has_runtime in _aboleth.transports() if lowered)
 #: The name of the stage inserted after ``ttir`` (also the ``kernel.asm`` key of its output).
 STAGE = "aboleth"
 #: The version of the builtin/stage contract (``__aboleth_v1__`` in the symbols).

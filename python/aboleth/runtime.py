@@ -54,11 +54,13 @@ __all__ = [
     "tensor_span",
 ]
 
-#: What ``connect_all`` accepts.
-TRANSPORT_KINDS = ("p2p", "proxy", "rdma", "auto")
+#: What ``connect_all`` accepts: each lowered transport by its runtime name ("rdma" is mlx5),
+#: and "auto".
+TRANSPORT_KINDS = tuple(_aboleth.connect_kinds())
 
-#: Transports whose Triton code generation exists (``World.compilation`` targets).
-_GENERATED_TARGETS = ("p2p", "proxy")
+#: Transports this runtime can run kernels over (``World.compilation`` targets).
+_TRANSPORTS_WITH_RUNTIME = tuple(name for name, _runtime_name, _lowered, has_runtime in _aboleth.transports()
+                                 if has_runtime)
 
 
 def _check_count(name: str, value: Any) -> int:
@@ -268,7 +270,7 @@ class World:
         return None if self._transports is None else list(self._transports)
 
     def connect_all(self, kind: str = "auto") -> List[str]:
-        """Connects to every rank with ``kind`` ("p2p", "proxy", "rdma" or "auto"); returns the
+        """Connects to every rank with ``kind`` (one of :data:`TRANSPORT_KINDS`: "rdma", "proxy", "p2p" or "auto"); returns the
         transport to each rank. Collective. ``ValueError`` for an unknown kind; ``RuntimeError``
         when a peer cannot be reached that way (the message says why and what to change)."""
         if not isinstance(kind, str):
@@ -337,7 +339,7 @@ class World:
                 f"aboleth: this World reaches its peers over several transports ({described}), and a kernel is "
                 "compiled for one; per-peer transports in one kernel are not built yet: connect with a single kind")
         target = kinds[0]
-        if target not in _GENERATED_TARGETS:
+        if target not in _TRANSPORTS_WITH_RUNTIME:
             raise NotImplementedError(
                 f"aboleth: this World reaches its peers over {target} ({described}); kernels compile for it "
                 f"(`aboleth compile --target mlx5`) but the runtime has no {target} transport to run them yet "

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .hook import TARGETS
+
 TARGET_CAPABILITY = 90
 WARP_SIZE = 32
 
@@ -180,10 +182,10 @@ def compile_command(arguments: argparse.Namespace) -> int:
         return 0
     if arguments.emit in ("aboleth", "stats"):
         ttir = _capture_ttir(kernel, signature, constexprs, options)
-        options = Config(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled,
-                         immediate_signals=arguments.immediate_signals,
-                         packet_signals=arguments.packet_signals).pipeline_options()
-        _, summary_json = _aboleth.run_stage(ttir, options, source_name=f"{arguments.kernel}.ttir", plan_only=True)
+        pipeline = Config(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled,
+                          immediate_signals=arguments.immediate_signals,
+                          packet_signals=arguments.packet_signals).pipeline_options()
+        _, summary_json = _aboleth.run_stage(ttir, pipeline, source_name=f"{arguments.kernel}.ttir", plan_only=True)
         summary = json.loads(summary_json)
         if arguments.emit == "aboleth":
             sys.stdout.write(summary.get("aboleth_ir") or "")
@@ -220,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "`aboleth compile|sim KERNEL.py` runs this.")
     parser.add_argument("file", help="the Python file defining the kernel")
     parser.add_argument("--kernel", required=True, help="the @triton.jit function's name")
-    parser.add_argument("--target", required=True, choices=("mlx5", "proxy", "p2p"))
+    parser.add_argument("--target", required=True, choices=TARGETS)
     parser.add_argument("--signature", action="append", default=[],
                         help="NAME=TYPE[,NAME=TYPE...] with Triton's types: *i64, i64, i32, ...")
     parser.add_argument("--constexpr", action="append", default=[], help="NAME=VALUE (repeatable)")

@@ -68,8 +68,8 @@ def test_ttir_that_does_not_parse_raises_value_error_with_the_position():
 
 
 @pytest.mark.parametrize("target, options, message", [
-    ("rdma", {}, 'unknown target "rdma"; known targets: mlx5, proxy, p2p, efa, ionic'),
-    ("efa", {}, "--target efa: not supported yet"),
+    ("rdma", {}, 'unknown target "rdma", expected one of mlx5, proxy, p2p'),
+    ("efa", {}, 'unknown target "efa", expected one of mlx5, proxy, p2p'),
     ("p2p", {"immediate_signals": True}, "immediate signals (--immediate-signals, immediate_signals=True)"),
     ("proxy", {"passes_off": True, "disabled_passes": ["batch-commands"]}, "disabling passes (batch-commands)"),
 ])

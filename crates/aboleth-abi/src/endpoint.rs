@@ -1,4 +1,4 @@
-//! Per-peer endpoint handles as kernels read them: [`TransportKind`], the 128-byte
+//! Per-peer endpoint handles as kernels read them: the 128-byte
 //! [`EndpointHandle`] (one per peer, every transport's fields present, no union) and the 64-byte
 //! [`Mlx5QueueManagement`] block of device-side queue counters.
 //!
@@ -6,45 +6,8 @@
 //! asserted here; the simulator validates them. This module creates no queue and maps no memory.
 
 use crate::proxy::{ProxyDecodeError, validate_capacity_entries};
+use crate::transport::{Transport, TransportCodeError};
 use crate::wire::wire_layout;
-
-/// The transport that reaches a peer.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TransportKind {
-    /// GPU-initiated RDMA: the GPU writes mlx5 WQEs and rings the doorbell.
-    Mlx5 = 1,
-    /// Host proxy: the GPU writes commands into a host-pinned ring.
-    Proxy = 2,
-    /// NVLink / peer memory: plain loads and stores.
-    P2p = 3,
-    /// AWS EFA (experimental).
-    Efa = 4,
-    /// AMD Pensando Ionic (experimental).
-    Ionic = 5,
-}
-
-/// A transport field holding no known [`TransportKind`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transport kind {value} (expected 1..=5: mlx5, proxy, p2p, efa, ionic)")]
-pub struct TransportKindError {
-    /// The value found.
-    pub value: u32,
-}
-
-impl TransportKind {
-    /// Decodes the field.
-    pub fn from_u32(value: u32) -> Result<Self, TransportKindError> {
-        Ok(match value {
-            1 => Self::Mlx5,
-            2 => Self::Proxy,
-            3 => Self::P2p,
-            4 => Self::Efa,
-            5 => Self::Ionic,
-            _ => return Err(TransportKindError { value }),
-        })
-    }
-}
 
 /// Device-side counters of one mlx5 send queue, in basic blocks, in GPU memory (64 B). Modelled
 /// on NVSHMEM's management block; counters are 64-bit so they never wrap, and only their low 16
@@ -84,7 +47,7 @@ pub const ENDPOINT_FLAGS_ALL: u32 =
 #[repr(C, align(128))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EndpointHandle {
-    /// [`TransportKind`] as u32.
+    /// [`Transport`] as u32.
     pub transport: u32,
     /// The peer.
     pub peer_rank: u32,
@@ -146,7 +109,7 @@ wire_layout!(EndpointHandle, 128, {
 pub enum EndpointError {
     /// The transport field.
     #[error(transparent)]
-    Transport(#[from] TransportKindError),
+    Transport(#[from] TransportCodeError),
     /// Undefined flag bits.
     #[error("endpoint flags {flags:#x} contain undefined bits")]
     UnknownFlags {
@@ -218,18 +181,18 @@ fn check_address(
 
 impl EndpointHandle {
     /// The transport field, decoded.
-    pub fn transport_kind(&self) -> Result<TransportKind, TransportKindError> {
-        TransportKind::from_u32(self.transport)
+    pub fn decode_transport(&self) -> Result<Transport, TransportCodeError> {
+        Transport::from_code(self.transport)
     }
 
     /// Checks the fields of the handle's transport. EFA and Ionic have no fields yet.
-    pub fn validate(&self) -> Result<TransportKind, EndpointError> {
-        let kind = self.transport_kind()?;
+    pub fn validate(&self) -> Result<Transport, EndpointError> {
+        let kind = self.decode_transport()?;
         if self.flags & !ENDPOINT_FLAGS_ALL != 0 {
             return Err(EndpointError::UnknownFlags { flags: self.flags });
         }
         match kind {
-            TransportKind::Mlx5 => {
+            Transport::Mlx5 => {
                 if !self.sq_wqe_basic_block_count.is_power_of_two() {
                     let count = self.sq_wqe_basic_block_count;
                     return Err(EndpointError::SqBasicBlockCountNotPowerOfTwo { count });
@@ -257,11 +220,11 @@ impl EndpointHandle {
                     check_address("uar_doorbell_address", self.uar_doorbell_address, 8)?;
                 }
             }
-            TransportKind::Proxy => {
+            Transport::Proxy => {
                 check_address("proxy_ring_address", self.proxy_ring_address, 64)?;
                 validate_capacity_entries(self.proxy_ring_capacity_entries)?;
             }
-            TransportKind::P2p | TransportKind::Efa | TransportKind::Ionic => {}
+            Transport::P2p | Transport::Efa | Transport::Ionic => {}
         }
         Ok(kind)
     }
@@ -273,7 +236,7 @@ mod tests {
 
     fn mlx5_handle() -> EndpointHandle {
         EndpointHandle {
-            transport: TransportKind::Mlx5 as u32,
+            transport: Transport::Mlx5 as u32,
             sq_buffer_address: 0x10000,
             sq_wqe_basic_block_count: 1024,
             qpn: 0x1234,
@@ -289,7 +252,7 @@ mod tests {
 
     #[test]
     fn validation_accepts_good_handles_and_names_bad_fields() {
-        assert_eq!(mlx5_handle().validate(), Ok(TransportKind::Mlx5));
+        assert_eq!(mlx5_handle().validate(), Ok(Transport::Mlx5));
         let bad = |edit: fn(&mut EndpointHandle)| {
             let mut handle = mlx5_handle();
             edit(&mut handle);
@@ -297,7 +260,7 @@ mod tests {
         };
         assert_eq!(
             bad(|h| h.transport = 9),
-            EndpointError::Transport(TransportKindError { value: 9 })
+            EndpointError::Transport(TransportCodeError { value: 9 })
         );
         assert_eq!(
             bad(|h| h.sq_wqe_basic_block_count = 1000),
@@ -327,9 +290,9 @@ mod tests {
         ));
         let mut staged = mlx5_handle();
         (staged.flags, staged.uar_doorbell_address) = (ENDPOINT_FLAG_HOST_RINGS_DOORBELL, 0);
-        assert_eq!(staged.validate(), Ok(TransportKind::Mlx5));
+        assert_eq!(staged.validate(), Ok(Transport::Mlx5));
         let proxy = EndpointHandle {
-            transport: TransportKind::Proxy as u32,
+            transport: Transport::Proxy as u32,
             proxy_ring_address: 0x1000,
             proxy_ring_capacity_entries: 3,
             ..Default::default()
@@ -340,6 +303,6 @@ mod tests {
             peer_base_delta: -64,
             ..Default::default()
         };
-        assert_eq!(p2p.validate(), Ok(TransportKind::P2p));
+        assert_eq!(p2p.validate(), Ok(Transport::P2p));
     }
 }

@@ -7,7 +7,9 @@
 //!   encoded and decoded byte-exactly (cross-checked against rdma-core's `mlx5dv.h`);
 //! - [`proxy`]: the host-proxy command ring;
 //! - [`region`]: remote and local memory region descriptors;
-//! - [`endpoint`]: per-peer endpoint handles and the transport enum;
+//! - [`transport`]: the one transport enum every layer uses (names, wire code, which are lowered
+//!   and which have a runtime);
+//! - [`endpoint`]: per-peer endpoint handles;
 //! - [`packet`]: NVLink flag-in-data packets and the staging slots they land in.
 //!
 //! This crate holds layouts and pure encode/decode functions only: no I/O, no synchronisation, no
@@ -20,10 +22,12 @@ pub mod mlx5;
 pub mod packet;
 pub mod proxy;
 pub mod region;
+pub mod transport;
 pub mod wait_failure;
 
-pub use endpoint::{EndpointError, EndpointHandle, Mlx5QueueManagement, TransportKind};
+pub use endpoint::{EndpointError, EndpointHandle, Mlx5QueueManagement};
 pub use proxy::{ProxyCommand, ProxyRingEntry, ProxyRingHeader};
 pub use region::{LocalRegionDescriptor, RemoteRegionDescriptor};
+pub use transport::{Transport, TransportCodeError};
 pub use wait_failure::{WaitFailureLogHeader, WaitFailureRecord};
 pub use wire::{Be16, Be32, Be64};

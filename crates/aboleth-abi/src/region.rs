@@ -6,7 +6,7 @@
 //! This module does not register memory or exchange descriptors; it only fixes their layout and
 //! checks bounds.
 
-use crate::endpoint::{TransportKind, TransportKindError};
+use crate::transport::{Transport, TransportCodeError};
 use crate::wire::wire_layout;
 
 /// Where a region lives on one peer (32 B).
@@ -22,7 +22,7 @@ pub struct RemoteRegionDescriptor {
     pub rkey: u32,
     /// The rank this descriptor points into.
     pub peer_rank: u32,
-    /// [`TransportKind`] in the low 16 bits (the transport that reaches this peer), region flags
+    /// [`Transport`] in the low 16 bits (the transport that reaches this peer), region flags
     /// above ([`REGION_FLAG_PACKET_SLOTS`]).
     pub transport: u32,
     /// The region's index in the exchanged table: what proxy ring entries name
@@ -47,7 +47,7 @@ pub struct LocalRegionDescriptor {
 }
 wire_layout!(LocalRegionDescriptor, 16, { address: u64 = 0, lkey: u32 = 8, reserved: u32 = 12 });
 
-/// The bits of [`RemoteRegionDescriptor::transport`] that hold the [`TransportKind`].
+/// The bits of [`RemoteRegionDescriptor::transport`] that hold the [`Transport`].
 pub const TRANSPORT_KIND_MASK: u32 = 0xffff;
 /// Region flag: packet staging slots follow the region's bytes
 /// ([`crate::packet::staging_bytes`]), so packet signals may name flags in it. Generated code
@@ -56,8 +56,8 @@ pub const REGION_FLAG_PACKET_SLOTS: u32 = 1 << 16;
 
 impl RemoteRegionDescriptor {
     /// The transport field, decoded (region flags ignored).
-    pub fn transport_kind(&self) -> Result<TransportKind, TransportKindError> {
-        TransportKind::from_u32(self.transport & TRANSPORT_KIND_MASK)
+    pub fn decode_transport(&self) -> Result<Transport, TransportCodeError> {
+        Transport::from_code(self.transport & TRANSPORT_KIND_MASK)
     }
 
     /// Whether packet staging slots follow the region ([`REGION_FLAG_PACKET_SLOTS`]).
@@ -118,7 +118,7 @@ mod tests {
         };
         assert!(region.contains(0, 100) && region.contains(100, 0));
         assert!(!region.contains(1, 100) && !region.contains(u64::MAX, 2));
-        assert_eq!(region.transport_kind(), Ok(TransportKind::P2p));
+        assert_eq!(region.decode_transport(), Ok(Transport::P2p));
         let table = [
             region,
             RemoteRegionDescriptor {

@@ -10,15 +10,18 @@
 //! that do not parse: 2, as clap reports them). A closed standard output (`aboleth opt ... | head -1`) ends the command quietly.
 //! No compiler logic lives here.
 
+use aboleth_abi::Transport;
 use std::collections::BTreeSet;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{
+    Parser, Subcommand, ValueEnum,
+    builder::{PossibleValuesParser, TypedValueParser},
+};
 
 use aboleth_ir::{
     Diagnostic,
     pliron::context::Context,
     text::{parse_module, print_module},
-    transport::Target,
     walk::{kernel_name, kernels},
 };
 use aboleth_passes::{
@@ -43,25 +46,11 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum TargetArgument {
-    Mlx5,
-    Proxy,
-    P2p,
-    Efa,
-    Ionic,
-}
-
-impl TargetArgument {
-    fn target(self) -> Target {
-        match self {
-            TargetArgument::Mlx5 => Target::Mlx5,
-            TargetArgument::Proxy => Target::Proxy,
-            TargetArgument::P2p => Target::P2p,
-            TargetArgument::Efa => Target::Efa,
-            TargetArgument::Ionic => Target::Ionic,
-        }
-    }
+/// Parses `--target`: one of [`Transport::NAMES`] (clap lists them in its help and errors).
+fn target_parser() -> impl TypedValueParser<Value = Transport> {
+    PossibleValuesParser::new(Transport::NAMES).map(|name: String| {
+        Transport::from_name(&name).expect("clap accepted one of Transport::NAMES")
+    })
 }
 
 #[derive(clap::Args)]
@@ -78,8 +67,8 @@ struct PipelineArguments {
 #[derive(clap::Args)]
 struct PlanningArguments {
     /// The transport to specialize to.
-    #[arg(long, value_enum, default_value = "mlx5")]
-    target: TargetArgument,
+    #[arg(long, value_parser = target_parser(), default_value = "mlx5")]
+    target: Transport,
     /// Skip one planning pass (repeatable); see `aboleth passes`.
     #[arg(long = "disable-pass", value_name = "NAME")]
     disable_pass: Vec<String>,
@@ -100,7 +89,7 @@ impl PipelineArguments {
     /// cannot have the effect asked for is a command-line error.
     fn options(&self) -> anyhow::Result<PipelineOptions> {
         let planning = &self.planning;
-        let mut options = PipelineOptions::new(planning.target.target());
+        let mut options = PipelineOptions::new(planning.target);
         options.passes_off = self.passes_off;
         options.immediate_signals = planning.immediate_signals;
         options.packet_signals = planning.packet_signals;
@@ -672,7 +661,7 @@ fn compile_python(request: &PythonCompilation<'_>, python: &str) -> anyhow::Resu
         "--kernel".to_string(),
         kernel,
         "--target".to_string(),
-        planning.target.target().name().to_string(),
+        planning.target.name().to_string(),
         "--emit".to_string(),
         request.emit.name().to_string(),
     ];
@@ -827,7 +816,7 @@ fn plan(text: &str, file: &str) -> Result<String, Diagnostic> {
     let mut out = String::new();
     let ctx = &mut Context::new();
     let module = parse_module(ctx, text, file)?;
-    let mut options = PipelineOptions::new(Target::Mlx5);
+    let mut options = PipelineOptions::new(Transport::Mlx5);
     options.stop_before_lowering = true;
     run_pipeline(ctx, module, &options)?;
     let _ = writeln!(
@@ -862,7 +851,7 @@ fn plan(text: &str, file: &str) -> Result<String, Diagnostic> {
         "completions",
         "payload_B"
     );
-    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+    for target in [Transport::Mlx5, Transport::Proxy, Transport::P2p] {
         for passes_off in [true, false] {
             let mut options = PipelineOptions::new(target);
             options.passes_off = passes_off;

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     ab::attributes::{BinaryOperator, SignalOperation},
     ab::ops::BinaryOp,
@@ -29,7 +30,6 @@ use aboleth_ir::{
     },
     scalar::integer_width,
     text::op_name,
-    transport::Target,
     walk::{block_ops, region_block},
 };
 use aboleth_ttir::{OperationId, TtirModule, ValueNamer};
@@ -58,7 +58,7 @@ pub fn generate(
     kernel: Ptr<Operation>,
     lifted: &LiftedKernel,
     module: &mut TtirModule,
-    target: Target,
+    target: Transport,
 ) -> Result<Vec<String>, BridgeError> {
     let mut generator = Generator {
         ctx,
@@ -136,7 +136,7 @@ enum Edit {
 struct Generator<'a> {
     ctx: &'a Context,
     lifted: &'a LiftedKernel,
-    target: Target,
+    target: Transport,
     values: HashMap<Value, Repr>,
     namer: ValueNamer,
     replaced: Vec<OperationId>,
@@ -702,7 +702,7 @@ impl Generator<'_> {
                     );
                     self.wait_log = Some((log, rank));
                 }
-                if self.target == Target::Mlx5 {
+                if self.target == Transport::Mlx5 {
                     self.exit_unless_supported_mlx5_endpoint(op, &address);
                 }
                 self.define(
@@ -1279,7 +1279,7 @@ impl Generator<'_> {
         );
         // Only mlx5 handles (a kernel's endpoint to its own rank is p2p).
         let transport = self.load_field(handle, offset_of!(EndpointHandle, transport) as u64, 32);
-        let mlx5 = self.constant_i64(aboleth_abi::TransportKind::Mlx5 as i64);
+        let mlx5 = self.constant_i64(aboleth_abi::Transport::Mlx5 as i64);
         let is_mlx5 = self.assign(
             "ab_unsupported",
             format!("arith.cmpi eq, {transport}, {mlx5} : i64"),

@@ -16,7 +16,6 @@ pub mod lift;
 use aboleth_ir::{
     Diagnostic, attrs, parse_module,
     pliron::context::Context,
-    transport::Target,
     walk::{all_ops, kernels},
 };
 use aboleth_passes::pipeline::{PipelineOptions, run_pipeline};
@@ -435,16 +434,6 @@ fn bind_by_parameter_name(
         })
         .collect();
     entries.join(" ")
-}
-
-/// Targets the stage accepts (`mlx5`, `proxy`, `p2p`).
-pub fn target_from_name(name: &str) -> Option<Target> {
-    match name {
-        "mlx5" => Some(Target::Mlx5),
-        "proxy" => Some(Target::Proxy),
-        "p2p" => Some(Target::P2p),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The stage on real TTIR from the corpus (dumped from Triton 3.6 with the real builtins).
 
+use aboleth_abi::Transport;
 use aboleth_codegen::{StageOptions, run_stage};
-use aboleth_ir::transport::Target;
 use aboleth_passes::pipeline::PipelineOptions;
 
 fn corpus(name: &str) -> String {
@@ -12,7 +12,7 @@ fn corpus(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn options(target: Target) -> StageOptions {
+fn options(target: Transport) -> StageOptions {
     StageOptions {
         pipeline: PipelineOptions::new(target),
         source_name: "kernel.ttir".into(),
@@ -28,7 +28,7 @@ fn kernels_without_aboleth_calls_come_back_unchanged() {
         "while_loop.after-passes.ttir",
     ] {
         let text = corpus(name);
-        let output = run_stage(&text, &options(Target::P2p)).unwrap();
+        let output = run_stage(&text, &options(Transport::P2p)).unwrap();
         assert_eq!(output.ttir, text, "{name}");
         assert!(!output.summary.changed);
     }
@@ -37,7 +37,7 @@ fn kernels_without_aboleth_calls_come_back_unchanged() {
 #[test]
 fn the_seed_alltoall_compiles_for_p2p() {
     let text = corpus("alltoall.after-passes.ttir");
-    let output = run_stage(&text, &options(Target::P2p)).unwrap_or_else(|e| panic!("{e}"));
+    let output = run_stage(&text, &options(Transport::P2p)).unwrap_or_else(|e| panic!("{e}"));
     println!("{}", output.ttir);
     println!("{}", output.summary.aboleth_ir);
     assert!(output.summary.changed);
@@ -49,7 +49,7 @@ fn the_seed_alltoall_compiles_for_p2p() {
 #[test]
 fn the_seed_alltoall_compiles_for_proxy() {
     let text = corpus("alltoall.after-passes.ttir");
-    let output = run_stage(&text, &options(Target::Proxy)).unwrap_or_else(|e| panic!("{e}"));
+    let output = run_stage(&text, &options(Transport::Proxy)).unwrap_or_else(|e| panic!("{e}"));
     if let Ok(path) = std::env::var("ABOLETH_DUMP_TTIR") {
         std::fs::write(path, &output.ttir).unwrap();
     }
@@ -77,7 +77,7 @@ fn the_seed_alltoall_compiles_for_proxy() {
 #[test]
 fn waits_are_bounded_and_name_their_source_line() {
     let text = corpus("alltoall.after-passes.ttir");
-    let output = run_stage(&text, &options(Target::P2p)).unwrap_or_else(|e| panic!("{e}"));
+    let output = run_stage(&text, &options(Transport::P2p)).unwrap_or_else(|e| panic!("{e}"));
     // The bound is read from the wait-failure log that the endpoint handle points to.
     assert!(output.ttir.contains("mov.u64 $0, %globaltimer;"));
     // A wait that gives up records itself, asks every other wait of the rank to give up
@@ -97,7 +97,7 @@ fn waits_are_bounded_and_name_their_source_line() {
 #[test]
 fn the_seed_alltoall_compiles_for_mlx5() {
     let text = corpus("alltoall.after-passes.ttir");
-    let output = run_stage(&text, &options(Target::Mlx5)).unwrap_or_else(|e| panic!("{e}"));
+    let output = run_stage(&text, &options(Transport::Mlx5)).unwrap_or_else(|e| panic!("{e}"));
     if let Ok(path) = std::env::var("ABOLETH_DUMP_TTIR") {
         std::fs::write(path, &output.ttir).unwrap();
     }
@@ -127,7 +127,7 @@ fn the_seed_alltoall_compiles_for_mlx5() {
             .contains(&format!("arith.constant {kind} : i32")),
         "no unsupported-endpoint check"
     );
-    let p2p = run_stage(&text, &options(Target::P2p)).unwrap_or_else(|e| panic!("{e}"));
+    let p2p = run_stage(&text, &options(Transport::P2p)).unwrap_or_else(|e| panic!("{e}"));
     assert!(!p2p.ttir.contains(&format!("arith.constant {kind} : i32")));
 }
 
@@ -147,12 +147,12 @@ fn a_library_style_predicated_put_compiles_for_every_transport() {
             .replace(", %last_5 {", " {")
             .replace(", i64) -> i64", ") -> i64"),
     );
-    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+    for target in [Transport::Mlx5, Transport::Proxy, Transport::P2p] {
         let mut options = options(target);
         options.pipeline.passes_off = true;
         let output =
             run_stage(&unused, &options).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
-        if target != Target::P2p {
+        if target != Transport::P2p {
             // Nothing is posted when the predicate is false: the whole call is under an if.
             assert!(
                 output.ttir.contains("scf.if %ab_taken"),
@@ -166,7 +166,7 @@ fn a_library_style_predicated_put_compiles_for_every_transport() {
 #[test]
 fn queue_waits_are_bounded_too() {
     let text = corpus("alltoall.after-passes.ttir");
-    for target in [Target::Proxy, Target::Mlx5] {
+    for target in [Transport::Proxy, Transport::Mlx5] {
         let output = run_stage(&text, &options(target)).unwrap_or_else(|e| panic!("{e}"));
         // The flag wait, the reservation's wait for ring space and the completion wait each
         // give up past the bound and record what they waited for.
@@ -221,7 +221,7 @@ fn lines_with(ttir: &str, needle: &str) -> Vec<usize> {
 /// the signal's, after the copy).
 #[test]
 fn a_p2p_copy_of_a_source_the_kernel_stored_follows_a_barrier() {
-    let output = run_stage(&alltoall_storing_its_source(), &options(Target::P2p))
+    let output = run_stage(&alltoall_storing_its_source(), &options(Transport::P2p))
         .unwrap_or_else(|e| panic!("{e}"));
     // The lowering decided it (the lifting marked the put `ttir_unlifted_writes`).
     assert!(
@@ -242,8 +242,11 @@ fn a_p2p_copy_of_a_source_the_kernel_stored_follows_a_barrier() {
         output.ttir
     );
 
-    let output = run_stage(&corpus("alltoall.after-passes.ttir"), &options(Target::P2p))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let output = run_stage(
+        &corpus("alltoall.after-passes.ttir"),
+        &options(Transport::P2p),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(!output.summary.aboleth_ir.contains("source_stores"));
     let barriers = lines_with(&output.ttir, "gpu.barrier");
     let copy = lines_with(&output.ttir, "scf.for %ab_chunk");
@@ -255,7 +258,7 @@ fn a_p2p_copy_of_a_source_the_kernel_stored_follows_a_barrier() {
 /// one, so the store is ordered before the leader writes the commands and rings.
 #[test]
 fn mlx5_and_proxy_reserve_after_a_barrier_following_the_source_store() {
-    for target in [Target::Mlx5, Target::Proxy] {
+    for target in [Transport::Mlx5, Transport::Proxy] {
         let output = run_stage(&alltoall_storing_its_source(), &options(target))
             .unwrap_or_else(|e| panic!("{e}"));
         let store = lines_with(&output.ttir, "tt.store %src_3, %tile")[0];

@@ -7,6 +7,7 @@
 //! never exceed the ring. Loops with unknown trip counts record `queue_slots_unbounded`, and the
 //! lowering requests a completion per batch there. p2p has no queue: nothing is recorded.
 
+use aboleth_abi::Transport;
 use std::collections::HashMap;
 
 use aboleth_ir::{
@@ -18,7 +19,6 @@ use aboleth_ir::{
     },
     scalar::{constant_trip_count, enclosing_loops},
     text::op_name,
-    transport::Target,
     walk::all_ops,
 };
 
@@ -34,7 +34,7 @@ pub fn run(
     module: Ptr<Operation>,
     pass: &PassContext,
 ) -> Result<bool, Diagnostic> {
-    if matches!(pass.target, Target::P2p) {
+    if matches!(pass.target, Transport::P2p) {
         return Ok(false);
     }
     // endpoint -> (slots since the last completion point, maximum seen, unbounded)

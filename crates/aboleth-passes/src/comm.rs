@@ -3,6 +3,7 @@
 //! Shared helpers so that every pass reads `ab.put`/`ab.signal` operands the same way and the
 //! pass files hold only their own decision. Nothing here rewrites IR.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     ab::{
         attributes::{Publication, SignalOperation},
@@ -16,7 +17,6 @@ use aboleth_ir::{
     },
     scalar::constant_value,
     text::op_name,
-    transport::Target,
 };
 
 /// True for the ops that post a command on a queue (`ab.put`, `ab.signal`).
@@ -67,9 +67,9 @@ pub const MLX5_INLINE_BYTES_LIMIT: i64 = 64;
 
 /// Queue slots one transfer takes on `target`: WQE basic blocks on mlx5, ring entries on proxy.
 /// Returns `None` when the size is not a compile-time constant (an inline put of unknown size).
-pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Target) -> Option<i64> {
+pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Transport) -> Option<i64> {
     match target {
-        Target::Mlx5 => {
+        Transport::Mlx5 => {
             if op_name(ctx, op) == "ab.signal"
                 && attrs::get_typed::<Publication>(ctx, op, "publication")
                     == Some(Publication::WriteWithImmediate)
@@ -93,8 +93,8 @@ pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Target) -> Option<i64
                 Some(1)
             }
         }
-        Target::Proxy => Some(1),
-        Target::P2p | Target::Efa | Target::Ionic => Some(0),
+        Transport::Proxy => Some(1),
+        Transport::P2p | Transport::Efa | Transport::Ionic => Some(0),
     }
 }
 

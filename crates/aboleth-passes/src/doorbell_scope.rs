@@ -24,6 +24,7 @@
 //! queues keep thread scope: their base comes from an atomic only the leader sees.
 //! Not for p2p: its copies already spread over the whole program.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic, attrs,
     pliron::{
@@ -32,7 +33,6 @@ use aboleth_ir::{
     },
     scalar::{constant_trip_count, constant_value},
     text::op_name,
-    transport::Target,
     walk::all_ops,
 };
 
@@ -49,7 +49,7 @@ pub fn run(
     module: Ptr<Operation>,
     pass: &PassContext,
 ) -> Result<bool, Diagnostic> {
-    if !matches!(pass.target, Target::Mlx5 | Target::Proxy) {
+    if !matches!(pass.target, Transport::Mlx5 | Transport::Proxy) {
         return Ok(false);
     }
     let mut changed = false;

@@ -7,6 +7,7 @@
 //! already stores, so the pass changes nothing there. Sizes unknown at compile time are never
 //! inlined.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic,
     ab::ops::operand,
@@ -17,7 +18,6 @@ use aboleth_ir::{
     },
     scalar::constant_value,
     text::op_name,
-    transport::Target,
     walk::all_ops,
 };
 
@@ -30,7 +30,7 @@ pub fn run(
     module: Ptr<Operation>,
     pass: &PassContext,
 ) -> Result<bool, Diagnostic> {
-    if pass.target != Target::Mlx5 {
+    if pass.target != Transport::Mlx5 {
         return Ok(false);
     }
     let mut changed = false;

@@ -12,6 +12,7 @@
 //! queue is in order), `ab.wait_signal` a flag poll. The per-transport differences (op names, slot sizes, what submission is) live in
 //! [`QueueTransport`] implementations; this module holds no transport detail.
 
+use aboleth_abi::Transport;
 use std::collections::HashMap;
 
 use aboleth_ir::{
@@ -31,7 +32,7 @@ use aboleth_ir::{
     },
     scalar::constant_trip_count,
     text::op_name,
-    transport::{GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Target},
+    transport::{GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp},
     walk::{all_ops, block_ops, kernels, region_block},
 };
 
@@ -66,7 +67,7 @@ pub struct Command {
 )]
 pub trait QueueTransport {
     /// The target.
-    fn target(&self) -> Target;
+    fn target(&self) -> Transport;
     /// Emits the reservation; returns the base slot (`i64`).
     fn emit_reserve(
         &self,
@@ -657,7 +658,11 @@ fn too_many_slots(ctx: &Context, for_op: Ptr<Operation>) -> Diagnostic {
     )
 }
 
-fn member_slots(ctx: &Context, member: Ptr<Operation>, target: Target) -> Result<i64, Diagnostic> {
+fn member_slots(
+    ctx: &Context,
+    member: Ptr<Operation>,
+    target: Transport,
+) -> Result<i64, Diagnostic> {
     if op_name(ctx, member) == "ab.for" {
         let trip = constant_trip_count(ctx, member).unwrap_or(0);
         let mut per_iteration = 0;

@@ -11,6 +11,7 @@
 //! queue it is NVSHMEM's sequence: GPU fence, in-order publication, lock, `atomicMax`,
 //! record, doorbell, unlock. The queue machinery is in [`crate::lower_common`].
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic, attrs,
     builder::Builder,
@@ -21,7 +22,7 @@ use aboleth_ir::{
     },
     transport::{
         Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp, Mlx5LockOp, Mlx5PublishOp,
-        Mlx5ReserveOp, Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp, Target,
+        Mlx5ReserveOp, Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp,
     },
 };
 
@@ -35,8 +36,8 @@ use crate::registry::PassContext;
 pub struct Mlx5Transport;
 
 impl QueueTransport for Mlx5Transport {
-    fn target(&self) -> Target {
-        Target::Mlx5
+    fn target(&self) -> Transport {
+        Transport::Mlx5
     }
 
     fn emit_reserve(

@@ -7,6 +7,7 @@
 //! `atomicMax`. The proxy executes one ring's entries in order on one stream, so a signal entry
 //! after its data needs no fence. Completions are a host-written counter the GPU polls.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic, attrs,
     builder::Builder,
@@ -17,7 +18,7 @@ use aboleth_ir::{
     },
     transport::{
         ProxyDoorbellOp, ProxyPublishOp, ProxyPutOp, ProxyReserveOp, ProxySignalOp,
-        ProxyWaitCompletionOp, Target,
+        ProxyWaitCompletionOp,
     },
 };
 
@@ -31,8 +32,8 @@ use crate::registry::PassContext;
 pub struct ProxyTransport;
 
 impl QueueTransport for ProxyTransport {
-    fn target(&self) -> Target {
-        Target::Proxy
+    fn target(&self) -> Transport {
+        Transport::Proxy
     }
 
     fn emit_reserve(

@@ -4,6 +4,7 @@
 //! for `--passes-off`), verifying after each, then the target's lowering, then verifies again.
 //! It records the module's text after each pass when asked (`--print-after-all`).
 
+use aboleth_abi::Transport;
 use std::collections::BTreeSet;
 
 use aboleth_ir::{
@@ -13,7 +14,6 @@ use aboleth_ir::{
         operation::{Operation, verify_operation},
     },
     text::{op_name, print_module},
-    transport::Target,
     verify::verify_module,
     walk::all_ops,
 };
@@ -24,7 +24,7 @@ use crate::registry::{PASSES, PassContext, PassFunction};
 #[derive(Clone, Debug)]
 pub struct PipelineOptions {
     /// The transport to lower to.
-    pub target: Target,
+    pub target: Transport,
     /// Skip every planning pass (library-style lowering: the baseline).
     pub passes_off: bool,
     /// Planning passes to skip, by flag name.
@@ -41,7 +41,7 @@ pub struct PipelineOptions {
 
 impl PipelineOptions {
     /// All passes on, for `target`.
-    pub fn new(target: Target) -> Self {
+    pub fn new(target: Transport) -> Self {
         PipelineOptions {
             target,
             passes_off: false,
@@ -69,7 +69,7 @@ impl PipelineOptions {
                 names.join(", ")
             ));
         }
-        if self.immediate_signals && self.target != Target::Mlx5 {
+        if self.immediate_signals && self.target != Transport::Mlx5 {
             return Err(format!(
                 "immediate signals (--immediate-signals, immediate_signals=True) let mlx5 \
                  signals ride on their puts as RDMA write-with-immediate; the {} transport has no \
@@ -77,7 +77,7 @@ impl PipelineOptions {
                 self.target.name()
             ));
         }
-        if self.packet_signals && self.target != Target::P2p {
+        if self.packet_signals && self.target != Transport::P2p {
             return Err(format!(
                 "packet signals (--packet-signals, packet_signals=True) let p2p signals travel \
                  in their puts' data as LL packets over NVLink stores; the {} transport does not \
@@ -85,7 +85,7 @@ impl PipelineOptions {
                 self.target.name()
             ));
         }
-        if matches!(self.target, Target::Efa | Target::Ionic) {
+        if !self.target.is_lowered() {
             return Err(format!(
                 "--target {}: not supported yet: no lowering to {} exists; use --target mlx5, \
                  proxy or p2p",
@@ -159,10 +159,10 @@ pub fn run_pipeline(
     }
     // Transport specialization.
     let (name, lowering): (&str, PassFunction) = match options.target {
-        Target::Mlx5 => ("lower-mlx5", crate::lower_mlx5::run),
-        Target::Proxy => ("lower-proxy", crate::lower_proxy::run),
-        Target::P2p => ("lower-p2p", crate::lower_p2p::run),
-        Target::Efa | Target::Ionic => unreachable!("refused above"),
+        Transport::Mlx5 => ("lower-mlx5", crate::lower_mlx5::run),
+        Transport::Proxy => ("lower-proxy", crate::lower_proxy::run),
+        Transport::P2p => ("lower-p2p", crate::lower_p2p::run),
+        Transport::Efa | Transport::Ionic => unreachable!("not lowered: refused by validate"),
     };
     lowering(ctx, module, &pass_context)?;
     record(ctx, module, options, &mut report, name)?;

@@ -3,18 +3,18 @@
 //! The CLI's `--disable-pass NAME` and `aboleth passes` read this table; `docs/COMPILER_SEMANTICS.md`
 //! describes each entry at length. The order here is the pipeline order (see `pipeline.rs`).
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic,
     pliron::context::{Context, Ptr},
     pliron::operation::Operation,
-    transport::Target,
 };
 
 /// What a pass may look at besides the IR.
 #[derive(Clone, Copy, Debug)]
 pub struct PassContext {
     /// The transport being compiled for.
-    pub target: Target,
+    pub target: Transport,
     /// The program declares that its flags are observed only through `ab.wait_signal`, so a
     /// signal's flag may be written when a wait of the receiving rank applies it rather than
     /// when it lands: `choose-signal-publication` may then pick write-with-immediate.

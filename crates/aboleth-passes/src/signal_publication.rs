@@ -29,6 +29,7 @@
 //! Without this pass, the lowering publishes library-style (`Fenced`) and waits with a
 //! volatile poll followed by a fence.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic,
     ab::attributes::Publication,
@@ -38,7 +39,6 @@ use aboleth_ir::{
         operation::Operation,
     },
     text::op_name,
-    transport::Target,
     walk::all_ops,
 };
 
@@ -63,14 +63,15 @@ pub fn run(
     // The flag table and endpoint table of the first signal published with an immediate: the
     // receive side decodes immediates against one flag region (the index is all it carries).
     let mut immediate_tables: Option<(Value, Value)> = None;
-    let packet_signals: Vec<Ptr<Operation>> = if pass.target == Target::P2p && pass.packet_signals {
-        kernels(ctx, module)
-            .into_iter()
-            .flat_map(|kernel| packet_signals_of(ctx, kernel))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let packet_signals: Vec<Ptr<Operation>> =
+        if pass.target == Transport::P2p && pass.packet_signals {
+            kernels(ctx, module)
+                .into_iter()
+                .flat_map(|kernel| packet_signals_of(ctx, kernel))
+                .collect()
+        } else {
+            Vec::new()
+        };
     for op in all_ops(ctx, module) {
         if op_name(ctx, op) == "ab.wait_signal" {
             attrs::set_string(ctx, op, "order", "acquire");
@@ -80,13 +81,13 @@ pub fn run(
         if op_name(ctx, op) != "ab.signal" {
             continue;
         }
-        let immediate = (pass.target == Target::Mlx5 && pass.immediate_signals)
+        let immediate = (pass.target == Transport::Mlx5 && pass.immediate_signals)
             .then(|| immediate_signal_candidate(ctx, op))
             .flatten()
             .filter(|tables| *immediate_tables.get_or_insert(*tables) == *tables);
         let publication = if packet_signals.contains(&op) {
             Publication::FlagInData
-        } else if pass.target == Target::P2p {
+        } else if pass.target == Transport::P2p {
             Publication::ReleaseStore
         } else if immediate.is_some() {
             Publication::WriteWithImmediate

@@ -9,12 +9,12 @@
 //!   pipeline, print IR or stats;
 //! - `// run: error [target=T]`: parse (and compile for T) and print the diagnostic.
 
+use aboleth_abi::Transport;
 use std::path::{Path, PathBuf};
 
 use aboleth_ir::{
     pliron::context::Context,
     text::{parse_module, print_module},
-    transport::Target,
     walk::kernels,
 };
 use aboleth_passes::{
@@ -39,12 +39,12 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn target_of(words: &[&str]) -> Target {
+fn target_of(words: &[&str]) -> Transport {
     words
         .iter()
         .find_map(|w| w.strip_prefix("target="))
-        .map(|name| Target::from_name(name).unwrap_or_else(|| panic!("unknown target {name}")))
-        .unwrap_or(Target::Mlx5)
+        .map(|name| Transport::from_name(name).unwrap_or_else(|| panic!("unknown target {name}")))
+        .unwrap_or(Transport::Mlx5)
 }
 
 fn run_file(path: &Path) -> String {

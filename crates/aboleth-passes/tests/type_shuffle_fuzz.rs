@@ -10,9 +10,10 @@
 //! line number. Unshuffled programs must mostly compile, so the generator is known to reach the
 //! passes. `ABOLETH_FUZZ_SECONDS` bounds the run (default 3 s, as the parser fuzzer).
 
+use aboleth_abi::Transport;
 use std::time::{Duration, Instant};
 
-use aboleth_ir::{pliron::context::Context, text::parse_module, transport::Target};
+use aboleth_ir::{pliron::context::Context, text::parse_module};
 use aboleth_passes::{PipelineOptions, run_pipeline};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -376,13 +377,13 @@ fn check(text: &str, configuration: usize) -> Result<(bool, usize), String> {
     }
     let mut compiled = 0;
     let mut configurations = Vec::new();
-    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+    for target in [Transport::Mlx5, Transport::Proxy, Transport::P2p] {
         for passes_off in [false, true] {
             // The declarations only where they can take effect (`PipelineOptions::validate`
             // refuses the others): write-with-immediate on mlx5, packets on p2p.
             let declaration = match target {
-                Target::Mlx5 => (true, false),
-                Target::P2p => (false, true),
+                Transport::Mlx5 => (true, false),
+                Transport::P2p => (false, true),
                 _ => (false, false),
             };
             for flags in [(false, false), declaration] {

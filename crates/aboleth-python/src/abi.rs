@@ -1,7 +1,9 @@
-//! What Python needs from `aboleth-abi`'s layouts: `packet_staging_bytes`, the staging bytes a
-//! flag region of packet signals needs after it ([`aboleth_abi::packet::staging_bytes`]).
+//! What Python needs from `aboleth-abi`: `packet_staging_bytes`, the staging bytes a flag region
+//! of packet signals needs after it ([`aboleth_abi::packet::staging_bytes`]), and `transports`,
+//! the transport vocabulary ([`aboleth_abi::Transport`]) that `aboleth.TARGETS` and the
+//! runtime's list are read from.
 //!
-//! What it does not do: define a layout (only `aboleth-abi` does).
+//! What it does not do: define a layout or a transport (only `aboleth-abi` does).
 
 use aboleth_abi::packet::{FLAG_BYTES, SLOT_BYTES};
 use pyo3::exceptions::PyValueError;
@@ -19,4 +21,22 @@ pub fn packet_staging_bytes(length: u64) -> PyResult<u64> {
         )));
     }
     Ok(aboleth_abi::packet::staging_bytes(length))
+}
+
+/// transports() -> list of (name, runtime_name, lowered, has_runtime): every transport of
+/// `aboleth_abi::Transport`, in wire-code order (`aboleth.TARGETS` are the lowered ones' names;
+/// `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
+#[pyfunction]
+pub fn transports() -> Vec<(&'static str, &'static str, bool, bool)> {
+    aboleth_abi::Transport::ALL
+        .into_iter()
+        .map(|transport| {
+            (
+                transport.name(),
+                transport.runtime_name(),
+                transport.is_lowered(),
+                transport.has_runtime(),
+            )
+        })
+        .collect()
 }

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use aboleth_ir::transport::Target;
+use aboleth_abi::Transport;
 use aboleth_passes::pipeline::PipelineOptions;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -31,7 +31,8 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// The pipeline options the Python arguments ask for, checked by `PipelineOptions::validate`.
+/// The pipeline options the Python arguments ask for: `target` names a lowered transport
+/// ([`Transport::LOWERED`]), and the rest is checked by `PipelineOptions::validate`.
 pub fn pipeline_options(
     target: &str,
     passes_off: bool,
@@ -39,12 +40,18 @@ pub fn pipeline_options(
     immediate_signals: bool,
     packet_signals: bool,
 ) -> Result<PipelineOptions, ConfigError> {
-    let target = Target::from_name(target).ok_or_else(|| {
-        ConfigError(format!(
-            "unknown target {target:?}; known targets: {}",
-            Target::NAMES.join(", ")
-        ))
-    })?;
+    let target = Transport::from_name(target)
+        .filter(|transport| transport.is_lowered())
+        .ok_or_else(|| {
+            let lowered: Vec<&str> = Transport::LOWERED
+                .iter()
+                .map(|transport| transport.name())
+                .collect();
+            ConfigError(format!(
+                "unknown target {target:?}, expected one of {}",
+                lowered.join(", ")
+            ))
+        })?;
     let mut options = PipelineOptions::new(target);
     options.passes_off = passes_off;
     options.disabled = disabled_passes.into_iter().collect();
@@ -199,7 +206,7 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(options.target, Target::Mlx5);
+        assert_eq!(options.target, Transport::Mlx5);
         assert!(!options.passes_off && options.immediate_signals && !options.packet_signals);
         assert_eq!(
             options.disabled,
@@ -210,10 +217,14 @@ mod tests {
 
     #[test]
     fn refusals_are_the_pipeline_checks_messages() {
-        assert_eq!(
-            refused("ib", false, &[], false, false),
-            "aboleth: bad stage configuration: unknown target \"ib\"; known targets: mlx5, proxy, p2p, efa, ionic"
-        );
+        for target in ["ib", "rdma", "efa"] {
+            assert_eq!(
+                refused(target, false, &[], false, false),
+                format!(
+                    "aboleth: bad stage configuration: unknown target \"{target}\", expected one of mlx5, proxy, p2p"
+                )
+            );
+        }
         let unknown_pass = refused("p2p", false, &["batch-everything"], false, false);
         assert!(
             unknown_pass.starts_with(
@@ -228,7 +239,6 @@ mod tests {
                 refused("proxy", true, &["batch-commands"], false, false),
                 "disabling passes",
             ),
-            (refused("efa", false, &[], false, false), "--target efa"),
         ] {
             assert!(
                 message.starts_with(&format!("aboleth: bad stage configuration: {expected}")),

@@ -7,9 +7,11 @@
 //! - `config.rs`: `PipelineOptions`, the stage's configuration (`aboleth-passes`' pipeline
 //!   options, checked there);
 //! - `stage.rs`: `run_stage` and `version` (the Triton stage, `aboleth-codegen`);
-//! - `runtime.rs`: `TcpStoreBootstrap`, `World` and what they return (`aboleth-runtime`);
+//! - `runtime.rs`: `TcpStoreBootstrap`, `World` and what they return, and `connect_kinds`
+//!   (`aboleth-runtime`);
 //! - `command_line.rs`: `run_command_line` (`aboleth-cli`);
-//! - `abi.rs`: `packet_staging_bytes` (`aboleth-abi`).
+//! - `abi.rs`: `packet_staging_bytes` and `transports`, the transport vocabulary that
+//!   `aboleth.TARGETS` is read from (`aboleth-abi`).
 //!
 //! The crate is deliberately thin: it converts arguments, results and errors and holds no
 //! compiler or runtime logic.
@@ -26,7 +28,7 @@ use pyo3::prelude::*;
 #[pymodule(name = "_aboleth")]
 mod python_module {
     #[pymodule_export]
-    use crate::abi::packet_staging_bytes;
+    use crate::abi::{packet_staging_bytes, transports};
     #[pymodule_export]
     use crate::command_line::run_command_line;
     #[pymodule_export]
@@ -34,7 +36,7 @@ mod python_module {
     #[pymodule_export]
     use crate::runtime::{
         PyDeviceTable, PyExchangedRegions, PyLocalRegion, PyRegion, PyRegistration,
-        PyTcpStoreBootstrap, PyWorld,
+        PyTcpStoreBootstrap, PyWorld, connect_kinds,
     };
     #[pymodule_export]
     use crate::stage::{python_run_stage, version};

@@ -14,10 +14,10 @@
 
 use std::sync::Mutex;
 
-use aboleth_abi::{LocalRegionDescriptor, TransportKind};
+use aboleth_abi::{LocalRegionDescriptor, Transport};
 use aboleth_runtime::{
     BootstrapError, DeviceTable, ErrorKind, ExchangedRegions, Region, Registration, RuntimeError,
-    TcpStoreBootstrap, TransportChoice, World,
+    TcpStoreBootstrap, TransportRequest, World,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -50,14 +50,15 @@ pub fn bootstrap_error(error: BootstrapError) -> PyErr {
 
 /// The name the Python API uses for a transport (`connect_all`'s strings, `compilation`'s
 /// targets).
-pub fn transport_name(kind: TransportKind) -> &'static str {
-    match kind {
-        TransportKind::Mlx5 => "mlx5",
-        TransportKind::Proxy => "proxy",
-        TransportKind::P2p => "p2p",
-        TransportKind::Efa => "efa",
-        TransportKind::Ionic => "ionic",
-    }
+pub fn transport_name(kind: Transport) -> &'static str {
+    kind.name()
+}
+
+/// connect_kinds() -> list of str: what `World.connect_all(kind)` accepts
+/// (`aboleth_runtime::TransportRequest::names`).
+#[pyfunction]
+pub fn connect_kinds() -> Vec<&'static str> {
+    TransportRequest::names()
 }
 
 /// Locks, ignoring poisoning: a panic inside the runtime already became a Python exception, and
@@ -404,10 +405,10 @@ impl PyWorld {
         self.device
     }
 
-    /// Connects to every rank with `kind` ("p2p", "proxy", "rdma" or "auto"); returns the
+    /// Connects to every rank with `kind` (one of `TransportRequest::names`: "rdma", "proxy", "p2p" or "auto"); returns the
     /// transport to each rank, by rank (this rank's own is "p2p"). Collective; GIL released.
     fn connect_all(&self, py: Python<'_>, kind: &str) -> PyResult<Vec<&'static str>> {
-        let choice = TransportChoice::parse(kind).map_err(runtime_error)?;
+        let choice = TransportRequest::parse(kind).map_err(runtime_error)?;
         let transports = py
             .detach(|| lock(&self.inner).connect_all(choice))
             .map_err(runtime_error)?;
@@ -557,8 +558,8 @@ mod tests {
 
     #[test]
     fn transport_names_are_the_python_strings() {
-        assert_eq!(transport_name(TransportKind::P2p), "p2p");
-        assert_eq!(transport_name(TransportKind::Proxy), "proxy");
-        assert_eq!(transport_name(TransportKind::Mlx5), "mlx5");
+        assert_eq!(transport_name(Transport::P2p), "p2p");
+        assert_eq!(transport_name(Transport::Proxy), "proxy");
+        assert_eq!(transport_name(Transport::Mlx5), "mlx5");
     }
 }

@@ -78,6 +78,8 @@ fn the_stubs_name_every_function_and_class_python_uses() {
         "def packet_staging_bytes(",
         "def run_stage(",
         "def run_command_line(",
+        "def transports(",
+        "def connect_kinds(",
         "class PipelineOptions",
         "class TcpStoreBootstrap",
         "class World",

@@ -6,7 +6,7 @@
 //! Every message names the thing that is wrong and, where there is one, the fix. This module
 //! only defines errors; the modules that detect them build them.
 
-use aboleth_abi::TransportKind;
+use aboleth_abi::Transport;
 
 use crate::proxy_ring::ProxyRingError;
 
@@ -308,10 +308,12 @@ pub enum RuntimeError {
         operation: &'static str,
     },
     /// A transport name is unknown.
-    #[error("unknown transport {name:?}: expected \"rdma\", \"p2p\", \"proxy\" or \"auto\"")]
+    #[error("unknown transport {name:?}: expected one of {expected}")]
     UnknownTransport {
         /// The name.
         name: String,
+        /// The names `connect_all` accepts, quoted and comma-separated.
+        expected: String,
     },
     /// The RDMA transport was requested but cannot work here.
     #[error("the rdma transport cannot be used here: {reason}")]
@@ -327,7 +329,7 @@ pub enum RuntimeError {
         /// The peer.
         peer_rank: u32,
         /// The transport asked for.
-        transport: TransportKind,
+        transport: Transport,
         /// Why, and what to do.
         reason: String,
     },

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use aboleth_abi::{EndpointHandle, LocalRegionDescriptor, RemoteRegionDescriptor, TransportKind};
+use aboleth_abi::{EndpointHandle, LocalRegionDescriptor, RemoteRegionDescriptor, Transport};
 
 use crate::error::{RuntimeError, RuntimeResult};
 
@@ -318,7 +318,7 @@ pub struct RegionTables {
 /// called several times for one allocation (callers cache).
 pub fn build_region_tables(
     local_rank: u32,
-    transports: &[TransportKind],
+    transports: &[Transport],
     lists: &[Vec<RegionRecord>],
     mut map_allocation: impl FnMut(u32, &RegionRecord) -> RuntimeResult<u64>,
 ) -> RuntimeResult<RegionTables> {
@@ -333,13 +333,11 @@ pub fn build_region_tables(
                 record.address
             } else {
                 match transport {
-                    TransportKind::P2p | TransportKind::Proxy => {
+                    Transport::P2p | Transport::Proxy => {
                         map_allocation(peer, record)? + record.offset_in_allocation_bytes
                     }
                     // Network transports address the peer's own virtual address.
-                    TransportKind::Mlx5 | TransportKind::Efa | TransportKind::Ionic => {
-                        record.address
-                    }
+                    Transport::Mlx5 | Transport::Efa | Transport::Ionic => record.address,
                 }
             };
             remote[index].push(RemoteRegionDescriptor {
@@ -424,7 +422,7 @@ pub struct ProxyRingPlacement {
 /// zero, as aboleth-abi requires.
 pub fn build_endpoint_handles(
     local_rank: u32,
-    transports: &[TransportKind],
+    transports: &[Transport],
     rings: &BTreeMap<u32, ProxyRingPlacement>,
     deltas: &[PeerBaseDelta],
 ) -> Vec<EndpointHandle> {
@@ -440,15 +438,15 @@ pub fn build_endpoint_handles(
                 ..EndpointHandle::default()
             };
             match transport {
-                TransportKind::P2p => {
+                Transport::P2p => {
                     handle.peer_base_delta = deltas.get(peer as usize).map_or(0, |d| d.delta);
                 }
-                TransportKind::Proxy => {
+                Transport::Proxy => {
                     let ring = rings[&peer];
                     handle.proxy_ring_address = ring.device_address;
                     handle.proxy_ring_capacity_entries = ring.capacity_entries;
                 }
-                TransportKind::Mlx5 | TransportKind::Efa | TransportKind::Ionic => {}
+                Transport::Mlx5 | Transport::Efa | Transport::Ionic => {}
             }
             handle
         })
@@ -561,7 +559,7 @@ mod tests {
     #[test]
     fn tables_address_peers_through_their_mapped_allocations() {
         let lists = lists(3);
-        let transports = [TransportKind::P2p, TransportKind::P2p, TransportKind::Proxy];
+        let transports = [Transport::P2p, Transport::P2p, Transport::Proxy];
         let mut mapped = Vec::new();
         // Rank 1's view: peers' allocations appear at 0xa000_0000 + peer * 0x100_0000.
         let tables = build_region_tables(1, &transports, &lists, |peer, record| {
@@ -584,11 +582,11 @@ mod tests {
             assert_eq!(descriptor.length_bytes, 256);
             assert_eq!(descriptor.rkey, 0);
         }
-        assert_eq!(recv[2].transport, TransportKind::Proxy as u32);
+        assert_eq!(recv[2].transport, Transport::Proxy as u32);
         // The flag region carries packet slots: its descriptors say so, beside the transport.
         for descriptor in &tables.remote[1] {
             assert!(descriptor.has_packet_slots());
-            assert!(descriptor.transport_kind().is_ok());
+            assert!(descriptor.decode_transport().is_ok());
         }
         assert!(recv.iter().all(|descriptor| !descriptor.has_packet_slots()));
         assert_eq!(tables.local[1].address, 0x2000_0300);
@@ -619,9 +617,9 @@ mod tests {
         }
         assert_eq!(handles[0].peer_base_delta, 0x8000_0000);
         assert_eq!(handles[0].proxy_ring_address, 0);
-        assert_eq!(handles[1].transport, TransportKind::P2p as u32);
+        assert_eq!(handles[1].transport, Transport::P2p as u32);
         assert_eq!(handles[1].peer_base_delta, 0);
-        assert_eq!(handles[2].transport, TransportKind::Proxy as u32);
+        assert_eq!(handles[2].transport, Transport::Proxy as u32);
         assert_eq!(handles[2].proxy_ring_address, 0x7f00_0000_0000);
         assert_eq!(handles[2].proxy_ring_capacity_entries, 1024);
         assert_eq!(handles[2].peer_base_delta, 0);
@@ -632,7 +630,7 @@ mod tests {
         let mut lists = lists(2);
         lists[0][1].address += 8;
         lists[0][1].offset_in_allocation_bytes += 8;
-        let transports = [TransportKind::P2p; 2];
+        let transports = [Transport::P2p; 2];
         let tables = build_region_tables(1, &transports, &lists, |_, _| Ok(0x9000_0000)).unwrap();
         assert!(!peer_base_deltas(1, &tables)[0].uniform);
 

@@ -27,5 +27,5 @@ pub mod world;
 pub use bootstrap::{BootstrapConfig, BootstrapError, TcpStoreBootstrap};
 pub use error::{ErrorKind, RuntimeError, RuntimeResult};
 pub use registration::{Region, Registration};
-pub use transport::TransportChoice;
+pub use transport::TransportRequest;
 pub use world::{DeviceTable, ExchangedRegions, RankCollective, World, WorldOptions};

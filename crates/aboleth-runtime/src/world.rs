@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use aboleth_abi::region::encode_region_table;
-use aboleth_abi::{EndpointHandle, LocalRegionDescriptor, RemoteRegionDescriptor, TransportKind};
+use aboleth_abi::{EndpointHandle, LocalRegionDescriptor, RemoteRegionDescriptor, Transport};
 
 use crate::bootstrap::TcpStoreBootstrap;
 use crate::cuda::{Device, DeviceMemory, PinnedHostMemory, RuntimeKernels};
@@ -38,7 +38,7 @@ use crate::transport::proxy::{
     CudaCopyEngine, DEFAULT_PROXY_RING_CAPACITY_ENTRIES, PinnedRing, ProxyExecutor,
     ProxyRegionTable, ProxyRingService, ProxyThread, ProxyThreadOptions, SharedRegionTable,
 };
-use crate::transport::{TransportChoice, choose_transports, describe_transports, rdma_devices};
+use crate::transport::{TransportRequest, choose_transports, describe_transports, rdma_devices};
 use crate::wait_failure::{WaitFailureLog, WaitFailureRecord, wait_failure_log_bytes};
 
 /// The rank-collective operations a World needs from its bootstrap. Implemented by
@@ -233,7 +233,7 @@ struct RegistrationRecord {
 /// The state `connect_all` creates.
 #[derive(Debug)]
 struct Connection {
-    transports: Vec<TransportKind>,
+    transports: Vec<Transport>,
     identities: Vec<PeerIdentity>,
     rings: BTreeMap<u32, Arc<PinnedRing>>,
     proxy_regions: SharedRegionTable,
@@ -361,7 +361,7 @@ impl World {
     }
 
     /// The transport to each rank, once connected.
-    pub fn transports(&self) -> Option<&[TransportKind]> {
+    pub fn transports(&self) -> Option<&[Transport]> {
         self.connection
             .as_ref()
             .map(|connection| connection.transports.as_slice())
@@ -460,7 +460,7 @@ impl World {
     /// ([`choose_transports`]), and for proxy peers allocates a ring and starts the proxy
     /// thread. Returns the transport to each rank (this rank's own is p2p). Collective: every
     /// rank must call it.
-    pub fn connect_all(&mut self, choice: TransportChoice) -> RuntimeResult<Vec<TransportKind>> {
+    pub fn connect_all(&mut self, choice: TransportRequest) -> RuntimeResult<Vec<Transport>> {
         self.bootstrap("connect_all")?;
         if let Some(connection) = &self.connection {
             return Err(RuntimeError::AlreadyConnected {
@@ -500,14 +500,14 @@ impl World {
 
     fn start_connection(
         &mut self,
-        transports: Vec<TransportKind>,
+        transports: Vec<Transport>,
         identities: Vec<PeerIdentity>,
     ) -> RuntimeResult<Connection> {
         let proxy_regions: SharedRegionTable =
             Arc::new(RwLock::new(Arc::new(ProxyRegionTable::default())));
         let mut rings = BTreeMap::new();
         for (peer, &transport) in transports.iter().enumerate() {
-            if transport == TransportKind::Proxy {
+            if transport == Transport::Proxy {
                 let peer = peer as u32;
                 let ring = PinnedRing::allocate(
                     &self.device,
@@ -682,7 +682,7 @@ impl World {
             })?;
         let deltas = peer_base_deltas(self.rank, &tables);
         for (peer, delta) in deltas.iter().enumerate() {
-            if !delta.uniform && connection.transports[peer] == TransportKind::P2p {
+            if !delta.uniform && connection.transports[peer] == Transport::P2p {
                 tracing::warn!(
                     rank = self.rank,
                     peer,
@@ -738,7 +738,7 @@ impl World {
             .ok_or_else(|| RuntimeError::PeerUnreachable {
                 rank: self.rank,
                 peer_rank,
-                transport: TransportKind::Proxy,
+                transport: Transport::Proxy,
                 reason: format!(
                     "the transport to it is not the proxy (transports: {})",
                     describe_transports(&connection.transports)

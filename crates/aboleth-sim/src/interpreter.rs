@@ -54,7 +54,7 @@ use std::{
 
 use aboleth_abi::{
     EndpointHandle, Mlx5QueueManagement, ProxyCommand, ProxyRingEntry, ProxyRingHeader,
-    RemoteRegionDescriptor, TransportKind,
+    RemoteRegionDescriptor, Transport,
     mlx5::{
         DoorbellRecord, FENCE_MODE_INITIATOR_SMALL, LocalBuffer, MaskedCompareSwap64,
         RemoteAddress, UarDoorbell, WQE_CTRL_CQ_UPDATE, WqeCommon, atomic_fetch_add,
@@ -66,7 +66,6 @@ use aboleth_abi::{
 use aboleth_ir::{
     ab::attributes::SignalOperation,
     scalar::{evaluate_binary, truncate_signed},
-    transport::Target,
 };
 use aboleth_passes::{comm::inline_write_basic_blocks, stats::Counts};
 use rand::{Rng, RngCore, SeedableRng};
@@ -182,7 +181,7 @@ pub fn memory_estimate(kernel: &SimKernel, options: &SimulationOptions) -> Memor
     let tables =
         regions.len() as u64 * ranks * REGION_DESCRIPTOR_BYTES + ranks * ENDPOINT_HANDLE_BYTES;
     let transport = match kernel.target {
-        Target::Mlx5 => {
+        Transport::Mlx5 => {
             let receive_cq = (u64::from(RECEIVES_PER_QUEUE_PAIR) * ranks).next_power_of_two() * 64;
             let peer_of_qpn = (u64::from(QPN_BASE) + ranks).next_power_of_two() * 4;
             let receive_side = receive_cq
@@ -198,7 +197,7 @@ pub fn memory_estimate(kernel: &SimKernel, options: &SimulationOptions) -> Memor
                 + u64::from(RECEIVES_PER_QUEUE_PAIR) * RECEIVE_WQE_BYTES as u64;
             receive_side + peers * per_peer
         }
-        Target::Proxy => {
+        Transport::Proxy => {
             let ring = ProxyRingHeader::new(options.proxy_ring_capacity_entries)
                 .map_or(0, |header| header.ring_total_bytes() as u64);
             peers * ring
@@ -967,9 +966,9 @@ impl<'k> World<'k> {
             regions.push(by_name);
         }
         let transport = match kernel.target {
-            Target::Mlx5 => TransportKind::Mlx5,
-            Target::Proxy => TransportKind::Proxy,
-            Target::P2p => TransportKind::P2p,
+            Transport::Mlx5 => Transport::Mlx5,
+            Transport::Proxy => Transport::Proxy,
+            Transport::P2p => Transport::P2p,
             other => {
                 return Err(SimulationError::Setup(format!(
                     "the simulator has no model of `{}` yet",
@@ -1028,7 +1027,7 @@ impl<'k> World<'k> {
             );
             // mlx5: the rank's receive side (write-with-immediate signals): one receive CQ, a
             // context every handle points to, and a receive queue per QP.
-            let receive = if transport == TransportKind::Mlx5 {
+            let receive = if transport == Transport::Mlx5 {
                 Some(allocate_receive_side(&mut memory, &mut nic, rank, ranks)?)
             } else {
                 None
@@ -1045,7 +1044,7 @@ impl<'k> World<'k> {
                     ..EndpointHandle::default()
                 };
                 match transport {
-                    TransportKind::Mlx5 => {
+                    Transport::Mlx5 => {
                         let sq_bytes = u64::from(options.sq_basic_block_count) * 64;
                         let sq = memory.allocate(
                             rank,
@@ -1132,7 +1131,7 @@ impl<'k> World<'k> {
                         handle.receive_context_address =
                             receive.as_ref().map_or(0, |side| side.context_address);
                     }
-                    TransportKind::Proxy => {
+                    Transport::Proxy => {
                         let header = ProxyRingHeader::new(options.proxy_ring_capacity_entries)
                             .map_err(|e| SimulationError::Setup(e.to_string()))?;
                         let ring = memory.allocate(
@@ -1286,7 +1285,7 @@ impl<'k> World<'k> {
     /// reservation counter, whichever protocol posted to it: the next kernel on the queue may
     /// post with the shared protocol, which waits until the counter equals its base.
     fn check_queue_counters(&self, round: u32) -> Result<(), SimulationError> {
-        if !matches!(self.kernel.target, Target::Mlx5 | Target::Proxy) {
+        if !matches!(self.kernel.target, Transport::Mlx5 | Transport::Proxy) {
             return Ok(());
         }
         let mut handles: Vec<(&(u32, u64), &usize)> = self.endpoint_handle_index.iter().collect();
@@ -1294,7 +1293,7 @@ impl<'k> World<'k> {
         for ((rank, _), index) in handles {
             let handle = &self.endpoint_handles[*index];
             let reserved_address = match self.kernel.target {
-                Target::Mlx5 => {
+                Transport::Mlx5 => {
                     handle.management_address + management_offset(MANAGEMENT_RESERVED_HEAD)
                 }
                 _ => {
@@ -2697,7 +2696,7 @@ impl<'k> World<'k> {
                 };
                 let immediate = immediate.map(|(value, _)| value);
                 match self.kernel.target {
-                    Target::Mlx5 => {
+                    Transport::Mlx5 => {
                         let common = WqeCommon {
                             wqe_index: slot as u16,
                             qpn: handle.qpn,
@@ -2760,7 +2759,7 @@ impl<'k> World<'k> {
                             posted,
                         )?;
                     }
-                    Target::Proxy => {
+                    Transport::Proxy => {
                         let operation = if predicate {
                             if destination.offset_bytes + length_bytes
                                 > destination.region_length_bytes
@@ -2820,7 +2819,7 @@ impl<'k> World<'k> {
                 self.counts.wqes += 1;
                 self.counts.completions_requested += u64::from(completion);
                 match self.kernel.target {
-                    Target::Mlx5 => {
+                    Transport::Mlx5 => {
                         let mut fm_ce_se = if completion { WQE_CTRL_CQ_UPDATE } else { 0 };
                         if *fenced {
                             fm_ce_se |= FENCE_MODE_INITIATOR_SMALL;
@@ -2866,7 +2865,7 @@ impl<'k> World<'k> {
                             PostedCommand::Signal(record),
                         )?;
                     }
-                    Target::Proxy => {
+                    Transport::Proxy => {
                         let operation = ProxyOperation::Signal(ProxySignal {
                             region_index: flag.region_index,
                             offset_bytes: flag.offset_bytes as u32,
@@ -2986,7 +2985,7 @@ impl<'k> World<'k> {
                 let end = self.integer(thread, *end)? as u64;
                 self.counts.doorbells += 1;
                 match self.kernel.target {
-                    Target::Mlx5 => {
+                    Transport::Mlx5 => {
                         let doorbell = UarDoorbell::next_producer_index(end as u16, handle.qpn);
                         self.nic
                             .ring_doorbell(rank, doorbell.to_bytes())
@@ -2996,7 +2995,7 @@ impl<'k> World<'k> {
                         self.doorbell_times
                             .insert((rank, u64::from(handle.qpn)), time);
                     }
-                    Target::Proxy => {
+                    Transport::Proxy => {
                         let address =
                             handle.proxy_ring_address + ProxyRingHeader::PRODUCER_HEAD_OFFSET_BYTES;
                         if *atomic_max {
@@ -3035,7 +3034,7 @@ impl<'k> World<'k> {
                     },
                 };
                 let block = match self.kernel.target {
-                    Target::Mlx5 => Block::Mlx5Completion {
+                    Transport::Mlx5 => Block::Mlx5Completion {
                         qpn: handle.qpn,
                         peer,
                         slot,
@@ -3071,7 +3070,7 @@ impl<'k> World<'k> {
                     _ => (rank, handle.proxy_ring_address),
                 };
                 let completed_at = self.write_times.get(&key).copied().unwrap_or(0);
-                if self.kernel.target == Target::Mlx5 {
+                if self.kernel.target == Transport::Mlx5 {
                     // As the generated code does: the completed command's slots are free again.
                     self.atomic_update(
                         thread,
@@ -3965,7 +3964,7 @@ impl<'k> World<'k> {
 
     fn ready_counter_address(&self, handle: &EndpointHandle) -> u64 {
         match self.kernel.target {
-            Target::Mlx5 => handle.management_address + management_offset(MANAGEMENT_READY_HEAD),
+            Transport::Mlx5 => handle.management_address + management_offset(MANAGEMENT_READY_HEAD),
             _ => handle.proxy_ring_address + ProxyRingHeader::PRODUCER_READY_COUNTER_OFFSET_BYTES,
         }
     }
@@ -3988,7 +3987,7 @@ impl<'k> World<'k> {
         let (counter, capacity, consumed) = match self.kernel.target {
             // What the generated code knows: the consumer index its completion waits advanced
             // (see `reclaim_mlx5_ring` for when that is not enough).
-            Target::Mlx5 => (
+            Transport::Mlx5 => (
                 handle.management_address + management_offset(MANAGEMENT_RESERVED_HEAD),
                 u64::from(handle.sq_wqe_basic_block_count),
                 self.memory
@@ -4017,7 +4016,7 @@ impl<'k> World<'k> {
             ));
         }
         let (consumer_address, cq_counter_address) = match self.kernel.target {
-            Target::Mlx5 => (
+            Transport::Mlx5 => (
                 Self::mlx5_consumer_address(&handle),
                 Some(handle.cq_buffer_address + 60),
             ),
@@ -4043,7 +4042,7 @@ impl<'k> World<'k> {
             )?
         };
         let consumed =
-            if self.kernel.target == Target::Mlx5 && head_now + slots > consumed + capacity {
+            if self.kernel.target == Transport::Mlx5 && head_now + slots > consumed + capacity {
                 self.reclaim_mlx5_ring(thread, rank, peer, &handle)?
             } else {
                 consumed

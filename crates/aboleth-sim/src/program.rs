@@ -8,6 +8,7 @@
 //! ([`crate::interpreter`] does), or accept semantic communication ops: a kernel must be lowered
 //! first, and an unlowered `ab.put` is an error naming its line.
 
+use aboleth_abi::Transport;
 use std::{collections::HashMap, rc::Rc};
 
 use aboleth_ir::{
@@ -27,7 +28,6 @@ use aboleth_ir::{
     },
     scalar::{constant_value, integer_width},
     text::op_name,
-    transport::Target,
     walk::{block_ops, kernel_name, region_block},
 };
 
@@ -309,7 +309,7 @@ pub struct SimKernel {
     /// Kernel name.
     pub name: String,
     /// The transport it was lowered for.
-    pub target: Target,
+    pub target: Transport,
     /// Grid, regions, bindings and initial contents.
     pub launch: LaunchSpec,
     /// Parameters in order.
@@ -328,7 +328,7 @@ pub struct SimKernel {
 pub fn build_kernel(
     ctx: &Context,
     kernel: Ptr<Operation>,
-    target: Target,
+    target: Transport,
 ) -> Result<SimKernel, Diagnostic> {
     let string_attribute = |name: &str| attrs::get_string(ctx, kernel, name);
     let launch = LaunchSpec::parse(

@@ -17,11 +17,10 @@
 //! ([`ValidationOptions::progress`]), the only place it reads the wall clock, which decides
 //! when a line is printed and never what a run does.
 
+use aboleth_abi::Transport;
 use std::{cell::RefCell, collections::BTreeSet, io::IsTerminal, rc::Rc, time::Instant};
 
-use aboleth_ir::{
-    Diagnostic, pliron::context::Context, text::parse_module, transport::Target, walk::kernels,
-};
+use aboleth_ir::{Diagnostic, pliron::context::Context, text::parse_module, walk::kernels};
 use aboleth_passes::pipeline::{PipelineOptions, run_pipeline};
 
 use crate::{
@@ -38,7 +37,7 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct ValidationOptions {
     /// Transport.
-    pub target: Target,
+    pub target: Transport,
     /// Ranks.
     pub ranks: u32,
     /// Random schedules per configuration.
@@ -96,7 +95,7 @@ impl ValidationOptions {
     }
 
     /// Defaults: 2 ranks, 20 schedules, seed 0, one round, all passes.
-    pub fn new(target: Target) -> Self {
+    pub fn new(target: Transport) -> Self {
         ValidationOptions {
             target,
             ranks: 2,

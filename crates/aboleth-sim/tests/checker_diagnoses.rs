@@ -2,10 +2,10 @@
 //! intermediate values), and diagnoses that name the real cause: an overwrite while the peer
 //! reads, a stale epoch, a flag that went down, an access outside every region.
 
-use aboleth_ir::transport::Target;
+use aboleth_abi::Transport;
 use aboleth_sim::validation::{KernelValidation, ValidationOptions, validate};
 
-const TARGETS: [Target; 3] = [Target::Mlx5, Target::Proxy, Target::P2p];
+const TARGETS: [Transport; 3] = [Transport::Mlx5, Transport::Proxy, Transport::P2p];
 
 /// A program of `tests/programs/`: its text and path.
 fn test_program(name: &str) -> (String, String) {

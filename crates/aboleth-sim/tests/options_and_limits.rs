@@ -3,7 +3,7 @@
 
 use std::{cell::RefCell, rc::Rc};
 
-use aboleth_ir::transport::Target;
+use aboleth_abi::Transport;
 
 /// A refused option: what it is, how to set it, and what the error must say.
 type RefusedOption = (
@@ -77,7 +77,7 @@ fn options_that_run_nothing_are_refused_naming_the_option_and_the_fix() {
         ),
     ];
     for (what, change, needles) in cases {
-        for target in [Target::Mlx5, Target::P2p] {
+        for target in [Transport::Mlx5, Transport::P2p] {
             let mut options = ValidationOptions::new(target);
             change(&mut options);
             let message = validation_error("alltoall", &options);
@@ -95,7 +95,7 @@ fn options_that_run_nothing_are_refused_naming_the_option_and_the_fix() {
 fn a_region_too_large_for_the_memory_limit_names_region_size_and_limit() {
     let (text, file) = example("alltoall");
     let text = text.replace("send=ranks*256", "send=100000000000000");
-    let error = validate(&text, &file, &ValidationOptions::new(Target::Mlx5))
+    let error = validate(&text, &file, &ValidationOptions::new(Transport::Mlx5))
         .expect_err("a 10^14-byte region must be refused")
         .to_string();
     for needle in [
@@ -113,7 +113,7 @@ fn a_region_too_large_for_the_memory_limit_names_region_size_and_limit() {
 /// before set-up refuses it, saying how much it needs and why.
 #[test]
 fn too_many_ranks_for_the_memory_limit_are_refused_with_the_estimate() {
-    let mut options = ValidationOptions::new(Target::Mlx5);
+    let mut options = ValidationOptions::new(Transport::Mlx5);
     options.ranks = 1000;
     let error = validation_error("stream_put_signal_1", &options);
     for needle in [
@@ -128,7 +128,7 @@ fn too_many_ranks_for_the_memory_limit_are_refused_with_the_estimate() {
     // The estimate is what the SQ rings alone take: 999 peers x 1024 blocks x 64 bytes a rank.
     let (text, file) = example("stream_put_signal_1");
     let (kernels, _) =
-        compile_for_simulation(&text, &file, &PipelineOptions::new(Target::Mlx5), None).unwrap();
+        compile_for_simulation(&text, &file, &PipelineOptions::new(Transport::Mlx5), None).unwrap();
     let estimate = memory_estimate(&kernels[0], &SimulationOptions::new(1000));
     assert!(estimate.infrastructure_bytes >= 999 * 1024 * 64);
     // A small launch fits.
@@ -139,7 +139,7 @@ fn too_many_ranks_for_the_memory_limit_are_refused_with_the_estimate() {
 /// The step limit's message names the option that raises it.
 #[test]
 fn the_step_limit_message_names_the_option() {
-    let mut options = ValidationOptions::new(Target::Mlx5);
+    let mut options = ValidationOptions::new(Transport::Mlx5);
     options.step_limit = 10;
     options.schedules = 1;
     let (text, file) = example("stream_put_signal_1");
@@ -159,7 +159,7 @@ fn the_step_limit_message_names_the_option() {
 fn long_runs_report_progress_and_progress_changes_nothing() {
     let (text, file) = example("alltoall");
     let (kernels, _) =
-        compile_for_simulation(&text, &file, &PipelineOptions::new(Target::Mlx5), None).unwrap();
+        compile_for_simulation(&text, &file, &PipelineOptions::new(Transport::Mlx5), None).unwrap();
     let calls = Rc::new(RefCell::new(Vec::new()));
     let recorded = calls.clone();
     let mut options = SimulationOptions::new(8);
@@ -194,7 +194,7 @@ fn an_access_outside_every_region_is_out_of_bounds_not_internal_memory() {
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&path).unwrap();
-    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+    for target in [Transport::Mlx5, Transport::Proxy, Transport::P2p] {
         let mut options = ValidationOptions::new(target);
         options.schedules = 2;
         let validations = validate(&text, &path, &options).unwrap();

@@ -10,6 +10,7 @@
 //! checked by letting programs run while the signals sent so far satisfy their waits. It is not
 //! the simulator and says nothing about compiled code.
 
+use aboleth_abi::Transport;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aboleth_ir::{
@@ -24,7 +25,6 @@ use aboleth_ir::{
     },
     scalar::{constant_value, evaluate_binary, integer_width, truncate_signed},
     text::{op_name, parse_module, print_module},
-    transport::Target,
     verify::{ValueKind, kind_of, verify_module},
     walk::{block_ops, kernels, region_block},
 };
@@ -48,7 +48,7 @@ fn parse(ctx: &mut Context, program: &GeneratedProgram) -> Ptr<Operation> {
 
 /// Compiles for every target, with the default passes and with `passes_off`.
 fn assert_compiles_everywhere(program: &GeneratedProgram) {
-    for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+    for target in [Transport::Mlx5, Transport::Proxy, Transport::P2p] {
         for passes_off in [false, true] {
             let ctx = &mut Context::new();
             let module = parse(ctx, program);

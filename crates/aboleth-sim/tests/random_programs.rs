@@ -6,7 +6,7 @@
 //! first generator seed (default 0). A failure prints the seed, the program and the way to
 //! reproduce it with `aboleth sim`.
 
-use aboleth_ir::transport::Target;
+use aboleth_abi::Transport;
 use aboleth_sim::{
     program_generator::{generate_from_seed, print_program, spec_from_seed, with_a_signal_per_put},
     validation::{ValidationOptions, validate},
@@ -43,7 +43,7 @@ fn random_programs_validate_on_every_transport() {
         } else {
             generate_from_seed(seed)
         };
-        for target in [Target::Mlx5, Target::Proxy, Target::P2p] {
+        for target in [Transport::Mlx5, Transport::Proxy, Transport::P2p] {
             let mut options = ValidationOptions::new(target);
             options.ranks = program.ranks;
             options.schedules = 20;
@@ -55,12 +55,12 @@ fn random_programs_validate_on_every_transport() {
             }
             // Every third program may publish mlx5 signals with write-with-immediate (generated
             // programs observe flags only through waits).
-            options.immediate_signals = seed % 3 == 2 && target == Target::Mlx5;
+            options.immediate_signals = seed % 3 == 2 && target == Transport::Mlx5;
             // Likewise p2p signals as flag-in-data packets: generated programs also read a put's
             // data (at the end) only after waiting for the signal that follows it, in the same
             // launch. (Each declaration only where it can take effect: the pipeline refuses it
             // elsewhere.)
-            options.packet_signals = seed % 3 == 2 && target == Target::P2p;
+            options.packet_signals = seed % 3 == 2 && target == Transport::P2p;
             let file = format!("generated-{seed}.abo");
             let validations = validate(&program.text, &file, &options).unwrap_or_else(|error| {
                 panic!(
@@ -75,7 +75,7 @@ fn random_programs_validate_on_every_transport() {
                     .rounds
                     .first()
                     .map(|round| round.counts);
-                if target == Target::P2p
+                if target == Transport::P2p
                     && on_counts.is_some_and(|counts| counts.flag_stores == 0)
                     && validation
                         .passes_off

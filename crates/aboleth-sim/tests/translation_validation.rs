@@ -1,7 +1,7 @@
 //! Translation validation of the example programs, the mutation tests (one deliberately broken
 //! lowering per test, each of which must be caught), and the simulator's user-facing errors.
 
-use aboleth_ir::transport::Target;
+use aboleth_abi::Transport;
 use aboleth_passes::pipeline::PipelineOptions;
 use aboleth_sim::{
     interpreter::{SimulationOptions, simulate},
@@ -9,7 +9,7 @@ use aboleth_sim::{
     validation::{KernelValidation, ValidationOptions, compile_for_simulation, validate},
 };
 
-const TARGETS: [Target; 3] = [Target::Mlx5, Target::Proxy, Target::P2p];
+const TARGETS: [Transport; 3] = [Transport::Mlx5, Transport::Proxy, Transport::P2p];
 
 fn example(name: &str) -> (String, String) {
     let path = format!(
@@ -81,7 +81,7 @@ fn small_send_rings_wrap_and_are_reclaimed_through_completions() {
         "stream_put_signal_4",
         "stream_put_signal_16",
     ] {
-        let mut options = ValidationOptions::new(Target::Mlx5);
+        let mut options = ValidationOptions::new(Transport::Mlx5);
         options.ranks = 3;
         options.rounds = 4;
         options.schedules = 5;
@@ -96,7 +96,7 @@ fn small_send_rings_wrap_and_are_reclaimed_through_completions() {
 #[test]
 fn a_ring_filled_within_a_launch_is_reclaimed_through_periodic_completions() {
     let (text, path) = test_program("ring_fills_within_a_launch");
-    let mut options = ValidationOptions::new(Target::Mlx5);
+    let mut options = ValidationOptions::new(Transport::Mlx5);
     options.ranks = 3;
     options.rounds = 2;
     options.schedules = 10;
@@ -111,7 +111,7 @@ fn a_ring_filled_within_a_launch_is_reclaimed_through_periodic_completions() {
 #[test]
 fn write_with_immediate_signals_validate_and_save_a_wqe_per_signal() {
     for ranks in [2, 3, 4] {
-        let mut options = ValidationOptions::new(Target::Mlx5);
+        let mut options = ValidationOptions::new(Transport::Mlx5);
         options.ranks = ranks;
         options.rounds = 3;
         options.immediate_signals = true;
@@ -131,7 +131,7 @@ fn write_with_immediate_signals_validate_and_save_a_wqe_per_signal() {
 
 #[test]
 fn mutation_wait_without_draining_receives_is_caught() {
-    let mut options = ValidationOptions::new(Target::Mlx5);
+    let mut options = ValidationOptions::new(Transport::Mlx5);
     options.ranks = 3;
     options.immediate_signals = true;
     options.mutation = Some(Mutation::WaitWithoutDrainingReceives);
@@ -152,7 +152,7 @@ fn mutation_wait_without_draining_receives_is_caught() {
 fn packet_signals_validate_and_drop_barriers_and_flag_stores() {
     for (name, chains_per_program) in [("stream_put_signal_16", 16), ("alltoall", 1)] {
         for ranks in [2, 3, 4] {
-            let mut options = ValidationOptions::new(Target::P2p);
+            let mut options = ValidationOptions::new(Transport::P2p);
             options.ranks = ranks;
             options.rounds = 3;
             options.packet_signals = true;
@@ -175,7 +175,7 @@ fn packet_signals_validate_and_drop_barriers_and_flag_stores() {
 
 #[test]
 fn mutation_unpack_without_checking_packets_is_caught() {
-    let mut options = ValidationOptions::new(Target::P2p);
+    let mut options = ValidationOptions::new(Transport::P2p);
     options.ranks = 3;
     options.packet_signals = true;
     options.mutation = Some(Mutation::UnpackWithoutCheckingPackets);
@@ -196,7 +196,7 @@ fn mutation_unpack_without_checking_packets_is_caught() {
 
 #[test]
 fn mutation_wait_without_unpacking_packets_is_caught() {
-    let mut options = ValidationOptions::new(Target::P2p);
+    let mut options = ValidationOptions::new(Transport::P2p);
     options.ranks = 3;
     options.packet_signals = true;
     options.mutation = Some(Mutation::WaitWithoutDrainingReceives);
@@ -210,7 +210,7 @@ fn mutation_wait_without_unpacking_packets_is_caught() {
 #[test]
 fn a_packet_transfer_never_awaited_names_the_signal_and_the_rule() {
     let (text, path) = test_program("packets_never_awaited");
-    let mut options = ValidationOptions::new(Target::P2p);
+    let mut options = ValidationOptions::new(Transport::P2p);
     options.ranks = 2;
     options.schedules = 3;
     let mut validations = validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}"));
@@ -242,7 +242,7 @@ fn a_packet_transfer_never_awaited_names_the_signal_and_the_rule() {
 #[test]
 fn chains_that_may_share_a_slot_keep_their_release_stores() {
     let (text, path) = test_program("packets_share_a_flag");
-    let mut options = ValidationOptions::new(Target::P2p);
+    let mut options = ValidationOptions::new(Transport::P2p);
     options.ranks = 2;
     options.packet_signals = true;
     let validation = validate(&text, &path, &options)
@@ -255,7 +255,7 @@ fn chains_that_may_share_a_slot_keep_their_release_stores() {
 #[test]
 fn mutation_no_periodic_completions_is_caught() {
     let (text, path) = test_program("ring_fills_within_a_launch");
-    let mut options = ValidationOptions::new(Target::Mlx5);
+    let mut options = ValidationOptions::new(Transport::Mlx5);
     options.ranks = 3;
     options.schedules = 5;
     options.sq_basic_block_count = 16;
@@ -323,7 +323,7 @@ fn the_alltoall_validates_on_eight_ranks() {
 
 #[test]
 fn executed_counts_of_the_sixteen_chain_stream_match_the_plan() {
-    let mut options = ValidationOptions::new(Target::Mlx5);
+    let mut options = ValidationOptions::new(Transport::Mlx5);
     options.schedules = 2;
     let validation = run("stream_put_signal_16", &options);
     assert!(validation.passed(), "{:#?}", validation.failures);
@@ -350,7 +350,7 @@ fn executed_counts_of_the_sixteen_chain_stream_match_the_plan() {
 }
 
 /// Runs `mutation` on `program` for `target` and returns the kinds of the failures found.
-fn mutation_failures(mutation: Mutation, program: &str, target: Target) -> Vec<&'static str> {
+fn mutation_failures(mutation: Mutation, program: &str, target: Transport) -> Vec<&'static str> {
     let mut options = ValidationOptions::new(target);
     options.ranks = 3;
     options.mutation = Some(mutation);
@@ -379,20 +379,20 @@ fn mutation_signal_before_data_is_caught() {
 #[test]
 fn mutation_missing_fence_is_caught() {
     for (target, expected) in [
-        (Target::Mlx5, "nic"),
-        (Target::Proxy, "proxy"),
-        (Target::P2p, "data-not-visible"),
+        (Transport::Mlx5, "nic"),
+        (Transport::Proxy, "proxy"),
+        (Transport::P2p, "data-not-visible"),
     ] {
         let kinds = mutation_failures(Mutation::MissingFence, "stream_put_signal_4", target);
         assert!(kinds.contains(&expected), "{}: {kinds:?}", target.name());
     }
-    let kinds = mutation_failures(Mutation::MissingFence, "reuse_source", Target::Proxy);
+    let kinds = mutation_failures(Mutation::MissingFence, "reuse_source", Transport::Proxy);
     assert!(kinds.contains(&"source-changed"), "{kinds:?}");
 }
 
 #[test]
 fn mutation_dropped_completion_is_caught() {
-    for target in [Target::Mlx5, Target::Proxy] {
+    for target in [Transport::Mlx5, Transport::Proxy] {
         let kinds = mutation_failures(Mutation::DroppedCompletion, "alltoall", target);
         assert!(kinds.contains(&"deadlock"), "{}: {kinds:?}", target.name());
     }
@@ -403,14 +403,14 @@ fn mutation_doorbell_before_record_is_caught() {
     let kinds = mutation_failures(
         Mutation::DoorbellBeforeRecord,
         "stream_put_signal_4",
-        Target::Mlx5,
+        Transport::Mlx5,
     );
     assert!(kinds.contains(&"deadlock"), "{kinds:?}");
 }
 
 #[test]
 fn mutation_reused_source_without_wait_is_caught() {
-    for target in [Target::Mlx5, Target::Proxy] {
+    for target in [Transport::Mlx5, Transport::Proxy] {
         let kinds = mutation_failures(Mutation::ReusedSourceWithoutWait, "reuse_source", target);
         assert!(
             kinds.contains(&"source-changed"),
@@ -422,7 +422,7 @@ fn mutation_reused_source_without_wait_is_caught() {
 
 #[test]
 fn mutation_false_single_owner_is_caught() {
-    for target in [Target::Mlx5, Target::Proxy] {
+    for target in [Transport::Mlx5, Transport::Proxy] {
         let kinds = mutation_failures(Mutation::FalseSingleOwner, "shared_queue", target);
         assert!(!kinds.is_empty(), "{}", target.name());
     }
@@ -450,7 +450,7 @@ fn mutation_epoch_off_by_one_is_caught() {
 
 #[test]
 fn mutation_posting_without_barrier_is_caught() {
-    for (target, expected) in [(Target::Mlx5, "nic"), (Target::Proxy, "proxy")] {
+    for (target, expected) in [(Transport::Mlx5, "nic"), (Transport::Proxy, "proxy")] {
         for example_name in ["stream_put_signal_16", "moe_dispatch"] {
             let kinds = mutation_failures(Mutation::PostingWithoutBarrier, example_name, target);
             assert!(
@@ -464,7 +464,7 @@ fn mutation_posting_without_barrier_is_caught() {
 
 #[test]
 fn mutation_stale_publication_counter_is_caught() {
-    for target in [Target::Mlx5, Target::Proxy] {
+    for target in [Transport::Mlx5, Transport::Proxy] {
         let kinds = mutation_failures(Mutation::StalePublicationCounter, "alltoall", target);
         assert!(kinds.contains(&"program"), "{}: {kinds:?}", target.name());
     }
@@ -490,7 +490,7 @@ fn a_source_the_program_stored_is_copied_after_a_barrier() {
                 target.name(),
                 validation.failures
             );
-            if target == Target::P2p {
+            if target == Transport::P2p {
                 let programs = u64::from(ranks * (ranks - 1));
                 for figures in [&validation.passes_on, &validation.passes_off] {
                     assert_eq!(figures.rounds[0].counts.barriers, 2 * programs);
@@ -499,7 +499,7 @@ fn a_source_the_program_stored_is_copied_after_a_barrier() {
         }
     }
     // As packets: no barrier for the signal, the source's still.
-    let mut options = ValidationOptions::new(Target::P2p);
+    let mut options = ValidationOptions::new(Transport::P2p);
     options.ranks = 3;
     options.packet_signals = true;
     let validation = validate(&text, &path, &options)
@@ -509,7 +509,7 @@ fn a_source_the_program_stored_is_copied_after_a_barrier() {
     assert_eq!(validation.passes_on.rounds[0].counts.flag_stores, 0);
     assert_eq!(validation.passes_on.rounds[0].counts.barriers, 3 * 2);
 
-    let mut options = ValidationOptions::new(Target::P2p);
+    let mut options = ValidationOptions::new(Transport::P2p);
     options.ranks = 3;
     let validation = run("alltoall", &options);
     assert!(validation.passed(), "{:#?}", validation.failures);
@@ -547,7 +547,7 @@ fn stores_rewritten_after_their_barrier_keep_their_order() {
 fn mutation_put_without_source_barrier_is_caught() {
     let (text, path) = test_program("store_then_put");
     for packet_signals in [false, true] {
-        let mut options = ValidationOptions::new(Target::P2p);
+        let mut options = ValidationOptions::new(Transport::P2p);
         options.ranks = 3;
         options.packet_signals = packet_signals;
         options.mutation = Some(Mutation::PutWithoutSourceBarrier);
@@ -570,7 +570,7 @@ fn mutation_put_without_source_barrier_is_caught() {
     let kinds = mutation_failures(
         Mutation::PutWithoutSourceBarrier,
         "reuse_source",
-        Target::P2p,
+        Transport::P2p,
     );
     assert!(kinds.contains(&"stale-source"), "{kinds:?}");
 }
@@ -578,7 +578,7 @@ fn mutation_put_without_source_barrier_is_caught() {
 #[test]
 fn a_mutation_with_nothing_to_break_is_an_error_not_a_pass() {
     let (text, file) = example("alltoall");
-    let mut options = ValidationOptions::new(Target::P2p);
+    let mut options = ValidationOptions::new(Transport::P2p);
     options.mutation = Some(Mutation::DoorbellBeforeRecord);
     let error = validate(&text, &file, &options).unwrap_err();
     assert_eq!(
@@ -603,7 +603,7 @@ const WAITS_FOREVER: &str = r#"builtin.module @lonely {
 
 #[test]
 fn a_deadlock_names_rank_program_flag_and_epoch() {
-    let pipeline = PipelineOptions::new(Target::Mlx5);
+    let pipeline = PipelineOptions::new(Transport::Mlx5);
     let (kernels, _) =
         compile_for_simulation(WAITS_FOREVER, "lonely.abo", &pipeline, None).unwrap();
     let error = simulate(&kernels[0], &SimulationOptions::new(2)).unwrap_err();
@@ -617,7 +617,7 @@ fn a_deadlock_names_rank_program_flag_and_epoch() {
 
 #[test]
 fn setup_errors_name_the_attribute_and_the_fix() {
-    let pipeline = PipelineOptions::new(Target::P2p);
+    let pipeline = PipelineOptions::new(Transport::P2p);
     let unbound = WAITS_FOREVER.replace(" epoch=value:epoch", "");
     let error = compile_for_simulation(&unbound, "unbound.abo", &pipeline, None).unwrap_err();
     assert_eq!(

@@ -27,11 +27,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aboleth_abi::TransportKind;
+use aboleth_abi::Transport;
 use aboleth_abi::proxy::{ProxyOperation, ProxyPut, ProxySignal, SignalOperation};
 use aboleth_runtime::cuda::{Device, DeviceMemory, PinnedHostMemory, Stream};
 use aboleth_runtime::proxy_ring::{ProducerCommand, RingProducer};
-use aboleth_runtime::{ExchangedRegions, Region, TcpStoreBootstrap, TransportChoice, World};
+use aboleth_runtime::{ExchangedRegions, Region, TcpStoreBootstrap, TransportRequest, World};
 use serde_json::{Value, json};
 
 /// Largest slice per peer.
@@ -147,7 +147,7 @@ impl Buffer {
     }
 }
 
-fn new_world(rank: u32, choice: TransportChoice) -> CheckResult<(World, Vec<TransportKind>)> {
+fn new_world(rank: u32, choice: TransportRequest) -> CheckResult<(World, Vec<Transport>)> {
     let bootstrap = TcpStoreBootstrap::from_env().map_err(|e| e.to_string())?;
     let world_size = bootstrap.world_size();
     let device_ordinal: i32 = std::env::var("LOCAL_RANK")
@@ -187,7 +187,7 @@ fn run(rank: u32) -> CheckResult<Value> {
         "stream_memory_operations_64_bit": device.supports_64_bit_stream_memory_operations(),
         "driver_cuda_version": aboleth_runtime::cuda::driver_version().map_err(|e| e.to_string())?,
     });
-    let rdma = world.connect_all(TransportChoice::Rdma);
+    let rdma = world.connect_all(TransportRequest::Only(Transport::Mlx5));
     let rdma_message = match rdma {
         Ok(transports) => {
             failures.push(format!("connect_all(rdma) succeeded: {transports:?}"));
@@ -196,7 +196,7 @@ fn run(rank: u32) -> CheckResult<Value> {
         Err(error) => error.to_string(),
     };
     let transports = world
-        .connect_all(TransportChoice::P2p)
+        .connect_all(TransportRequest::Only(Transport::P2p))
         .map_err(|e| e.to_string())?;
     report["p2p_transports"] = json!(format!("{transports:?}"));
 
@@ -212,7 +212,8 @@ fn run(rank: u32) -> CheckResult<Value> {
 
     // 4. proxy World.
     progress(rank, "creating the proxy world");
-    let (mut proxy_world, proxy_transports) = new_world(rank, TransportChoice::Proxy)?;
+    let (mut proxy_world, proxy_transports) =
+        new_world(rank, TransportRequest::Only(Transport::Proxy))?;
     report["proxy_transports"] = json!(format!("{proxy_transports:?}"));
     let proxy_buffer = Buffer::new(&mut proxy_world)?;
     let proxy_table = proxy_buffer.exchange(&mut proxy_world)?;
@@ -222,12 +223,12 @@ fn run(rank: u32) -> CheckResult<Value> {
 
     // 5. auto World.
     progress(rank, "creating the auto world");
-    let (mut auto_world, auto_transports) = new_world(rank, TransportChoice::Auto)?;
+    let (mut auto_world, auto_transports) = new_world(rank, TransportRequest::Auto)?;
     report["auto_transports"] = json!(format!("{auto_transports:?}"));
     if auto_transports
         .iter()
         .enumerate()
-        .any(|(peer, transport)| peer as u32 != rank && *transport != TransportKind::P2p)
+        .any(|(peer, transport)| peer as u32 != rank && *transport != Transport::P2p)
     {
         failures.push(format!(
             "auto chose {auto_transports:?}; peer access between these GPUs should make it p2p"

@@ -13,35 +13,47 @@ pub mod proxy;
 
 use std::path::Path;
 
-use aboleth_abi::TransportKind;
+use aboleth_abi::Transport;
 
 use crate::error::{RuntimeError, RuntimeResult};
 use crate::exchange::PeerIdentity;
 
-/// What `connect_all` is asked for.
+/// What `connect_all` is asked for: one transport to every peer, or `auto`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransportChoice {
-    /// NVLink / PCIe peer memory: kernels store into the peer's mapped memory.
-    P2p,
-    /// A host thread executes commands that kernels write into a host-pinned ring.
-    Proxy,
-    /// GPU-initiated RDMA on an mlx5 NIC.
-    Rdma,
+pub enum TransportRequest {
+    /// This transport to every peer (this rank's own entry is still p2p). A transport without a
+    /// runtime yet (mlx5) is refused with the reason.
+    Only(Transport),
     /// Per peer: p2p where this GPU can access the peer's, proxy for the other peers of this
     /// host, RDMA for peers on other hosts.
     Auto,
 }
 
-impl TransportChoice {
-    /// Parses `"p2p"`, `"proxy"`, `"rdma"` or `"auto"` (the Python API's strings).
+impl TransportRequest {
+    /// The names `connect_all` accepts: the runtime name ([`Transport::runtime_name`]) of every
+    /// lowered transport, then `"auto"`; a transport's own name (`"mlx5"`) is accepted too.
+    pub fn names() -> Vec<&'static str> {
+        Transport::LOWERED
+            .into_iter()
+            .map(Transport::runtime_name)
+            .chain(["auto"])
+            .collect()
+    }
+
+    /// Parses one of [`TransportRequest::names`] (the Python API's strings).
     pub fn parse(name: &str) -> RuntimeResult<Self> {
-        match name {
-            "p2p" => Ok(Self::P2p),
-            "proxy" => Ok(Self::Proxy),
-            "rdma" => Ok(Self::Rdma),
-            "auto" => Ok(Self::Auto),
+        if name == "auto" {
+            return Ok(Self::Auto);
+        }
+        match Transport::from_runtime_name(name) {
+            Some(transport) if transport.is_lowered() => Ok(Self::Only(transport)),
             _ => Err(RuntimeError::UnknownTransport {
                 name: name.to_owned(),
+                expected: TransportRequest::names()
+                    .iter()
+                    .map(|name| format!("{name:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             }),
         }
     }
@@ -62,7 +74,7 @@ pub enum PeerAccess {
 }
 
 /// Names the transports, for messages.
-pub fn describe_transports(transports: &[TransportKind]) -> String {
+pub fn describe_transports(transports: &[Transport]) -> String {
     transports
         .iter()
         .enumerate()
@@ -75,15 +87,19 @@ pub fn describe_transports(transports: &[TransportKind]) -> String {
 /// plain stores). `peer_access(identity)` is asked only for peers on this host;
 /// `rdma_devices` is the list [`rdma_devices`] found. Errors name the peer and what to change.
 pub fn choose_transports(
-    choice: TransportChoice,
+    request: TransportRequest,
     local_rank: u32,
     identities: &[PeerIdentity],
     mut peer_access: impl FnMut(&PeerIdentity) -> PeerAccess,
     rdma_devices: &RdmaDevices,
-) -> RuntimeResult<Vec<TransportKind>> {
-    if choice == TransportChoice::Rdma {
-        return Err(rdma_devices.unavailable_error());
-    }
+) -> RuntimeResult<Vec<Transport>> {
+    let choice = match request {
+        TransportRequest::Only(transport) if !transport.has_runtime() => {
+            return Err(rdma_devices.unavailable_error());
+        }
+        TransportRequest::Only(transport) => Some(transport),
+        TransportRequest::Auto => None,
+    };
     let own = &identities[local_rank as usize];
     let unreachable =
         |peer: &PeerIdentity, transport, reason: String| RuntimeError::PeerUnreachable {
@@ -95,12 +111,12 @@ pub fn choose_transports(
     let mut transports = Vec::with_capacity(identities.len());
     for peer in identities {
         if peer.rank == local_rank {
-            transports.push(TransportKind::P2p);
+            transports.push(Transport::P2p);
             continue;
         }
         let wanted = match choice {
-            TransportChoice::P2p => TransportKind::P2p,
-            _ => TransportKind::Proxy,
+            Some(Transport::P2p) => Transport::P2p,
+            _ => Transport::Proxy,
         };
         if !own.same_host(peer) {
             let reason = format!(
@@ -117,35 +133,35 @@ pub fn choose_transports(
         }
         let access = peer_access(peer);
         let transport = match (choice, access) {
-            (TransportChoice::P2p, PeerAccess::No) => {
+            (Some(Transport::P2p), PeerAccess::No) => {
                 let reason = format!(
                     "this GPU ({}) cannot access the peer's GPU ({}) (cuDeviceCanAccessPeer = 0: no NVLink or PCIe peer path); use \"proxy\" or \"auto\"",
                     own.device_pci_bus_id, peer.device_pci_bus_id
                 );
-                return Err(unreachable(peer, TransportKind::P2p, reason));
+                return Err(unreachable(peer, Transport::P2p, reason));
             }
-            (TransportChoice::P2p, PeerAccess::DeviceNotVisible) => {
+            (Some(Transport::P2p), PeerAccess::DeviceNotVisible) => {
                 tracing::warn!(
                     rank = local_rank,
                     peer = peer.rank,
                     peer_device = %peer.device_pci_bus_id,
                     "the peer's GPU is not visible in this process, so p2p access cannot be checked; mapping its memory will tell (make every GPU of the host visible to every rank to check it here)"
                 );
-                TransportKind::P2p
+                Transport::P2p
             }
-            (TransportChoice::P2p, _) => TransportKind::P2p,
-            (TransportChoice::Proxy, _) => TransportKind::Proxy,
-            (TransportChoice::Auto, PeerAccess::SameDevice | PeerAccess::Yes) => TransportKind::P2p,
-            (TransportChoice::Auto, PeerAccess::No | PeerAccess::DeviceNotVisible) => {
+            (Some(Transport::P2p), _) => Transport::P2p,
+            (Some(Transport::Proxy), _) => Transport::Proxy,
+            (None, PeerAccess::SameDevice | PeerAccess::Yes) => Transport::P2p,
+            (None, PeerAccess::No | PeerAccess::DeviceNotVisible) => {
                 tracing::info!(
                     rank = local_rank,
                     peer = peer.rank,
                     ?access,
                     "auto: the proxy (copy engine) reaches this peer, since peer access is not available or cannot be checked"
                 );
-                TransportKind::Proxy
+                Transport::Proxy
             }
-            (TransportChoice::Rdma, _) => unreachable!("refused above"),
+            (Some(transport), _) => unreachable!("{transport} has no runtime: refused above"),
         };
         transports.push(transport);
     }
@@ -248,23 +264,25 @@ mod tests {
             _ => PeerAccess::No,
         };
         let auto =
-            choose_transports(TransportChoice::Auto, 1, &identities, access, &no_rdma()).unwrap();
-        assert_eq!(
-            auto,
-            [TransportKind::P2p, TransportKind::P2p, TransportKind::Proxy]
-        );
-        let proxy =
-            choose_transports(TransportChoice::Proxy, 1, &identities, access, &no_rdma()).unwrap();
-        assert_eq!(
-            proxy,
-            [
-                TransportKind::Proxy,
-                TransportKind::P2p,
-                TransportKind::Proxy
-            ]
-        );
-        let error = choose_transports(TransportChoice::P2p, 1, &identities, access, &no_rdma())
-            .unwrap_err();
+            choose_transports(TransportRequest::Auto, 1, &identities, access, &no_rdma()).unwrap();
+        assert_eq!(auto, [Transport::P2p, Transport::P2p, Transport::Proxy]);
+        let proxy = choose_transports(
+            TransportRequest::Only(Transport::Proxy),
+            1,
+            &identities,
+            access,
+            &no_rdma(),
+        )
+        .unwrap();
+        assert_eq!(proxy, [Transport::Proxy, Transport::P2p, Transport::Proxy]);
+        let error = choose_transports(
+            TransportRequest::Only(Transport::P2p),
+            1,
+            &identities,
+            access,
+            &no_rdma(),
+        )
+        .unwrap_err();
         assert!(
             error
                 .to_string()
@@ -274,25 +292,25 @@ mod tests {
         let not_visible = |_: &PeerIdentity| PeerAccess::DeviceNotVisible;
         assert_eq!(
             choose_transports(
-                TransportChoice::P2p,
+                TransportRequest::Only(Transport::P2p),
                 0,
                 &identities,
                 not_visible,
                 &no_rdma()
             )
             .unwrap(),
-            [TransportKind::P2p; 3]
+            [Transport::P2p; 3]
         );
         assert_eq!(
             choose_transports(
-                TransportChoice::Auto,
+                TransportRequest::Auto,
                 0,
                 &identities,
                 not_visible,
                 &no_rdma()
             )
             .unwrap()[1],
-            TransportKind::Proxy
+            Transport::Proxy
         );
     }
 
@@ -300,7 +318,7 @@ mod tests {
     fn other_hosts_and_shared_processes_are_refused() {
         let identities = [identity(0, "a", 10), identity(1, "b", 10)];
         let error = choose_transports(
-            TransportChoice::Auto,
+            TransportRequest::Auto,
             0,
             &identities,
             |_| PeerAccess::Yes,
@@ -318,7 +336,7 @@ mod tests {
         );
         let identities = [identity(0, "a", 10), identity(1, "a", 10)];
         let error = choose_transports(
-            TransportChoice::P2p,
+            TransportRequest::Only(Transport::P2p),
             0,
             &identities,
             |_| PeerAccess::SameDevice,
@@ -332,7 +350,7 @@ mod tests {
     fn rdma_is_refused_with_what_is_missing() {
         let identities = [identity(0, "a", 10)];
         let error = choose_transports(
-            TransportChoice::Rdma,
+            TransportRequest::Only(Transport::Mlx5),
             0,
             &identities,
             |_| PeerAccess::Yes,
@@ -357,12 +375,12 @@ mod tests {
         assert!(message.contains("mlx5 devices [mlx5_0]"), "{message}");
         std::fs::remove_dir_all(&directory).unwrap();
         assert_eq!(
-            TransportChoice::parse("nvlink").unwrap_err().to_string(),
-            "unknown transport \"nvlink\": expected \"rdma\", \"p2p\", \"proxy\" or \"auto\""
+            TransportRequest::parse("nvlink").unwrap_err().to_string(),
+            "unknown transport \"nvlink\": expected one of \"rdma\", \"proxy\", \"p2p\", \"auto\""
         );
         assert_eq!(
-            TransportChoice::parse("auto").unwrap(),
-            TransportChoice::Auto
+            TransportRequest::parse("auto").unwrap(),
+            TransportRequest::Auto
         );
     }
 }

@@ -1,0 +1,102 @@
+"""Shared pieces of the benchmark suites (experiments/bench/README.md): the rank's setup under
+torchrun, the payload every rank can regenerate, the bit-exact check of an all-to-all round, the
+choice of rounds per launch, and the rows every suite writes.
+
+A row is the README's schema: ``suite, system, transport, variant, ranks, bytes_per_peer,
+num_warps, round_us, launch_us, checked`` (plus ``threads`` and ``note`` where they say
+something). Each rank writes ``OUT_DIR/<suite>-<system>-rank<R>.json``; report.py merges them.
+Nothing here times anything: the suites do, with CUDA events around whole launches."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from typing import Any, Dict, List, Optional
+
+import torch
+
+#: 8 B .. 4 MiB per peer, the issue's range; BENCH_SIZES (comma-separated bytes) narrows it.
+DEFAULT_SIZES = [8, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
+
+#: Timed launches per configuration (the median is reported) after one untimed warm-up launch.
+TIMED_LAUNCHES = 3
+
+
+def sizes() -> List[int]:
+    text = os.environ.get("BENCH_SIZES", "")
+    return [int(value) for value in text.split(",") if value.strip()] or list(DEFAULT_SIZES)
+
+
+def rounds_for(bytes_per_peer: int) -> int:
+    """Rounds inside one launch: enough that a launch lasts milliseconds (launch overhead and the
+    ranks' start skew then cost under a percent), fewer for large payloads."""
+    scale = int(os.environ.get("BENCH_ROUND_SCALE", "1"))
+    return max(10, min(2000, (64 << 20) // max(bytes_per_peer, 1) // 64)) * scale
+
+
+def rank_environment() -> Dict[str, int]:
+    """RANK, WORLD_SIZE and LOCAL_RANK from torchrun; binds this process to its GPU (ranks share
+    GPUs round-robin when there are more ranks than GPUs: run.sh starts MPS then)."""
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    device = local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    return {"rank": rank, "world_size": world_size, "local_rank": local_rank, "device": device}
+
+
+def pattern(source_rank: int, destination_rank: int, length_bytes: int) -> torch.Tensor:
+    """The bytes ``source_rank`` sends ``destination_rank``: a sequence every rank can regenerate."""
+    index = torch.arange(length_bytes, device="cuda", dtype=torch.int64)
+    return ((index * 7 + source_rank * 131 + destination_rank * 17 + 3) & 0xFF).to(torch.uint8)
+
+
+def fill_send(send_all: torch.Tensor, rank: int, world_size: int, bytes_per_peer: int) -> None:
+    for peer in range(world_size):
+        send_all[peer * bytes_per_peer:(peer + 1) * bytes_per_peer].copy_(pattern(rank, peer, bytes_per_peer))
+
+
+def check_round(recv_all: torch.Tensor, my_flags: torch.Tensor, rank: int, world_size: int, bytes_per_peer: int,
+                epoch: int, poison: int) -> List[str]:
+    """Every peer's slice bit-exact, this rank's own slice still ``poison``, every peer's flag =
+    ``epoch``. Returns what is wrong (empty when the round is right)."""
+    errors = []
+    for peer in range(world_size):
+        got = recv_all[peer * bytes_per_peer:(peer + 1) * bytes_per_peer]
+        expected = torch.full_like(got, poison) if peer == rank else pattern(peer, rank, bytes_per_peer)
+        if not torch.equal(got, expected):
+            wrong = (got != expected).nonzero()
+            errors.append(f"slice from rank {peer}: {wrong.numel()} of {bytes_per_peer} bytes differ, first at byte "
+                          f"{int(wrong[0])}: got {int(got[wrong[0]])}, expected {int(expected[wrong[0]])}")
+    flags = my_flags.tolist()
+    for peer in range(world_size):
+        if peer != rank and flags[peer] != epoch:
+            errors.append(f"flag of rank {peer} reads {flags[peer]}, expected {epoch}")
+    return errors
+
+
+def row(suite: str, system: str, transport: str, variant: str, ranks: int, bytes_per_peer: int,
+        num_warps: Optional[int], round_us: Optional[float], launch_us: Optional[float], checked: bool,
+        **extra: Any) -> Dict[str, Any]:
+    result = {"suite": suite, "system": system, "transport": transport, "variant": variant, "ranks": ranks,
+              "bytes_per_peer": bytes_per_peer, "num_warps": num_warps, "round_us": round_us,
+              "launch_us": launch_us, "checked": checked}
+    result.update(extra)
+    return result
+
+
+def median(values: List[float]) -> float:
+    return statistics.median(values)
+
+
+def write_rank_report(out_dir: str, name: str, rank: int, rows: List[Dict[str, Any]], **extra: Any) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}-rank{rank}.json")
+    with open(path, "w") as file:
+        json.dump({"rank": rank, "rows": rows, **extra}, file, indent=1)
+    return path
+
+
+def log(rank: int, message: str) -> None:
+    print(f"[rank {rank}] {message}", flush=True)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs the benchmark suites on whatever this machine has (experiments/bench/README.md):
+#
+#   experiments/bench/run.sh OUT_DIR        (from the repository root, on the GPU machine)
+#
+# NPROC ranks (default 2); with fewer GPUs than ranks they share the GPUs under CUDA MPS
+# (started here, stopped at the end; the machine name then says "mps": not NVLink). Builds the
+# baselines with nvcc into OUT_DIR/build, installs the aboleth wheel (WHEEL_DIR, as tests/gpu),
+# runs the Aboleth rows over p2p and proxy and the baselines, then merges everything into
+# OUT_DIR/<date>-alltoall-<machine>.{json,md,png} (also copied to experiments/bench/results/).
+# BENCH_SIZES narrows the sizes; BENCH_ABLATE=1 adds each planning pass disabled in turn.
+set -u
+source "$(dirname "$0")/../../tests/gpu/common.sh"
+start_mps_if_ranks_share_gpus
+here=experiments/bench
+build=$out_dir/build
+mkdir -p "$build"
+status=0
+echo "building the baselines with $(nvcc --version | tail -1)"
+nvcc -O3 -arch=sm_90 -Xcompiler -fPIC -shared -o "$build/libhandwritten.so" $here/handwritten.cu \
+    2>&1 | tee "$build/handwritten.log" || status=1
+nvshmem_home=$(python3 -c 'import nvidia.nvshmem; print(list(nvidia.nvshmem.__path__)[0])' 2>/dev/null)
+if [ -n "$nvshmem_home" ] && [ -d "$nvshmem_home/include" ]; then
+    export LD_LIBRARY_PATH="$nvshmem_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    host_library=$(basename "$(ls "$nvshmem_home"/lib/libnvshmem_host.so* | head -1)")
+    nvcc -O3 -arch=sm_90 -rdc=true -Xcompiler -fPIC -shared -I"$nvshmem_home/include" \
+        -o "$build/libnvshmem_alltoall.so" $here/nvshmem_alltoall.cu "$nvshmem_home/lib/libnvshmem_device.a" \
+        -L"$nvshmem_home/lib" -l:"$host_library" 2>&1 | tee "$build/nvshmem.log" || status=1
+else
+    echo "NVSHMEM not found (nvidia-nvshmem-cu13): its rows are not run"
+fi
+run_ranks() {
+    echo "+ $launcher --nproc-per-node $nproc $*"
+    timeout 540 $launcher --nproc-per-node "$nproc" --master-addr 127.0.0.1 --master-port "$port" "$@" || status=1
+    port=$((port + 1))
+}
+for transport in ${BENCH_TRANSPORTS:-p2p proxy}; do
+    run_ranks $here/tier2.py "$out_dir" --transport "$transport"
+done
+run_ranks $here/baselines.py "$out_dir" "$build" --systems "${BENCH_BASELINES:-handwritten,flag,nvshmem}"
+export MACHINE=$machine COMMAND="${BENCH_COMMAND:-NPROC=$nproc experiments/bench/run.sh OUT_DIR}$mps_note"
+python3 $here/report.py "$out_dir" || status=1
+exit $status
