@@ -84,6 +84,7 @@ test: setup lint
 bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-passes --test filetests
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-cli --test command_line_goldens
+	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test codegen_goldens
 	$(MAKE) stubs
 
 fuzz:

@@ -29,3 +29,31 @@ def alltoall_rounds(endpoints, recv, flags, send, send_key, my_flags, first_epoc
         s = ab.signal(ep, flag.at(RANK), epoch, after=t)
         ab.wait_signal(my_flags + peer, epoch)  # the peer's slice arrived
         ab.wait(s)  # our send buffer is free
+
+
+@triton.jit
+def _clock():
+    return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit(do_not_specialize=["epoch"])
+def stream_chains(endpoints, recv, flags, send, send_key, my_flags, epoch, posting_cycles,
+                  BYTES: tl.constexpr, RANK: tl.constexpr, CHAINS: tl.constexpr):
+    """CHAINS put+signal chains from this rank to the other of two, each to its own slice and
+    flag, then the waits for the other rank's CHAINS flags and for the last signal's completion.
+    ``posting_cycles[pid]`` receives the SM clock cycles the posting loop took (clock64 around
+    it): the GPU posting time the pass-ablation suite reports."""
+    pid = tl.program_id(0)
+    peer = 1 - RANK
+    ep = ab.endpoint(endpoints, peer)
+    dst = ab.remote(recv, peer)
+    flag = ab.remote(flags, peer, tl.int64)
+    src = send.to(tl.pointer_type(tl.int8))
+    start = _clock()
+    for chain in range(CHAINS):
+        t = ab.put(ep, dst.at((RANK * CHAINS + chain) * BYTES), src + chain * BYTES, BYTES, source_key=send_key)
+        s = ab.signal(ep, flag.at(RANK * CHAINS + chain), epoch, after=t)
+    end = _clock()
+    tl.store(posting_cycles + pid, end - start)
+    for chain in range(CHAINS):
+        ab.wait_signal(my_flags + peer * CHAINS + chain, epoch)

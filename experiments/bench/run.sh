@@ -7,7 +7,8 @@
 # (started here, stopped at the end; the machine name then says "mps": not NVLink). Builds the
 # baselines with nvcc into OUT_DIR/build, installs the aboleth wheel (WHEEL_DIR, as tests/gpu),
 # runs the Aboleth rows over p2p and proxy and the baselines, then merges everything into
-# OUT_DIR/<date>-alltoall-<machine>.{json,md,png} (also copied to experiments/bench/results/).
+# OUT_DIR/<date>-bench-<machine>.{json,md,png} (also copied to experiments/bench/results/).
+# With 2 ranks it also runs the pass-ablation suite (ablation.py) over the proxy and p2p.
 # BENCH_SIZES narrows the sizes; BENCH_ABLATE=1 adds each planning pass disabled in turn.
 set -u
 source "$(dirname "$0")/../../tests/gpu/common.sh"
@@ -37,6 +38,11 @@ run_ranks() {
 for transport in ${BENCH_TRANSPORTS:-p2p proxy}; do
     run_ranks $here/tier2.py "$out_dir" --transport "$transport"
 done
+if [ "$nproc" = 2 ]; then
+    for transport in ${BENCH_ABLATION_TRANSPORTS:-proxy p2p}; do
+        run_ranks $here/ablation.py "$out_dir" --transport "$transport"
+    done
+fi
 run_ranks $here/baselines.py "$out_dir" "$build" --systems "${BENCH_BASELINES:-handwritten,flag,nvshmem}"
 export MACHINE=$machine COMMAND="${BENCH_COMMAND:-NPROC=$nproc experiments/bench/run.sh OUT_DIR}$mps_note"
 python3 $here/report.py "$out_dir" || status=1

@@ -14,11 +14,16 @@ BENCH = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "bench"
 SIGNATURE = "endpoints=*i64,recv=*i64,flags=*i64,send=i64,send_key=i32,my_flags=*i64,first_epoch=i64"
 
 
-def ptx(target: str, *options: str) -> str:
+STREAM_SIGNATURE = ("endpoints=*i64,recv=*i64,flags=*i64,send=i64,send_key=i32,my_flags=*i64,epoch=i64,"
+                    "posting_cycles=*i64")
+
+
+def ptx(target: str, *options: str, kernel: str = "alltoall_rounds") -> str:
+    launch = (["--signature", SIGNATURE, "--constexpr", "ROUNDS=8"] if kernel == "alltoall_rounds"
+              else ["--signature", STREAM_SIGNATURE, "--constexpr", "CHAINS=16"])
     result = subprocess.run(
-        [sys.executable, "-m", "aboleth", "compile", str(BENCH / "kernels.py"), "--kernel", "alltoall_rounds",
-         "--target", target, "--signature", SIGNATURE, "--constexpr", "BYTES=256", "--constexpr", "RANK=1",
-         "--constexpr", "ROUNDS=8", "--emit", "ptx", *options],
+        [sys.executable, "-m", "aboleth", "compile", str(BENCH / "kernels.py"), "--kernel", kernel,
+         "--target", target, *launch, "--constexpr", "BYTES=256", "--constexpr", "RANK=1", "--emit", "ptx", *options],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -29,6 +34,12 @@ def test_the_suite_kernel_compiles_passes_on_and_off(target):
     passes_on, passes_off = ptx(target), ptx(target, "--passes-off")
     assert ".entry alltoall_rounds" in passes_on
     assert passes_on != passes_off
+
+
+def test_the_ablation_kernel_compiles_and_a_disabled_pass_changes_it():
+    defaults = ptx("proxy", kernel="stream_chains")
+    assert "%clock64" in defaults
+    assert defaults != ptx("proxy", "--disable-pass", "batch-commands", kernel="stream_chains")
 
 
 @pytest.mark.parametrize("script", sorted(path.name for path in BENCH.glob("*.py")))

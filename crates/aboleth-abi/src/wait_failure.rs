@@ -7,7 +7,8 @@
 //! [`WaitFailureRecord`]s. A waiting thread that gives up claims a slot with an atomic add on
 //! `failure_counter`, fills the record and stores `sequence = slot + 1` last with release; the
 //! host takes a record once its sequence is right. `timeout_nanoseconds` (0: wait forever) is
-//! written by the host before any launch. This module only defines the bytes.
+//! written by the host before any launch. This module only defines the bytes, and the
+//! 64-bit words a reader that loads them atomically (the host, while GPUs write) decodes.
 
 use crate::wire::wire_layout;
 
@@ -108,3 +109,56 @@ wire_layout!(WaitFailureRecord, 64, {
     waited_nanoseconds: u64 = 32, rank: u32 = 40, peer_rank: u32 = 44, site_id: u32 = 48,
     comparison: u32 = 52, program_id: u32 = 56, thread_id: u32 = 60,
 });
+
+impl WaitFailureRecord {
+    /// 64-bit words in a record: the host reads a record word by word with atomic loads, since
+    /// a GPU may be writing it.
+    pub const WORDS: usize = Self::SIZE_BYTES / 8;
+
+    /// The record from its little-endian 64-bit words (word `i` holds bytes `8 i .. 8 i + 8`).
+    pub fn from_words(words: [u64; Self::WORDS]) -> Self {
+        let mut bytes = [0u8; Self::SIZE_BYTES];
+        for (chunk, word) in bytes.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        Self::from_bytes(&bytes)
+    }
+
+    /// The record as its little-endian 64-bit words, as a GPU stores them.
+    pub fn to_words(&self) -> [u64; Self::WORDS] {
+        let bytes = self.to_bytes();
+        core::array::from_fn(|index| {
+            let start = index * 8;
+            u64::from_le_bytes(bytes[start..start + 8].try_into().expect("8 bytes"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_through_its_words_at_the_fields_offsets() {
+        let record = WaitFailureRecord {
+            sequence: 1,
+            flag_address: 0x10,
+            expected_value: 0x20,
+            observed_value: 0x30,
+            waited_nanoseconds: 0x40,
+            rank: 5,
+            peer_rank: 6,
+            site_id: 7,
+            comparison: 8,
+            program_id: 9,
+            thread_id: 10,
+        };
+        let words = record.to_words();
+        // A u32 pair shares a word, the lower offset in the low half.
+        assert_eq!(words[1], 0x10);
+        assert_eq!(words[5], 5 | (6 << 32));
+        assert_eq!(words[6], 7 | (8 << 32));
+        assert_eq!(words[7], 9 | (10 << 32));
+        assert_eq!(WaitFailureRecord::from_words(words), record);
+    }
+}

@@ -35,8 +35,8 @@ use aboleth_ir::{
     walk::{all_ops, block_ops, kernels, region_block},
 };
 
-use crate::comm::pointer_root;
 use crate::registry::PassContext;
+use crate::support::transfers::pointer_root;
 
 /// Runs the pass on every kernel of `module`.
 pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {

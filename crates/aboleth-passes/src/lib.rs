@@ -1,33 +1,35 @@
-//! The Aboleth passes, one file per pass, and the default pipeline written out in one function.
+//! The Aboleth passes, one file per pass named after its flag (`batch_commands.rs` is
+//! `batch-commands`), the pass list, and the default pipeline that runs it.
 //!
-//! Storage planning ([`dead_communication`], [`buffer_sizing`]), transfer planning
-//! ([`inline_payloads`], [`signal_publication`], [`completion_planning`]), submission planning
-//! ([`elide_epochs`], [`queue_owners`], [`publication_ordering`], [`batching`],
-//! [`doorbell_coalescing`], [`doorbell_scope`]) and
-//! transport specialization ([`lower_mlx5`], [`lower_proxy`], [`lower_p2p`]). Planning passes
-//! only attach attributes (their decisions print in the IR); the lowering passes read them and
-//! fall back to library-style code where an attribute is absent, which is exactly what
-//! `--passes-off` produces. [`stats`] counts what a lowered kernel does.
-//! This crate does no I/O and links nothing from CUDA or ibverbs.
+//! Storage planning ([`eliminate_dead_communication`], [`size_buffers`]), transfer planning
+//! ([`inline_small_payloads`], [`choose_signal_publication`], [`plan_completions`]),
+//! submission planning ([`elide_epochs`], [`assign_queue_owners`], [`order_publications`],
+//! [`batch_commands`], [`coalesce_doorbells`], [`choose_doorbell_scope`]) and transport
+//! specialization ([`lower_mlx5`], [`lower_proxy`], [`lower_p2p`]). Every pass's flag, level,
+//! description, order and entry point are written once, in [`registry`]; [`pipeline`] runs
+//! that list with the verifier between passes. What passes share lives in [`support`]; no
+//! pass imports another. Planning passes only attach attributes (their decisions print in the
+//! IR); the lowering passes read them and fall back to library-style code where an attribute
+//! is absent, which is exactly what `--passes-off` produces. [`stats`] counts what a lowered
+//! kernel does. This crate does no I/O and links nothing from CUDA or ibverbs.
 
-pub mod batching;
-pub mod buffer_sizing;
-pub mod comm;
-pub mod completion_planning;
-pub mod dead_communication;
-pub mod doorbell_coalescing;
-pub mod doorbell_scope;
+pub mod assign_queue_owners;
+pub mod batch_commands;
+pub mod choose_doorbell_scope;
+pub mod choose_signal_publication;
+pub mod coalesce_doorbells;
 pub mod elide_epochs;
-pub mod inline_payloads;
-pub mod lower_common;
+pub mod eliminate_dead_communication;
+pub mod inline_small_payloads;
 pub mod lower_mlx5;
 pub mod lower_p2p;
 pub mod lower_proxy;
+pub mod order_publications;
 pub mod pipeline;
-pub mod publication_ordering;
-pub mod queue_owners;
+pub mod plan_completions;
 pub mod registry;
-pub mod signal_publication;
+pub mod size_buffers;
 pub mod stats;
+pub mod support;
 
 pub use pipeline::{PipelineOptions, PipelineReport, run_pipeline};

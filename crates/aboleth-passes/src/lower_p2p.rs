@@ -20,35 +20,32 @@
 //! where provably nothing was written (a send buffer the host filled). This is not a planning
 //! choice: both configurations get it, like the barrier before a signal.
 
+use std::collections::HashSet;
+
 use aboleth_ir::{
     Diagnostic,
-    ab::attributes::Publication,
+    ab::{attributes::Publication, ops::operand},
     attrs,
     builder::Builder,
     pliron::{
+        basic_block::BasicBlock,
         context::{Context, Ptr},
+        linked_list::LinkedList,
         operation::Operation,
     },
+    scalar::constant_value,
     text::op_name,
     transport::{GpuBarrierOp, P2pCopyOp, P2pPutPacketsOp, P2pSignalOp},
-    walk::{all_ops, kernels, region_block},
+    walk::{all_ops, block_ops, kernels, region_block, region_ops},
 };
 
-use std::collections::HashSet;
-
-use aboleth_ir::{ab::ops::operand, pliron::linked_list::LinkedList, scalar::constant_value};
-use aboleth_ir::{
-    pliron::basic_block::BasicBlock,
-    walk::{block_ops, region_ops},
-};
-
-use crate::comm::{endpoint_of, put_predicate, signal_after, signal_operation};
-use crate::lower_common::{
-    ReceiveSide, emit_fence, lower_wait_signal_receiving, put_operands, riding_signal_of_put,
-    signal_operands,
-};
 use crate::registry::PassContext;
-use crate::signal_publication::packet_signal_candidate;
+use crate::support::{
+    riding_signals::{packet_signal_candidate, riding_signal_of_put},
+    transfers::{endpoint_of, put_predicate, signal_after, signal_operation},
+    transport_ops::{emit_fence, put_operands, signal_operands},
+    wait_lowering::{ReceiveSide, lower_wait_signal},
+};
 
 /// The kernel attribute naming (by index) the argument whose flag region needs a staging area
 /// for packet slots (`aboleth_abi::packet::staging_bytes` more bytes after its end).
@@ -177,7 +174,7 @@ fn lower_kernel(ctx: &mut Context, kernel: Ptr<Operation>) {
             }
             "ab.drain" | "ab.fence" => emit_fence(ctx, &mut builder, "sys"),
             "ab.wait_signal" => {
-                lower_wait_signal_receiving(
+                lower_wait_signal(
                     ctx,
                     op,
                     packet_tables.map(|(flag_table, data_table)| ReceiveSide::Packets {

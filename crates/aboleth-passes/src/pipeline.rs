@@ -1,8 +1,11 @@
-//! The default pipeline, written out in one function, with the verifier between passes.
+//! The default pipeline, in one function, with the verifier between passes.
 //!
-//! [`run_pipeline`] runs the planning passes in order (skipping disabled ones, or all of them
-//! for `--passes-off`), verifying after each, then the target's lowering, then verifies again.
-//! It records the module's text after each pass when asked (`--print-after-all`).
+//! [`run_pipeline`] checks and verifies its input, runs the planning passes of
+//! [`crate::registry::PASSES`] in their order (skipping disabled ones, or all of them for
+//! `--passes-off`), verifying after each, then the target's lowering from
+//! [`crate::registry::LOWERINGS`], then verifies again. It records the module's text after
+//! each pass when asked (`--print-after-all`). Which passes exist, and their order, is the
+//! registry's: this module names none.
 
 use aboleth_abi::Transport;
 use std::collections::BTreeSet;
@@ -18,7 +21,7 @@ use aboleth_ir::{
     walk::all_ops,
 };
 
-use crate::registry::{PASSES, PassContext, PassFunction};
+use crate::registry::{PASSES, PassContext, lowering_for};
 
 /// How to run the pipeline.
 #[derive(Clone, Debug)]
@@ -136,53 +139,23 @@ pub fn run_pipeline(
     check_semantic_input(ctx, module)?;
     verify(ctx, module, "input")?;
 
-    // One planning pass per line, in pipeline order; each verifies the module after it.
-    let mut pass = |ctx: &mut Context, name: &str| {
-        run_one(ctx, module, options, &pass_context, &mut report, name)
-    };
-    // Storage planning.
-    pass(ctx, "eliminate-dead-communication")?;
-    pass(ctx, "size-buffers")?;
-    // Transfer planning.
-    pass(ctx, "inline-small-payloads")?;
-    pass(ctx, "choose-signal-publication")?;
-    pass(ctx, "plan-completions")?;
-    // Submission planning.
-    pass(ctx, "elide-epochs")?;
-    pass(ctx, "assign-queue-owners")?;
-    pass(ctx, "order-publications")?;
-    pass(ctx, "batch-commands")?;
-    pass(ctx, "coalesce-doorbells")?;
-    pass(ctx, "choose-doorbell-scope")?;
+    // Storage, transfer and submission planning, in the registry's order.
+    for pass in PASSES {
+        if options.passes_off || options.disabled.contains(pass.name) {
+            continue;
+        }
+        (pass.run)(ctx, module, &pass_context)?;
+        record(ctx, module, options, &mut report, pass.name)?;
+    }
     if options.stop_before_lowering {
         return Ok(report);
     }
-    // Transport specialization.
-    let (name, lowering): (&str, PassFunction) = match options.target {
-        Transport::Mlx5 => ("lower-mlx5", crate::lower_mlx5::run),
-        Transport::Proxy => ("lower-proxy", crate::lower_proxy::run),
-        Transport::P2p => ("lower-p2p", crate::lower_p2p::run),
-        Transport::Efa | Transport::Ionic => unreachable!("not lowered: refused by validate"),
-    };
-    lowering(ctx, module, &pass_context)?;
-    record(ctx, module, options, &mut report, name)?;
+    // Transport specialization: the target's one lowering.
+    let lowering =
+        lowering_for(options.target).expect("targets without a lowering are refused above");
+    (lowering.run)(ctx, module, &pass_context)?;
+    record(ctx, module, options, &mut report, lowering.name)?;
     Ok(report)
-}
-
-fn run_one(
-    ctx: &mut Context,
-    module: Ptr<Operation>,
-    options: &PipelineOptions,
-    pass_context: &PassContext,
-    report: &mut PipelineReport,
-    name: &str,
-) -> Result<(), Diagnostic> {
-    if options.passes_off || options.disabled.contains(name) {
-        return Ok(());
-    }
-    let pass = crate::registry::find(name).expect("the pipeline names registered passes");
-    (pass.run)(ctx, module, pass_context)?;
-    record(ctx, module, options, report, name)
 }
 
 fn record(

@@ -19,7 +19,7 @@ use aboleth_ir::{
 };
 use aboleth_passes::{
     PipelineOptions,
-    registry::{LOWERINGS, PassContext, find},
+    registry::{PassContext, find_any},
     run_pipeline,
     stats::count_kernel,
 };
@@ -81,10 +81,7 @@ fn run_file(path: &Path) -> String {
                 immediate_signals: words.contains(&"immediate-signals"),
                 packet_signals: words.contains(&"packet-signals"),
             };
-            let run = find(name)
-                .map(|pass| pass.run)
-                .or_else(|| LOWERINGS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f))
-                .unwrap_or_else(|| panic!("{file}: unknown pass {name}"));
+            let run = find_any(name).unwrap_or_else(|| panic!("{file}: unknown pass {name}"));
             run(ctx, module, &pass_context).unwrap_or_else(|d| panic!("{d}"));
             aboleth_ir::verify::verify_module(ctx, module).unwrap_or_else(|d| panic!("{d}"));
             print_module(ctx, module)

@@ -449,7 +449,9 @@ impl Device {
     /// error name (VMM allocations, e.g. PyTorch's expandable segments, cannot be exported).
     pub fn ipc_handle(&self, allocation_base: u64) -> Result<[u8; IPC_HANDLE_BYTES], String> {
         self.make_current().map_err(|error| error.to_string())?;
-        let mut handle = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        let mut handle = sys::CUipcMemHandle_st {
+            reserved: [0; IPC_HANDLE_BYTES],
+        };
         // SAFETY: writes one 64-byte handle.
         let result = unsafe { sys::cuIpcGetMemHandle(&mut handle, allocation_base) };
         if result != sys::CUresult::CUDA_SUCCESS {

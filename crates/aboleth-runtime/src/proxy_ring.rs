@@ -65,6 +65,9 @@ use aboleth_abi::{ProxyRingEntry, ProxyRingHeader};
 
 /// 64-bit words in one ring entry; word 0 is the sequence.
 pub const ENTRY_WORDS: usize = ProxyRingEntry::SIZE_BYTES / 8;
+// The consumer reads word 0 as the sequence and the entry as whole words.
+const _: () = assert!(core::mem::offset_of!(ProxyRingEntry, sequence) == 0);
+const _: () = assert!(ProxyRingEntry::SIZE_BYTES.is_multiple_of(8));
 
 /// A 64-bit word of a ring: a header counter or one word of one entry slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -39,7 +39,9 @@ use crate::transport::proxy::{
     ProxyRegionTable, ProxyRingService, ProxyThread, ProxyThreadOptions, SharedRegionTable,
 };
 use crate::transport::{TransportRequest, choose_transports, describe_transports, rdma_devices};
-use crate::wait_failure::{WaitFailureLog, WaitFailureRecord, wait_failure_log_bytes};
+use crate::wait_failure::{
+    WaitFailureLog, WaitFailureRecord, describe_wait_failure, wait_failure_log_bytes,
+};
 
 /// The rank-collective operations a World needs from its bootstrap. Implemented by
 /// [`TcpStoreBootstrap`]; the Python layer may implement it over a `torch.distributed` store.
@@ -804,7 +806,7 @@ impl World {
             .wait_failure_log
             .records()
             .first()
-            .map(WaitFailureRecord::describe)
+            .map(describe_wait_failure)
             .unwrap_or_else(|| "its record is still being written".to_owned());
         Err(RuntimeError::WaitTimedOut {
             rank: self.rank,

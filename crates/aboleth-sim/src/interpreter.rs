@@ -67,7 +67,7 @@ use aboleth_ir::{
     ab::attributes::SignalOperation,
     scalar::{evaluate_binary, truncate_signed},
 };
-use aboleth_passes::{comm::inline_write_basic_blocks, stats::Counts};
+use aboleth_passes::{stats::Counts, support::queue_slots::inline_write_basic_blocks};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

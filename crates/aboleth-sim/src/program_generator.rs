@@ -56,7 +56,8 @@ pub const READ_ONLY_SOURCE_BYTES: u32 = 1024;
 /// 8-byte words in the `choices` region that loaded predicates read.
 pub const CHOICE_WORDS: u32 = 16;
 /// Largest put the mlx5 lowering inlines: puts are drawn on both sides of it.
-pub const INLINE_BYTES_LIMIT: u32 = aboleth_passes::comm::MLX5_INLINE_BYTES_LIMIT as u32;
+pub const INLINE_BYTES_LIMIT: u32 =
+    aboleth_passes::support::queue_slots::MLX5_INLINE_BYTES_LIMIT as u32;
 /// Most mlx5 basic blocks any one queue (sender rank to peer, all programs together) receives
 /// over the launch. Rings hold at least 64 slots, so a program under this budget can never
 /// fill one, whatever completions the compiler requests; ring sizing is then not what the

@@ -1,0 +1,146 @@
+//! p2p code generation (NVLink/PCIe peer memory): `p2p.copy` as masked `tt.load`/`tt.store`
+//! loops of `P2P_COPY_CHUNK_ELEMENTS` words (or bytes, when unaligned) per iteration that
+//! Triton spreads over the program's threads, at the peer address read from the region
+//! descriptor; `p2p.signal` as one leader store or reduction with the lowering's ordering
+//! (release or volatile). Packet puts (flag in data) are in `packets.rs`; the flag wait is in
+//! `waits.rs`. Nothing here decides the ordering: the `order` attribute does.
+
+use aboleth_ir::{
+    ab::attributes::SignalOperation,
+    attrs,
+    pliron::{context::Ptr, operation::Operation},
+};
+
+use super::{BridgeError, Generator, P2P_COPY_CHUNK_ELEMENTS};
+
+impl Generator<'_> {
+    pub(super) fn p2p_copy(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let destination = self.remote_address(self.operand(op, 1))?;
+        let source = self.use_as(self.operand(op, 2), "i64")?;
+        let bytes = self.i64(self.operand(op, 3))?;
+        let predicate_value = self.operand(op, 4);
+        let constant_true =
+            aboleth_ir::scalar::constant_value(self.ctx, predicate_value) == Some(1);
+        let zero = self.constant_i64(0);
+        let mut open_ifs = 0;
+        if !constant_true {
+            let predicate = self.i64(predicate_value)?;
+            let condition = self.assign(
+                "ab_pred",
+                format!("arith.cmpi ne, {predicate}, {zero} : i64"),
+            );
+            self.emit(format!("scf.if {condition} {{"));
+            open_ifs += 1;
+        }
+        // Words when source, destination and size allow it (8x fewer accesses), bytes otherwise.
+        let either = self.binary_i64("arith.ori", &source, &destination);
+        let all = self.binary_i64("arith.ori", &either, &bytes);
+        let seven = self.constant_i64(7);
+        let low_bits = self.binary_i64("arith.andi", &all, &seven);
+        let aligned = self.assign(
+            "ab_aligned",
+            format!("arith.cmpi eq, {low_bits}, {zero} : i64"),
+        );
+        self.emit(format!("scf.if {aligned} {{"));
+        let three = self.constant_i64(3);
+        let words = self.binary_i64("arith.shrsi", &bytes, &three);
+        self.copy_loop("i64", &source, &destination, &words);
+        self.emit("} else {".into());
+        self.copy_loop("i8", &source, &destination, &bytes);
+        self.emit("}".into());
+        for _ in 0..open_ifs {
+            self.emit("}".into());
+        }
+        Ok(())
+    }
+
+    /// A loop copying `count` elements of `element` from `source` to `destination` (i64
+    /// addresses), `P2P_COPY_CHUNK_ELEMENTS` per iteration, masked at the end.
+    pub(super) fn copy_loop(
+        &mut self,
+        element: &str,
+        source: &str,
+        destination: &str,
+        count: &str,
+    ) {
+        let chunk = P2P_COPY_CHUNK_ELEMENTS;
+        let zero = self.constant_i64(0);
+        let step = self.constant_i64(chunk);
+        let pointer_type = format!("!tt.ptr<{element}>");
+        let source_pointer = self.assign(
+            "ab_src",
+            format!("tt.int_to_ptr {source} : i64 -> {pointer_type}"),
+        );
+        let destination_pointer = self.assign(
+            "ab_dst",
+            format!("tt.int_to_ptr {destination} : i64 -> {pointer_type}"),
+        );
+        let start = self.fresh("ab_chunk");
+        let tensor = format!("tensor<{chunk}xi64>");
+        let pointers = format!("tensor<{chunk}x{pointer_type}>");
+        self.emit(format!(
+            "scf.for {start} = {zero} to {count} step {step} : i64 {{"
+        ));
+        let lanes = self.assign(
+            "ab_lanes",
+            format!("tt.make_range {{end = {chunk} : i32, start = 0 : i32}} : tensor<{chunk}xi32>"),
+        );
+        let wide_lanes = self.assign(
+            "ab_lanes",
+            format!("arith.extsi {lanes} : tensor<{chunk}xi32> to {tensor}"),
+        );
+        let base = self.assign("ab_splat", format!("tt.splat {start} : i64 -> {tensor}"));
+        let offsets = self.assign(
+            "ab_offsets",
+            format!("arith.addi {base}, {wide_lanes} : {tensor}"),
+        );
+        let limit = self.assign("ab_splat", format!("tt.splat {count} : i64 -> {tensor}"));
+        let mask = self.assign(
+            "ab_mask",
+            format!("arith.cmpi slt, {offsets}, {limit} : {tensor}"),
+        );
+        let source_splat = self.assign(
+            "ab_splat",
+            format!("tt.splat {source_pointer} : {pointer_type} -> {pointers}"),
+        );
+        let source_pointers = self.assign(
+            "ab_src",
+            format!("tt.addptr {source_splat}, {offsets} : {pointers}, {tensor}"),
+        );
+        let destination_splat = self.assign(
+            "ab_splat",
+            format!("tt.splat {destination_pointer} : {pointer_type} -> {pointers}"),
+        );
+        let destination_pointers = self.assign(
+            "ab_dst",
+            format!("tt.addptr {destination_splat}, {offsets} : {pointers}, {tensor}"),
+        );
+        let data = self.assign(
+            "ab_data",
+            format!("tt.load {source_pointers}, {mask} : {pointers}"),
+        );
+        self.emit(format!(
+            "tt.store {destination_pointers}, {data}, {mask} : {pointers}"
+        ));
+        self.emit("}".into());
+    }
+
+    pub(super) fn p2p_signal(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
+        let address = self.remote_address(self.operand(op, 1))?;
+        let value = self.i64(self.operand(op, 2))?;
+        let release = attrs::get_string(self.ctx, op, "order").as_deref() == Some("release");
+        let operation =
+            attrs::get_typed::<SignalOperation>(self.ctx, op, "op").unwrap_or(SignalOperation::Set);
+        let store = match (operation, release) {
+            (SignalOperation::Set, true) => "st.release.sys.global.u64 [$1], $2;",
+            (SignalOperation::Set, false) => "st.volatile.global.u64 [$1], $2;",
+            (SignalOperation::Add, true) => "red.release.sys.global.add.u64 [$1], $2;",
+            (SignalOperation::Add, false) => "red.relaxed.sys.global.add.u64 [$1], $2;",
+        };
+        self.asm(
+            &Self::leader(store),
+            &[(&address, "i64", 'l'), (&value, "i64", 'l')],
+        );
+        Ok(())
+    }
+}

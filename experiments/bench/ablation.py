@@ -1,0 +1,137 @@
+"""The pass-ablation suite (README.md): streams of 1, 4 and 16 put+signal chains from each of two
+ranks to the other (kernels.py's ``stream_chains``), compiled as the planning passes are added in
+pipeline order (``first-K``: the first K passes on, the others disabled; ``first-0`` runs only the
+lowering but, unlike ``passes-off``, keeps the declared options), every switchable pass off in
+turn (``without-NAME``), the defaults (``passes-on``) and ``passes-off``. Each row reports the
+GPU posting time (SM clock cycles around the posting loop, read with ``clock64`` inside the
+kernel, and the same in microseconds at the SM clock of the run), the launch time (CUDA events),
+and the reservations, doorbells, fences and ring entries or WQEs the stage counted for that
+binary (its summary in the kernel's metadata).
+
+    torchrun --nproc-per-node 2 experiments/bench/ablation.py OUT_DIR --transport proxy
+
+One warm-up launch and TIMED_LAUNCHES timed launches per row, each after the receive buffer was
+poisoned and the ranks met at a barrier; every launch checked bit-exact (each chain's slice and
+flag)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import aboleth  # noqa: E402
+from common import TIMED_LAUNCHES, log, median, pattern, rank_environment, row, write_rank_report  # noqa: E402
+from kernels import stream_chains  # noqa: E402
+from tier2 import ABLATED_PASSES  # noqa: E402
+
+CHAIN_COUNTS = [1, 4, 16]
+BYTES_PER_CHAIN = 256
+
+
+def sm_clock_mhz() -> Optional[float]:
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001 - without NVML the row keeps cycles only
+        return None
+
+
+def configurations() -> List[Dict[str, Any]]:
+    result: List[Dict[str, Any]] = [{"variant": "passes-off", "passes_off": True}]
+    for count in range(len(ABLATED_PASSES) + 1):
+        result.append({"variant": f"first-{count}", "disabled_passes": ABLATED_PASSES[count:]})
+    result.append({"variant": "passes-on"})
+    result += [{"variant": f"without-{name}", "disabled_passes": [name]} for name in ABLATED_PASSES]
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--transport", default="proxy", choices=["p2p", "proxy"])
+    arguments = parser.parse_args()
+    environment = rank_environment()
+    boot = aboleth.TcpStoreBootstrap.from_env()
+    rank, n = boot.rank, boot.world_size
+    if n != 2:
+        raise SystemExit("ablation.py runs on exactly 2 ranks (each streams to the other)")
+    world = aboleth.World(rank, n, device=torch.cuda.current_device(), bootstrap=boot)
+    world.connect_all(arguments.transport)
+    capacity = max(CHAIN_COUNTS) * BYTES_PER_CHAIN
+    flags_bytes = 8 * n * max(CHAIN_COUNTS)
+    buffer = torch.zeros(2 * n * capacity + flags_bytes, dtype=torch.uint8, device="cuda")
+    registration = world.register(buffer)
+    table = world.exchange_regions({
+        "send": world.region("send", registration, offset=0, length=n * capacity),
+        "recv": world.region("recv", registration, offset=n * capacity, length=n * capacity),
+        "flags": world.region("flags", registration, offset=2 * n * capacity, length=flags_bytes),
+    })
+    send_all = buffer[:n * capacity]
+    recv_all = buffer[n * capacity:2 * n * capacity]
+    my_flags = buffer[2 * n * capacity:].view(torch.int64)
+    posting_cycles = torch.zeros(1, dtype=torch.int64, device="cuda")
+    send = table.local("send")
+    peer = 1 - rank
+    clock_mhz = sm_clock_mhz()
+    rows: List[Dict[str, Any]] = []
+    failures: List[str] = []
+    epoch = 3
+    for chains in CHAIN_COUNTS:
+        length = chains * BYTES_PER_CHAIN
+        send_all[:length].copy_(pattern(rank, peer, length))
+        for configuration in configurations():
+            options = {key: value for key, value in configuration.items() if key != "variant"}
+            cycles, launch_us, errors, counts = [], [], [], None
+            for launch in range(1 + TIMED_LAUNCHES):
+                poison = (37 * launch + 11) & 0xFF
+                recv_all.fill_(poison)
+                torch.cuda.synchronize()
+                world.barrier()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                with world.compilation(**options):
+                    start.record()
+                    compiled = stream_chains[(1,)](table.endpoint_handles.view(torch.int64), table.regions("recv"),
+                                                   table.regions("flags"), send.address, send.lkey, my_flags, epoch,
+                                                   posting_cycles, BYTES=BYTES_PER_CHAIN, RANK=rank, CHAINS=chains)
+                    end.record()
+                end.synchronize()
+                world.check_waits()
+                got = recv_all[peer * chains * BYTES_PER_CHAIN:(peer + 1) * chains * BYTES_PER_CHAIN]
+                if not torch.equal(got, pattern(peer, rank, length)):
+                    errors.append(f"{configuration['variant']} {chains} chains: the peer's data differs")
+                flags = my_flags[peer * chains:(peer + 1) * chains].tolist()
+                if any(value != epoch for value in flags):
+                    errors.append(f"{configuration['variant']} {chains} chains: flags {flags}, expected {epoch}")
+                if counts is None:
+                    summary = getattr(compiled.metadata, "aboleth", None)
+                    counts = json.loads(summary).get("counts") if isinstance(summary, str) else None
+                epoch += 1
+                if launch > 0:
+                    cycles.append(int(posting_cycles.item()))
+                    launch_us.append(start.elapsed_time(end) * 1000.0)
+            failures += errors
+            posting = median(cycles)
+            rows.append(row("ablation", "aboleth", arguments.transport, configuration["variant"], n,
+                            BYTES_PER_CHAIN, 4, None, median(launch_us), not errors, chains=chains,
+                            posting_cycles=posting, posting_us=posting / clock_mhz if clock_mhz else None,
+                            counts=counts, disabled_passes=options.get("disabled_passes", []),
+                            passes_off=options.get("passes_off", False)))
+            log(rank, f"{arguments.transport} {chains} chains {configuration['variant']}: {posting:.0f} cycles "
+                      f"posting, {median(launch_us):.2f} us launch {'checked' if not errors else 'WRONG'}")
+    write_rank_report(arguments.out_dir, f"ablation-aboleth-{arguments.transport}", rank, rows, failures=failures,
+                      environment=environment, sm_clock_mhz=clock_mhz,
+                      when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    world.barrier()
+    world.close()
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
