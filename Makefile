@@ -3,14 +3,15 @@ CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test setup python-setup python-test lint bless fuzz bench help
+.PHONY: demo test setup python-setup python-test stubs lint bless fuzz bench help
 VENV ?= .venv
 PYTHON ?= python3
 
 help:
 	@echo "make demo   - compile the seed's Triton all-to-all on the CPU, run it on 8 simulated ranks per transport, library-style vs Aboleth"
 	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-check, fuzz)"
-	@echo "make bless  - rewrite golden .out files from the current compiler (review the diff!)"
+	@echo "make bless  - rewrite golden .out files from the current compiler, and the extension's stubs (review the diff!)"
+	@echo "make stubs  - regenerate python/aboleth/_aboleth.pyi from crates/aboleth-python"
 	@echo "make bench  - how to run the benchmark suites on the GPU machine (experiments/bench)"
 
 # Debian packages the tests need: rdma-core's mlx5dv.h for the WQE cross-check.
@@ -65,6 +66,11 @@ python-test: python-setup
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
 	$(VENV)/bin/pytest -q python/tests
 
+# The type stubs of aboleth._aboleth, generated from the extension's cdylib by PyO3's
+# introspection (crates/aboleth-python/tests/python_stubs.rs, which fails when they are stale).
+stubs:
+	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-python --test python_stubs
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -79,6 +85,7 @@ bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-passes --test filetests
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-cli --test command_line_goldens
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test codegen_goldens
+	$(MAKE) stubs
 
 fuzz:
 	ABOLETH_FUZZ_SECONDS=600 $(CARGO) test --release -p aboleth-ir --test fuzz_parser -- --nocapture

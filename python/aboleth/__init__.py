@@ -4,16 +4,20 @@
   ``put``, ``signal``, ``wait_signal``, ``wait``, ``drain``/``quiet``, ``fence``), each one
   ``tt.extern_elementwise`` call into ``libname = "aboleth"`` (``aboleth/language.py``).
 - ``aboleth.install(target=...)`` / ``with aboleth.compilation(target=...)``: the ``aboleth``
-  stage after Triton's ``ttir`` stage (``aboleth/hook.py``).
+  stage after Triton's ``ttir`` stage, configured by an ``aboleth.Config`` (``aboleth/hook.py``).
 - the host API of the seed (``aboleth/runtime.py``): ``aboleth.TcpStoreBootstrap.from_env()``,
   ``aboleth.World(rank, size, device=, bootstrap=)`` with ``connect_all``, ``register(tensor)``,
   ``region``, ``exchange_regions`` (a ``RegionTable`` whose device tables are torch tensors),
   ``compilation()``, ``barrier``, ``check_waits``, ``close``. torch is imported only where needed.
 
+- ``aboleth.packet_staging_bytes(length)``: the staging a flag region of packet signals needs.
 - the ``aboleth`` command (``aboleth/cli.py``; also ``python -m aboleth``): the Rust command line,
-  every verb, for ``.abo`` files and Triton kernels.
+  every verb, for ``.abo`` files and Triton kernels (``aboleth/triton_compile.py`` is what it runs
+  for a ``.py`` kernel).
 
-What is not here yet: the NVSHMEM-shaped device library, and a runtime for mlx5 (no NIC here).
+Everything runs in the Rust extension module ``aboleth._aboleth`` (crates/aboleth-python; its
+stubs are ``_aboleth.pyi``, generated); these modules convert. What is not here: the
+NVSHMEM-shaped device library, and a runtime for mlx5 (no NIC here).
 """
 
 from ._aboleth import packet_staging_bytes

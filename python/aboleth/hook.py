@@ -7,19 +7,22 @@ that was there before (if any), then inserts a stage ``aboleth`` right after ``t
 1. prints the module (``module.str()``, the TTIR after Triton's ttir passes);
 2. fast path: without ``libname = "aboleth"`` in the text it returns the module object untouched
    (no Rust call, no metadata);
-3. otherwise calls ``aboleth._aboleth.run_stage(text, config_json)`` (the GIL is released in
-   Rust), stores the returned summary JSON in ``metadata["aboleth"]``, and returns the module
-   unchanged if the text came back unchanged, or the new text parsed back into the module's
-   MLIR context otherwise.
+3. otherwise calls ``aboleth._aboleth.run_stage(text, config.pipeline_options(),
+   source_name=...)`` (the GIL is released in Rust), stores the returned summary JSON in
+   ``metadata["aboleth"]``, and returns the module unchanged if the text came back unchanged, or
+   the new text parsed back into the module's MLIR context otherwise.
 
 The Rust stage compiles the communication for the configured transport (``docs/TRITON_BRIDGE.md``);
-its errors are ``ValueError`` at the kernel's Python line.
+its errors are ``ValueError`` at the kernel's Python line (``NotImplementedError`` for a lowered op
+that TTIR code generation has no translation of). :class:`Config` is the Python face of the
+configuration; the Rust pipeline checks it, through ``aboleth._aboleth.PipelineOptions``, when
+it is made.
 
 Cache: Triton 3.6 does not put the hook in its cache key, and a cache hit skips the hook. So while
 installed, ``triton.knobs.cache.dir`` points at ``<previous cache dir>/aboleth-<salt>``, where the
 salt hashes the bridge version, the Rust build and the aboleth Python sources (``cache_salt``),
-and the configuration (target, passes off, disabled passes): changing any of them recompiles, and
-the same configuration hits the cache. Called with no arguments (Triton 3.7's contract) the hook
+and the configuration (target, passes off, disabled passes, immediate and packet signals):
+changing any of them recompiles, and the same configuration hits the cache. Called with no arguments (Triton 3.7's contract) the hook
 returns ``(key, hash)`` with the same salt. A ``@triton.jit`` function's in-memory cache
 (``JITFunction.device_caches``) is keyed only by specialization and options, so the installation
 also chains Triton's ``jit_post_compile_hook``: a function whose kernel went through the stage
@@ -84,8 +87,9 @@ BRIDGE_VERSION = "v1"
 _FAST_PATH_MARKER = f'libname = "{ABOLETH_LIBNAME}"'
 _PACKAGE_DIRECTORY = pathlib.Path(__file__).resolve().parent
 
-# The Rust entry point; a module attribute so that tests can substitute it.
-_run_stage: Callable[[str, str], Tuple[str, str]] = _aboleth.run_stage
+# The Rust entry point, ``(text, options, *, source_name) -> (text, summary_json)``; a module
+# attribute so that tests can substitute it.
+_run_stage: Callable[..., Tuple[str, str]] = _aboleth.run_stage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +98,9 @@ class Config:
 
     ``disabled_passes`` is normalized to a sorted tuple without duplicates, so configurations that
     mean the same compare (and salt the cache) the same. The Rust pipeline checks the rest when
-    the configuration is made (``ValueError``): pass names, ``disabled_passes`` with
-    ``passes_off``, ``immediate_signals`` off mlx5, ``packet_signals`` off p2p.
+    the configuration is made (``ValueError``, through :meth:`pipeline_options`): pass names,
+    ``disabled_passes`` with ``passes_off``, ``immediate_signals`` off mlx5, ``packet_signals``
+    off p2p.
     """
 
     target: str
@@ -129,19 +134,19 @@ class Config:
         object.__setattr__(self, "disabled_passes", tuple(sorted(set(names))))
         # The Rust pipeline's rules (unknown passes, options that cannot take effect for the
         # target), checked where the configuration is written rather than at the first compile.
-        _aboleth.check_config(self.to_json())
+        self.pipeline_options()
 
     def as_dict(self) -> Dict[str, Any]:
-        """The configuration as the JSON object the Rust stage reads (without ``source_name``)."""
+        """The configuration's fields as a dict (what :func:`cache_salt` hashes)."""
         return {"target": self.target, "passes_off": self.passes_off, "disabled_passes": list(self.disabled_passes),
                 "immediate_signals": self.immediate_signals, "packet_signals": self.packet_signals}
 
-    def to_json(self, source_name: Optional[str] = None) -> str:
-        """The ``config_json`` argument of ``run_stage``; ``source_name`` names the TTIR in errors."""
-        data = self.as_dict()
-        if source_name is not None:
-            data["source_name"] = source_name
-        return json.dumps(data, sort_keys=True)
+    def pipeline_options(self) -> "_aboleth.PipelineOptions":
+        """The configuration as the Rust pipeline's options (``aboleth._aboleth.PipelineOptions``,
+        the ``options`` argument of ``run_stage``); making them checks them (``ValueError``)."""
+        return _aboleth.PipelineOptions(self.target, passes_off=self.passes_off,
+                                        disabled_passes=list(self.disabled_passes),
+                                        immediate_signals=self.immediate_signals, packet_signals=self.packet_signals)
 
 
 @functools.lru_cache(maxsize=1)
@@ -353,7 +358,7 @@ def _aboleth_stage(module: Any, metadata: Dict[str, Any], *, config: Config) -> 
     text = module.str()
     if _FAST_PATH_MARKER not in text:
         return module
-    new_text, summary = _run_stage(text, config.to_json(f"{_kernel_name(module)}.ttir"))
+    new_text, summary = _run_stage(text, config.pipeline_options(), source_name=f"{_kernel_name(module)}.ttir")
     metadata["aboleth"] = summary
     if new_text == text:
         return module

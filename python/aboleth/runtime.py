@@ -13,8 +13,10 @@ registration and IPC export, region exchange, transports. This module only conve
   lives as long as any such tensor (or the table) does. Nothing is copied. Host copies are
   ``RegionTable.region_table_bytes(name)`` and ``endpoint_handle_bytes()``.
 - ``World.compilation()`` is ``aboleth.compilation(target=...)`` with the target this World's
-  transports need: "p2p" when every peer is reached over p2p. The proxy and rdma transports have
-  no Triton code generation yet, so for them it raises ``NotImplementedError``.
+  transports need: "p2p" when every peer is reached over p2p, "proxy" over the proxy. Kernels
+  compile for mlx5 too, but the runtime has no rdma transport to run them (no RDMA NIC on these
+  machines), and a kernel is compiled for one transport: for rdma, or peers reached over
+  several transports, it raises ``NotImplementedError`` naming what to connect with instead.
 
 Errors of the runtime keep their class: ``TypeError`` (wrong kind of argument), ``ValueError``
 (wrong value, e.g. a region past the end of its registration), ``RuntimeError`` (driver, other

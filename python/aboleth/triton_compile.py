@@ -149,7 +149,7 @@ def compile_command(arguments: argparse.Namespace) -> int:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from . import _aboleth, compilation
+    from . import Config, _aboleth, compilation
 
     _check_num_warps(arguments.num_warps)
     kernel = _load_kernel(arguments.file, arguments.kernel)
@@ -182,11 +182,10 @@ def compile_command(arguments: argparse.Namespace) -> int:
         return 0
     if arguments.emit in ("aboleth", "stats"):
         ttir = _capture_ttir(kernel, signature, constexprs, options)
-        config = json.dumps({"target": arguments.target, "passes_off": arguments.passes_off,
-                             "disabled_passes": disabled, "immediate_signals": arguments.immediate_signals,
-                             "packet_signals": arguments.packet_signals,
-                             "source_name": f"{arguments.kernel}.ttir", "plan_only": True})
-        _, summary_json = _aboleth.run_stage(ttir, config)
+        pipeline = Config(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled,
+                          immediate_signals=arguments.immediate_signals,
+                          packet_signals=arguments.packet_signals).pipeline_options()
+        _, summary_json = _aboleth.run_stage(ttir, pipeline, source_name=f"{arguments.kernel}.ttir", plan_only=True)
         summary = json.loads(summary_json)
         if arguments.emit == "aboleth":
             sys.stdout.write(summary.get("aboleth_ir") or "")

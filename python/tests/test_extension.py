@@ -15,7 +15,7 @@ import aboleth
 from aboleth import _aboleth
 
 CORPUS = pathlib.Path(__file__).resolve().parents[2] / "crates/aboleth-ttir/tests/corpus"
-CONFIG = json.dumps({"target": "mlx5", "passes_off": False, "disabled_passes": [], "source_name": "k.ttir"})
+MLX5 = _aboleth.PipelineOptions("mlx5")
 
 
 def test_version_is_the_package_version():
@@ -24,7 +24,7 @@ def test_version_is_the_package_version():
 
 def test_a_module_without_aboleth_calls_comes_back_unchanged_with_a_summary():
     text = (CORPUS / "matmul.after-passes.ttir").read_text()
-    new_text, summary = _aboleth.run_stage(text, CONFIG)
+    new_text, summary = _aboleth.run_stage(text, MLX5, source_name="k.ttir")
     assert new_text == text
     summary = json.loads(summary)
     assert {key: summary[key] for key in ["bridge", "aboleth_version", "changed", "aboleth_calls", "functions",
@@ -37,8 +37,7 @@ def test_a_module_without_aboleth_calls_comes_back_unchanged_with_a_summary():
 
 def test_the_seed_alltoall_is_compiled_for_p2p_and_its_calls_are_gone():
     text = (CORPUS / "alltoall.after-passes.ttir").read_text()
-    config = json.dumps({"target": "p2p", "source_name": "k.ttir"})
-    new_text, summary = _aboleth.run_stage(text, config)
+    new_text, summary = _aboleth.run_stage(text, _aboleth.PipelineOptions("p2p"), source_name="k.ttir")
     summary = json.loads(summary)
     assert summary["changed"] is True and summary["aboleth_calls"] == 9 and summary["kernel"] == "alltoall"
     assert 'libname = "aboleth"' not in new_text
@@ -49,30 +48,59 @@ def test_the_seed_alltoall_is_compiled_for_p2p_and_its_calls_are_gone():
 
 def test_the_seed_alltoall_is_compiled_for_mlx5():
     text = (CORPUS / "alltoall.after-passes.ttir").read_text()
-    new_text, summary = _aboleth.run_stage(text, CONFIG)
+    new_text, summary = _aboleth.run_stage(text, MLX5, source_name="k.ttir")
     assert json.loads(summary)["changed"] is True
     assert 'libname = "aboleth"' not in new_text
     assert new_text.count("st.mmio.relaxed.sys.global.b64") == 1
 
 
 def test_an_unknown_disabled_pass_is_a_configuration_error():
-    text = (CORPUS / "alltoall.after-passes.ttir").read_text()
-    config = json.dumps({"target": "p2p", "disabled_passes": ["batch-everything"]})
-    with pytest.raises(ValueError, match="unknown pass 'batch-everything' in --disable-pass"):
-        _aboleth.run_stage(text, config)
+    with pytest.raises(ValueError, match="^aboleth: bad stage configuration: unknown pass 'batch-everything' in "
+                                         "--disable-pass"):
+        _aboleth.PipelineOptions("p2p", disabled_passes=["batch-everything"])
 
 
 def test_ttir_that_does_not_parse_raises_value_error_with_the_position():
     with pytest.raises(ValueError) as info:
-        _aboleth.run_stage("module {\n  tt.func @k( {\n", CONFIG)
+        _aboleth.run_stage("module {\n  tt.func @k( {\n", MLX5, source_name="k.ttir")
     assert str(info.value) == ("k.ttir:3:1: error: expected '}' to close the region opened at 2:15, "
                                "found the end of the file")
 
 
-@pytest.mark.parametrize("config", ["", "{}", '{"target": "rdma"}', '{"target": "mlx5", "extra": 1}'])
-def test_a_bad_configuration_raises_value_error(config):
-    with pytest.raises(ValueError, match="^aboleth: bad stage configuration: "):
-        _aboleth.run_stage((CORPUS / "softmax.ttir").read_text(), config)
+@pytest.mark.parametrize("target, options, message", [
+    ("rdma", {}, 'unknown target "rdma", expected one of mlx5, proxy, p2p'),
+    ("efa", {}, 'unknown target "efa", expected one of mlx5, proxy, p2p'),
+    ("p2p", {"immediate_signals": True}, "immediate signals (--immediate-signals, immediate_signals=True)"),
+    ("proxy", {"passes_off": True, "disabled_passes": ["batch-commands"]}, "disabling passes (batch-commands)"),
+])
+def test_a_bad_configuration_raises_value_error(target, options, message):
+    with pytest.raises(ValueError) as raised:
+        _aboleth.PipelineOptions(target, **options)
+    assert str(raised.value).startswith(f"aboleth: bad stage configuration: {message}")
+
+
+@pytest.mark.parametrize("options", [{"passes_off": "yes"}, {"disabled_passes": "batch-commands"},
+                                     {"disabled_passes": [1]}, {"packets": True}])
+def test_options_of_the_wrong_type_raise_type_error(options):
+    with pytest.raises(TypeError):
+        _aboleth.PipelineOptions("p2p", **options)
+
+
+def test_pipeline_options_read_back_normalized():
+    options = _aboleth.PipelineOptions("mlx5", disabled_passes=["coalesce-doorbells", "batch-commands",
+                                                                "batch-commands"], immediate_signals=True)
+    assert (options.target, options.passes_off, options.disabled_passes, options.immediate_signals,
+            options.packet_signals) == ("mlx5", False, ["batch-commands", "coalesce-doorbells"], True, False)
+    assert repr(options) == ("PipelineOptions('mlx5', passes_off=False, disabled_passes=['batch-commands', "
+                             "'coalesce-doorbells'], immediate_signals=True, packet_signals=False)")
+
+
+def test_plan_only_plans_but_leaves_the_ttir():
+    text = (CORPUS / "alltoall.after-passes.ttir").read_text()
+    new_text, summary = _aboleth.run_stage(text, _aboleth.PipelineOptions("p2p"), plan_only=True)
+    summary = json.loads(summary)
+    assert new_text == text
+    assert summary["changed"] is False and summary["aboleth_calls"] == 9 and "p2p.signal" in summary["aboleth_ir"]
 
 
 def test_the_gil_is_released_while_rust_works():
@@ -93,7 +121,7 @@ def test_the_gil_is_released_while_rust_works():
 
     def call() -> None:
         result["enter"] = time.perf_counter()
-        result["summary"] = _aboleth.run_stage(big, CONFIG)[1]
+        result["summary"] = _aboleth.run_stage(big, MLX5)[1]
         result["exit"] = time.perf_counter()
 
     thread = threading.Thread(target=call)

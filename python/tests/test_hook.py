@@ -18,6 +18,7 @@ from triton.backends.compiler import Language
 
 import aboleth
 import aboleth.hook as hook_module
+from aboleth import _aboleth
 import seed_kernels
 from helpers import StopCompilation, capture_stage_output, chain_hook, compile_kernel
 from test_language import SEED_CONSTEXPRS, SEED_SIGNATURE
@@ -52,7 +53,7 @@ MATMUL = (matmul, {"a_pointer": "*fp16", "b_pointer": "*fp16", "c_pointer": "*fp
 
 
 # ---------------------------------------------------------------------------------------------
-# The stage on kernels with aboleth calls: p2p compiled, mlx5 and proxy refused as not built
+# The stage on kernels with aboleth calls: compiled for every transport, the Rust call's input
 # ---------------------------------------------------------------------------------------------
 
 
@@ -106,8 +107,8 @@ def test_the_stage_receives_the_ttir_stage_output():
     aboleth.install(target="proxy")
     seen: Dict[str, Any] = {}
 
-    def fake_run_stage(text: str, config_json: str):
-        seen["text"], seen["config"] = text, json.loads(config_json)
+    def fake_run_stage(text: str, options, *, source_name: str):
+        seen["text"], seen["options"], seen["source_name"] = text, options, source_name
         raise NotImplementedError("stop here")
 
     original = hook_module._run_stage
@@ -118,9 +119,11 @@ def test_the_stage_receives_the_ttir_stage_output():
     finally:
         hook_module._run_stage = original
     assert seen["text"] == captured["ttir"]
-    assert seen["config"] == {"target": "proxy", "passes_off": False, "disabled_passes": [],
-                              "immediate_signals": False, "packet_signals": False,
-                              "source_name": "alltoall.ttir"}
+    options = seen["options"]
+    assert isinstance(options, _aboleth.PipelineOptions)
+    assert (options.target, options.passes_off, options.disabled_passes, options.immediate_signals,
+            options.packet_signals) == ("proxy", False, [], False, False)
+    assert seen["source_name"] == "alltoall.ttir"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,7 +148,7 @@ def test_a_kernel_without_aboleth_calls_compiles_to_the_same_ptx(kernel, signatu
 
 
 def test_the_fast_path_returns_the_module_object_untouched(monkeypatch):
-    def no_rust_call(text, config_json):
+    def no_rust_call(text, options, *, source_name):
         raise AssertionError("the fast path must not call the Rust stage")
 
     monkeypatch.setattr(hook_module, "_run_stage", no_rust_call)
@@ -164,7 +167,7 @@ def test_the_fast_path_returns_the_module_object_untouched(monkeypatch):
 
 
 def test_new_ttir_from_the_rust_side_is_parsed_back_and_the_summary_stored(monkeypatch):
-    def rename_wait_to_fence(text: str, config_json: str):
+    def rename_wait_to_fence(text: str, options, *, source_name: str):
         assert text.count('"__aboleth_v1__wait"') == 1
         return text.replace('"__aboleth_v1__wait"', '"__aboleth_v1__fence"'), '{"changed": true}'
 
@@ -182,7 +185,7 @@ def test_new_ttir_from_the_rust_side_is_parsed_back_and_the_summary_stored(monke
 
 
 def test_unchanged_text_from_the_rust_side_keeps_the_module_and_stores_the_summary(monkeypatch):
-    monkeypatch.setattr(hook_module, "_run_stage", lambda text, config_json: (text, '{"changed": false}'))
+    monkeypatch.setattr(hook_module, "_run_stage", lambda text, options, *, source_name: (text, '{"changed": false}'))
     aboleth.install(target="mlx5")
     captured: Dict[str, Any] = {}
     capture_stage_output("aboleth", captured, stop=True)
@@ -193,7 +196,7 @@ def test_unchanged_text_from_the_rust_side_keeps_the_module_and_stores_the_summa
 
 
 def test_ttir_that_triton_cannot_parse_is_reported(monkeypatch):
-    monkeypatch.setattr(hook_module, "_run_stage", lambda text, config_json: ("module { bogus.op }", "{}"))
+    monkeypatch.setattr(hook_module, "_run_stage", lambda text, options, *, source_name: ("module { bogus.op }", "{}"))
     aboleth.install(target="mlx5")
     with pytest.raises(RuntimeError, match="aboleth: Triton cannot parse the TTIR returned by the aboleth stage"):
         compile_kernel(seed_kernels.alltoall, SEED_SIGNATURE, SEED_CONSTEXPRS)
@@ -209,7 +212,7 @@ def test_the_summary_survives_in_the_compiled_kernel_metadata_and_cache_hits(mon
         aboleth_language.fence(ep)
         tl.store(out, 1)
 
-    def drop_calls(text: str, config_json: str):
+    def drop_calls(text: str, options, *, source_name: str):
         kept = [line for line in text.splitlines() if 'libname = "aboleth"' not in line]
         return "\n".join(kept) + "\n", '{"removed": 2}'
 

@@ -132,9 +132,9 @@ def test_random_kernels_compile_or_are_refused_at_their_line(seed, tmp_path):
     ttir = _capture_ttir(namespace[name], SIGNATURE, constexprs, {})
     for target in aboleth.TARGETS:
         for passes_off in (False, True):
-            config = json.dumps({"target": target, "passes_off": passes_off, "source_name": f"{name}.ttir"})
+            options = _aboleth.PipelineOptions(target, passes_off=passes_off)
             try:
-                text, summary = _aboleth.run_stage(ttir, config)
+                text, summary = _aboleth.run_stage(ttir, options, source_name=f"{name}.ttir")
             except ValueError as error:
                 message = str(error)
                 where = f"seed {seed}, {target}, passes_off={passes_off}:\n{path.read_text()}\n{message}"

@@ -54,6 +54,13 @@ pub fn transport_name(kind: Transport) -> &'static str {
     kind.name()
 }
 
+/// connect_kinds() -> list of str: what `World.connect_all(kind)` accepts
+/// (`aboleth_runtime::TransportRequest::names`).
+#[pyfunction]
+pub fn connect_kinds() -> Vec<&'static str> {
+    TransportRequest::names()
+}
+
 /// Locks, ignoring poisoning: a panic inside the runtime already became a Python exception, and
 /// the state it guards stays usable (the runtime's own checks refuse what is no longer valid).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
