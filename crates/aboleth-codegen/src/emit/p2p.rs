@@ -1,7 +1,10 @@
 //! p2p code generation (NVLink/PCIe peer memory): `p2p.copy` as masked `tt.load`/`tt.store`
-//! loops of `P2P_COPY_CHUNK_ELEMENTS` words (or bytes, when unaligned) per iteration that
-//! Triton spreads over the program's threads, at the peer address read from the region
-//! descriptor; `p2p.signal` as one leader store or reduction with the lowering's ordering
+//! loops that Triton spreads over the program's threads, at the peer address read from the
+//! region descriptor: words when source, destination and size are 8-byte aligned (when they
+//! are 16-byte aligned the pointers also carry `tt.divisibility = 16`, so Triton emits 16-byte
+//! vector accesses), bytes otherwise; each iteration moves `P2P_COPY_CHUNK_ELEMENTS` elements, or, for a put of constant
+//! size, the next power of two of its element count when that is fewer (a 256-byte put is one
+//! 32-word tile, not a masked 1024-word one); `p2p.signal` as one leader store or reduction with the lowering's ordering
 //! (release or volatile). Packet puts (flag in data) are in `packets.rs`; the flag wait is in
 //! `waits.rs`. Nothing here decides the ordering: the `order` attribute does.
 
@@ -32,21 +35,35 @@ impl Generator<'_> {
             self.emit(format!("scf.if {condition} {{"));
             open_ifs += 1;
         }
-        // Words when source, destination and size allow it (8x fewer accesses), bytes otherwise.
+        // Words when source, destination and size allow it (8x fewer accesses than bytes), as
+        // 16-byte vectors when all three are 16-byte aligned; bytes otherwise.
+        let constant_bytes = aboleth_ir::scalar::constant_value(self.ctx, self.operand(op, 3));
         let either = self.binary_i64("arith.ori", &source, &destination);
         let all = self.binary_i64("arith.ori", &either, &bytes);
-        let seven = self.constant_i64(7);
-        let low_bits = self.binary_i64("arith.andi", &all, &seven);
-        let aligned = self.assign(
-            "ab_aligned",
-            format!("arith.cmpi eq, {low_bits}, {zero} : i64"),
-        );
-        self.emit(format!("scf.if {aligned} {{"));
         let three = self.constant_i64(3);
         let words = self.binary_i64("arith.shrsi", &bytes, &three);
-        self.copy_loop("i64", &source, &destination, &words);
+        let word_chunk = copy_chunk_elements(constant_bytes.map(|length| length / 8));
+        let fifteen = self.constant_i64(15);
+        let low_bits_16 = self.binary_i64("arith.andi", &all, &fifteen);
+        let aligned_16 = self.assign(
+            "ab_aligned",
+            format!("arith.cmpi eq, {low_bits_16}, {zero} : i64"),
+        );
+        self.emit(format!("scf.if {aligned_16} {{"));
+        self.copy_loop("i64", &source, &destination, &words, word_chunk, true);
         self.emit("} else {".into());
-        self.copy_loop("i8", &source, &destination, &bytes);
+        let seven = self.constant_i64(7);
+        let low_bits_8 = self.binary_i64("arith.andi", &all, &seven);
+        let aligned_8 = self.assign(
+            "ab_aligned",
+            format!("arith.cmpi eq, {low_bits_8}, {zero} : i64"),
+        );
+        self.emit(format!("scf.if {aligned_8} {{"));
+        self.copy_loop("i64", &source, &destination, &words, word_chunk, false);
+        self.emit("} else {".into());
+        let byte_chunk = copy_chunk_elements(constant_bytes);
+        self.copy_loop("i8", &source, &destination, &bytes, byte_chunk, false);
+        self.emit("}".into());
         self.emit("}".into());
         for _ in 0..open_ifs {
             self.emit("}".into());
@@ -55,25 +72,34 @@ impl Generator<'_> {
     }
 
     /// A loop copying `count` elements of `element` from `source` to `destination` (i64
-    /// addresses), `P2P_COPY_CHUNK_ELEMENTS` per iteration, masked at the end.
+    /// addresses), `chunk` per iteration, masked at the end. With `aligned_16`, both addresses
+    /// are known 16-byte aligned (the caller tested it) and the pointers say so to Triton.
     pub(super) fn copy_loop(
         &mut self,
         element: &str,
         source: &str,
         destination: &str,
         count: &str,
+        chunk: i64,
+        aligned_16: bool,
     ) {
-        let chunk = P2P_COPY_CHUNK_ELEMENTS;
         let zero = self.constant_i64(0);
         let step = self.constant_i64(chunk);
         let pointer_type = format!("!tt.ptr<{element}>");
+        // Triton's axis analysis reads `tt.divisibility` on the op defining a value (what
+        // `tl.multiple_of` sets): the vector width of the copy's loads and stores follows.
+        let hint = if aligned_16 {
+            " {tt.divisibility = dense<16> : tensor<1xi32>}"
+        } else {
+            ""
+        };
         let source_pointer = self.assign(
             "ab_src",
-            format!("tt.int_to_ptr {source} : i64 -> {pointer_type}"),
+            format!("tt.int_to_ptr {source}{hint} : i64 -> {pointer_type}"),
         );
         let destination_pointer = self.assign(
             "ab_dst",
-            format!("tt.int_to_ptr {destination} : i64 -> {pointer_type}"),
+            format!("tt.int_to_ptr {destination}{hint} : i64 -> {pointer_type}"),
         );
         let start = self.fresh("ab_chunk");
         let tensor = format!("tensor<{chunk}xi64>");
@@ -142,5 +168,33 @@ impl Generator<'_> {
             &[(&address, "i64", 'l'), (&value, "i64", 'l')],
         );
         Ok(())
+    }
+}
+
+/// Elements per copy iteration: `P2P_COPY_CHUNK_ELEMENTS`, or for a copy of a constant
+/// `element_count`, the next power of two of it when that is fewer (Triton tensors have
+/// power-of-two sizes), so a small put is one unmasked or lightly masked tile.
+pub(super) fn copy_chunk_elements(element_count: Option<i64>) -> i64 {
+    match element_count {
+        Some(count) if count > 0 && count < P2P_COPY_CHUNK_ELEMENTS => {
+            (count as u64).next_power_of_two() as i64
+        }
+        _ => P2P_COPY_CHUNK_ELEMENTS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_follow_constant_sizes_up_to_the_limit() {
+        assert_eq!(copy_chunk_elements(None), P2P_COPY_CHUNK_ELEMENTS);
+        assert_eq!(copy_chunk_elements(Some(0)), P2P_COPY_CHUNK_ELEMENTS);
+        assert_eq!(copy_chunk_elements(Some(1)), 1);
+        assert_eq!(copy_chunk_elements(Some(32)), 32);
+        assert_eq!(copy_chunk_elements(Some(33)), 64);
+        assert_eq!(copy_chunk_elements(Some(1024)), 1024);
+        assert_eq!(copy_chunk_elements(Some(1 << 20)), 1024);
     }
 }
