@@ -7,6 +7,7 @@ host wrote, keeps its copy without a barrier."""
 
 from __future__ import annotations
 
+import re
 from typing import List
 
 import pytest
@@ -60,10 +61,12 @@ def tile_store_line(ttir: str) -> int:
 
 
 def copy_line(ttir: str) -> int:
-    """The first load of a p2p copy loop: a chunk of P2P_COPY_CHUNK_ELEMENTS (1024) pointers
-    (Triton renames the values when it parses the stage's TTIR back, so the op is the marker)."""
+    """The first load of a p2p copy loop: a one-dimensional tile of word or byte pointers (at most
+    P2P_COPY_CHUNK_ELEMENTS; Triton renames the values when it parses the stage's TTIR back, so
+    the op is the marker)."""
     loads = [number for number, line in enumerate(ttir.splitlines())
-             if line.strip().split(" = ")[-1].startswith("tt.load") and "tensor<1024x!tt.ptr" in line]
+             if line.strip().split(" = ")[-1].startswith("tt.load")
+             and re.search(r"tensor<\d+x!tt\.ptr<i(64|8)>>", line)]
     assert loads, ttir
     return loads[0]
 
