@@ -33,8 +33,7 @@ from common import (TIMED_LAUNCHES, check_round, fill_send, log, median, rank_en
 #: The planning passes BENCH_ABLATE=1 disables one at a time (those that act on p2p and proxy).
 ABLATED_PASSES = ["eliminate-dead-communication", "size-buffers", "inline-small-payloads",
                   "choose-signal-publication", "plan-completions", "elide-epochs", "assign-queue-owners",
-                  "order-publications", "batch-commands", "coalesce-doorbells", "choose-doorbell-scope",
-                  "hoist-invariant-addresses"]
+                  "order-publications", "batch-commands", "coalesce-doorbells", "choose-doorbell-scope"]
 
 
 def main() -> int:

@@ -226,8 +226,7 @@ enum Command {
         /// missing-fence, dropped-completion, doorbell-before-record, reused-source-without-wait,
         /// false-single-owner, epoch-off-by-one, posting-without-barrier,
         /// stale-publication-counter, wait-without-draining-receives,
-        /// no-periodic-completions, unpack-without-checking-packets, put-without-source-barrier,
-        /// hoist-variant-address.
+        /// no-periodic-completions, unpack-without-checking-packets, put-without-source-barrier.
         #[arg(long, value_name = "MUTATION")]
         mutate: Option<String>,
         /// Scheduler steps per run before it is reported as not terminating.

@@ -20,7 +20,6 @@ pub mod choose_signal_publication;
 pub mod coalesce_doorbells;
 pub mod elide_epochs;
 pub mod eliminate_dead_communication;
-pub mod hoist_invariant_addresses;
 pub mod inline_small_payloads;
 pub mod lower_mlx5;
 pub mod lower_p2p;

@@ -139,12 +139,6 @@ pub const PASSES: &[PassInfo] = &[
         description: "let a warp or the CTA write a batched loop's commands, then one thread rings after a barrier",
         run: crate::choose_doorbell_scope::run,
     },
-    PassInfo {
-        name: "hoist-invariant-addresses",
-        level: Level::Submission,
-        description: "compute remote addresses that do not change across a loop once, before it",
-        run: crate::hoist_invariant_addresses::run,
-    },
 ];
 
 /// One lowering pass: the transport it specializes to. Not switchable: there is always exactly

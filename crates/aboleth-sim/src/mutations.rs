@@ -70,17 +70,11 @@ pub enum Mutation {
     /// written is dropped: the copy's threads read the source while other threads' stores to
     /// it are unordered (the race the GPU passed by luck). Caught as a stale source read.
     PutWithoutSourceBarrier,
-    /// The bug `hoist-invariant-addresses` must not have: an `ab.at` whose offset changes with
-    /// the loop is treated as invariant and computed once before the loop (its offset taken as
-    /// the loop's lower bound), so every iteration writes the first iteration's slot and
-    /// signals its flag. Caught as data overwritten (every chain lands in one slot), a deadlock
-    /// (the other flags never move) or data not visible.
-    HoistVariantAddress,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 14] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -94,7 +88,6 @@ impl Mutation {
         Mutation::NoPeriodicCompletions,
         Mutation::UnpackWithoutCheckingPackets,
         Mutation::PutWithoutSourceBarrier,
-        Mutation::HoistVariantAddress,
     ];
 
     /// The command-line name.
@@ -113,7 +106,6 @@ impl Mutation {
             Mutation::NoPeriodicCompletions => "no-periodic-completions",
             Mutation::UnpackWithoutCheckingPackets => "unpack-without-checking-packets",
             Mutation::PutWithoutSourceBarrier => "put-without-source-barrier",
-            Mutation::HoistVariantAddress => "hoist-variant-address",
         }
     }
 
@@ -300,30 +292,6 @@ impl Mutation {
                         Operation::erase(op, ctx);
                         changed = true;
                     }
-                }
-            }
-            Mutation::HoistVariantAddress => {
-                for op in all_ops(ctx, module) {
-                    if op_name(ctx, op) != "ab.at" {
-                        continue;
-                    }
-                    let Some(for_op) = op
-                        .deref(ctx)
-                        .get_parent_block()
-                        .and_then(|block| block.deref(ctx).get_parent_op(ctx))
-                        .filter(|parent| op_name(ctx, *parent) == "ab.for")
-                    else {
-                        continue;
-                    };
-                    let offset = op.deref(ctx).get_operand(1);
-                    if !aboleth_ir::scalar::defined_inside(ctx, offset, for_op) {
-                        continue;
-                    }
-                    let lower_bound = for_op.deref(ctx).get_operand(0);
-                    Operation::replace_operand(op, ctx, 1, lower_bound);
-                    op.unlink(ctx);
-                    op.insert_before(ctx, for_op);
-                    changed = true;
                 }
             }
             Mutation::PostingWithoutBarrier => {

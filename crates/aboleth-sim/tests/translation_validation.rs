@@ -576,26 +576,6 @@ fn mutation_put_without_source_barrier_is_caught() {
 }
 
 #[test]
-fn mutation_hoist_variant_address_is_caught() {
-    // Each chain's slot and flag move with the loop's variable: computed once, every chain
-    // lands in chain 0's slot (overwriting it) and sets chain 0's flag.
-    for target in TARGETS {
-        let kinds = mutation_failures(
-            Mutation::HoistVariantAddress,
-            "stream_put_signal_16",
-            target,
-        );
-        assert!(
-            kinds.iter().any(|kind| {
-                ["deadlock", "data-not-visible", "data-overwritten"].contains(kind)
-            }),
-            "{}: {kinds:?}",
-            target.name()
-        );
-    }
-}
-
-#[test]
 fn a_mutation_with_nothing_to_break_is_an_error_not_a_pass() {
     let (text, file) = example("alltoall");
     let mut options = ValidationOptions::new(Transport::P2p);
