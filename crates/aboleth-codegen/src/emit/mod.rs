@@ -91,6 +91,7 @@ pub fn generate(
         edits: Vec::new(),
         depth: 0,
         wait_log: None,
+        remote_bases: HashMap::new(),
         wait_sites: Vec::new(),
         spread_depth: 0,
     };
@@ -167,6 +168,9 @@ struct Generator<'a> {
     depth: usize,
     /// The wait-failure log address and this rank, once an endpoint handle gave them.
     wait_log: Option<(String, String)>,
+    /// p2p: the peer region's base address, read at its `ab.remote`, by the descriptor
+    /// address's TTIR name (what `remote_address` adds an offset to).
+    remote_bases: HashMap<String, String>,
     /// The lifted-text line of each bounded wait, by site id.
     wait_sites: Vec<u32>,
     /// How many `doorbell_scope` loops enclose the code being generated: inside one, every

@@ -106,11 +106,15 @@ impl Generator<'_> {
         op.deref(self.ctx).get_operand(index)
     }
 
-    /// The remote address of a remote element: the descriptor's base address plus the offset.
+    /// The remote address of a remote element: the descriptor's base address (read at its
+    /// `ab.remote` on p2p, here otherwise) plus the offset.
     pub(super) fn remote_address(&mut self, value: Value) -> Result<String, BridgeError> {
         let Repr::RemotePointer { descriptor, offset } = self.repr(value)? else {
             return Err(BridgeError::plain("internal: expected a remote pointer"));
         };
+        if let Some(base) = self.remote_bases.get(&descriptor).cloned() {
+            return Ok(self.binary_i64("arith.addi", &base, &offset));
+        }
         let pointer = self.assign(
             "ab_descriptor",
             format!("tt.int_to_ptr {descriptor} : i64 -> !tt.ptr<i64>"),
@@ -278,7 +282,10 @@ impl Generator<'_> {
         Ok(())
     }
 
-    /// `ab.remote`: the address of the peer's region descriptor in the table.
+    /// `ab.remote`: the address of the peer's region descriptor in the table. On p2p the
+    /// region's base address is read here too, where the simulator reads the descriptor
+    /// (`execute_remote`): an `ab.at` in a loop is then address arithmetic on a value read once,
+    /// not a descriptor load after every round's wait.
     pub(super) fn remote(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let table = self.i64(self.operand(op, 0))?;
         let peer = self.i64(self.operand(op, 1))?;
@@ -287,12 +294,21 @@ impl Generator<'_> {
             &peer,
             aboleth_abi::RemoteRegionDescriptor::SIZE_BYTES,
         );
+        if self.target == Transport::P2p {
+            let base = self.load_field(
+                &address,
+                core::mem::offset_of!(aboleth_abi::RemoteRegionDescriptor, base_address) as u64,
+                64,
+            );
+            self.remote_bases.insert(address.clone(), base);
+        }
         self.define_scalar(op, address, "i64".into());
         Ok(())
     }
 
-    /// `ab.at`: a remote element, kept as its descriptor and byte offset (the address is read
-    /// where it is used).
+    /// `ab.at`: a remote element, kept as its descriptor and byte offset (on p2p the base address
+    /// was read at the region's `ab.remote`; the queue transports read the descriptor's fields
+    /// where the element is used).
     pub(super) fn at(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let remote = self.operand(op, 0);
         let Repr::Scalar {
