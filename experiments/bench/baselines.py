@@ -18,7 +18,7 @@ import ctypes
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,8 +26,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.multiprocessing.reductions import reduce_tensor  # noqa: E402
 
-from common import (TIMED_LAUNCHES, check_round, fill_send, log, median, rank_environment, rounds_for, row,  # noqa: E402
-                    sizes, write_rank_report)
+from common import log, measure_rounds, rank_environment, row, sizes, write_rank_report  # noqa: E402
 
 HANDWRITTEN_THREADS = {32: "hand-written-warp", 128: "hand-written-cta", 1024: "hand-written-cta"}
 NVSHMEM_VARIANTS = {0: "nvshmem-thread", 1: "nvshmem-warp", 2: "nvshmem-block"}
@@ -44,32 +43,6 @@ class _DeviceArray:
 
 def device_bytes(address: int, length_bytes: int) -> torch.Tensor:
     return torch.as_tensor(_DeviceArray(address, length_bytes), device="cuda")
-
-
-def measure(rank: int, n: int, launch: Callable[[int, int], None], barrier: Callable[[], None],
-            send_all: torch.Tensor, recv_all: torch.Tensor, my_flags: torch.Tensor, bytes_per_peer: int,
-            first_epoch: int) -> Dict[str, Any]:
-    """One warm-up and TIMED_LAUNCHES timed launches of ``launch(first_epoch, rounds)``, each
-    checked; returns the median launch time, the rounds and the next epoch."""
-    rounds = rounds_for(bytes_per_peer)
-    fill_send(send_all, rank, n, bytes_per_peer)
-    epoch, launch_us, errors = first_epoch, [], []
-    for index in range(1 + TIMED_LAUNCHES):
-        poison = (37 * index + 11) & 0xFF
-        recv_all[:n * bytes_per_peer].fill_(poison)
-        torch.cuda.synchronize()
-        barrier()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch(epoch, rounds)
-        end.record()
-        end.synchronize()
-        last_epoch = epoch + rounds - 1
-        errors += check_round(recv_all, my_flags, rank, n, bytes_per_peer, last_epoch, poison)
-        epoch = last_epoch + 1
-        if index > 0:
-            launch_us.append(start.elapsed_time(end) * 1000.0)
-    return {"launch_us": median(launch_us), "rounds": rounds, "next_epoch": epoch, "errors": errors}
 
 
 def handwritten_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[Dict[str, Any]]:
@@ -95,7 +68,7 @@ def handwritten_rows(library: Any, rank: int, n: int, failures: List[str]) -> Li
                 if status != 0:
                     raise RuntimeError(f"handwritten_alltoall: cudaError {status}")
 
-            result = measure(rank, n, launch, dist.barrier, send_all, recv_all, my_flags, bytes_per_peer, epoch)
+            result = measure_rounds(rank, n, launch, dist.barrier, send_all, recv_all, my_flags, bytes_per_peer, epoch)
             epoch = result["next_epoch"]
             if result["errors"]:
                 failures.append(f"{system} {threads} threads {bytes_per_peer} B: " + "; ".join(result["errors"][:3]))
@@ -136,7 +109,7 @@ def nvshmem_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[D
                 if status != 0:
                     raise RuntimeError(f"nvshmem_alltoall: status {status}")
 
-            result = measure(rank, n, launch, library.bench_nvshmem_barrier, send_all, recv_all, my_flags,
+            result = measure_rounds(rank, n, launch, library.bench_nvshmem_barrier, send_all, recv_all, my_flags,
                              bytes_per_peer, epoch)
             epoch = result["next_epoch"]
             if result["errors"]:

@@ -9,10 +9,11 @@ Nothing here times anything: the suites do, with CUDA events around whole launch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 import torch
 
@@ -74,6 +75,39 @@ def check_round(recv_all: torch.Tensor, my_flags: torch.Tensor, rank: int, world
         if peer != rank and flags[peer] != epoch:
             errors.append(f"flag of rank {peer} reads {flags[peer]}, expected {epoch}")
     return errors
+
+
+def measure_rounds(rank: int, world_size: int, launch: Callable[[int, int], None], barrier: Callable[[], Any],
+                   send_all: torch.Tensor, recv_all: torch.Tensor, my_flags: torch.Tensor, bytes_per_peer: int,
+                   first_epoch: int, context: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                   after: Callable[[], Any] = lambda: None) -> Dict[str, Any]:
+    """One warm-up and TIMED_LAUNCHES timed launches of ``launch(first_epoch, rounds)``: before
+    each, this rank's payload is in place, the receive buffer poisoned and the ranks met at
+    ``barrier``; the CUDA events sit inside ``context()`` (``world.compilation(...)`` for Aboleth,
+    so entering it is not timed); ``after()`` runs once the launch finished (``check_waits``);
+    then the round is checked bit-exact. Returns the median launch time (us), the rounds, the
+    next epoch and what was wrong."""
+    rounds = rounds_for(bytes_per_peer)
+    fill_send(send_all, rank, world_size, bytes_per_peer)
+    epoch, launch_us, errors = first_epoch, [], []
+    for index in range(1 + TIMED_LAUNCHES):
+        poison = (37 * index + 11) & 0xFF
+        recv_all[:world_size * bytes_per_peer].fill_(poison)
+        torch.cuda.synchronize()
+        barrier()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with context():
+            start.record()
+            launch(epoch, rounds)
+            end.record()
+        end.synchronize()
+        after()
+        last_epoch = epoch + rounds - 1
+        errors += check_round(recv_all, my_flags, rank, world_size, bytes_per_peer, last_epoch, poison)
+        epoch = last_epoch + 1
+        if index > 0:
+            launch_us.append(start.elapsed_time(end) * 1000.0)
+    return {"launch_us": median(launch_us), "rounds": rounds, "next_epoch": epoch, "errors": errors}
 
 
 def row(suite: str, system: str, transport: str, variant: str, ranks: int, bytes_per_peer: int,

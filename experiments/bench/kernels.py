@@ -52,7 +52,7 @@ def stream_chains(endpoints, recv, flags, send, send_key, my_flags, epoch, posti
     start = _clock()
     for chain in range(CHAINS):
         t = ab.put(ep, dst.at((RANK * CHAINS + chain) * BYTES), src + chain * BYTES, BYTES, source_key=send_key)
-        s = ab.signal(ep, flag.at(RANK * CHAINS + chain), epoch, after=t)
+        ab.signal(ep, flag.at(RANK * CHAINS + chain), epoch, after=t)
     end = _clock()
     tl.store(posting_cycles + pid, end - start)
     for chain in range(CHAINS):

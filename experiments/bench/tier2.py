@@ -6,9 +6,9 @@ Run one process per rank under torchrun (run.sh does, with MPS when ranks share 
 
     torchrun --nproc-per-node 2 experiments/bench/tier2.py OUT_DIR --transport p2p
 
-Per configuration and size: one warm-up launch (it compiles on every rank), then TIMED_LAUNCHES
-launches, each after the receive buffer was poisoned and the ranks met at a barrier, each
-between CUDA events; ``round_us`` is the median launch time divided by ROUNDS. Every launch is
+Per configuration and size (common.measure_rounds): one warm-up launch (it compiles on every
+rank), then TIMED_LAUNCHES launches, each after the receive buffer was poisoned and the ranks met
+at a barrier, each between CUDA events inside the ``world.compilation(...)`` block; ``round_us`` is the median launch time divided by ROUNDS. Every launch is
 checked bit-exact afterwards (every peer's slice, this rank's own slice untouched, the flags at
 the last round's epoch); a row is ``checked: true`` only when all its launches were right.
 Each configuration compiles for real: a different ``world.compilation(...)`` configuration is a
@@ -27,8 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import aboleth  # noqa: E402
 from kernels import alltoall_rounds  # noqa: E402
-from common import (TIMED_LAUNCHES, check_round, fill_send, log, median, rank_environment, rounds_for, row,  # noqa: E402
-                    sizes, write_rank_report)
+from common import log, measure_rounds, rank_environment, row, sizes, write_rank_report  # noqa: E402
 
 #: The planning passes BENCH_ABLATE=1 disables one at a time (those that act on p2p and proxy).
 ABLATED_PASSES = ["eliminate-dead-communication", "size-buffers", "inline-small-payloads",
@@ -69,35 +68,21 @@ def main() -> int:
         for configuration in configurations:
             options = {key: value for key, value in configuration.items() if key != "variant"}
             for bytes_per_peer in sizes():
-                rounds = rounds_for(bytes_per_peer)
-                fill_send(send_all, rank, n, bytes_per_peer)
-                launch_us: List[float] = []
-                errors: List[str] = []
-                for launch in range(1 + TIMED_LAUNCHES):
-                    poison = (37 * launch + 11) & 0xFF
-                    recv_all[:n * bytes_per_peer].fill_(poison)
-                    torch.cuda.synchronize()
-                    world.barrier()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    with world.compilation(**options):
-                        start.record()
-                        alltoall_rounds[(n - 1,)](table.endpoint_handles.view(torch.int64), table.regions("recv"),
-                                                  table.regions("flags"), send.address, send.lkey, my_flags, epoch,
-                                                  BYTES=bytes_per_peer, RANK=rank, ROUNDS=rounds,
-                                                  num_warps=num_warps)
-                        end.record()
-                    end.synchronize()
-                    world.check_waits()
-                    last_epoch = epoch + rounds - 1
-                    errors += check_round(recv_all, my_flags, rank, n, bytes_per_peer, last_epoch, poison)
-                    epoch = last_epoch + 1
-                    if launch > 0:
-                        launch_us.append(start.elapsed_time(end) * 1000.0)
+                def launch(first_epoch: int, rounds: int) -> None:
+                    alltoall_rounds[(n - 1,)](table.endpoint_handles.view(torch.int64), table.regions("recv"),
+                                              table.regions("flags"), send.address, send.lkey, my_flags,
+                                              first_epoch, BYTES=bytes_per_peer, RANK=rank, ROUNDS=rounds,
+                                              num_warps=num_warps)
+
+                result = measure_rounds(rank, n, launch, world.barrier, send_all, recv_all, my_flags,
+                                        bytes_per_peer, epoch, context=lambda: world.compilation(**options),
+                                        after=world.check_waits)
+                epoch, errors, rounds = result["next_epoch"], result["errors"], result["rounds"]
                 checked = not errors
                 if errors:
                     failures.append(f"{configuration['variant']} {bytes_per_peer} B num_warps={num_warps}: "
                                     + "; ".join(errors[:3]))
-                launch_median = median(launch_us)
+                launch_median = result["launch_us"]
                 rows.append(row("alltoall", "aboleth", f"{arguments.transport}", configuration["variant"], n,
                                 bytes_per_peer, num_warps, launch_median / rounds, launch_median, checked,
                                 rounds_per_launch=rounds, placement=os.environ.get("BENCH_PLACEMENT", "")))
