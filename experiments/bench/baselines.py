@@ -45,6 +45,18 @@ def device_bytes(address: int, length_bytes: int) -> torch.Tensor:
     return torch.as_tensor(_DeviceArray(address, length_bytes), device="cuda")
 
 
+def baseline_row(rank: int, n: int, system: str, transport: str, threads: int, bytes_per_peer: int,
+                 result: Dict[str, Any], failures: List[str], what: str) -> Dict[str, Any]:
+    """The row of one measured baseline configuration; records its errors in ``failures`` and
+    logs the figure (``what`` names the configuration in both)."""
+    if result["errors"]:
+        failures.append(f"{what}: " + "; ".join(result["errors"][:3]))
+    round_us = result["launch_us"] / result["rounds"]
+    log(rank, f"{what}: {round_us:.3f} us/round {'checked' if not result['errors'] else 'WRONG'}")
+    return row("alltoall", system, transport, f"{threads}-threads", n, bytes_per_peer, None, round_us,
+               result["launch_us"], not result["errors"], threads=threads, rounds_per_launch=result["rounds"])
+
+
 def handwritten_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[Dict[str, Any]]:
     capacity = max(sizes())
     buffer = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
@@ -70,13 +82,8 @@ def handwritten_rows(library: Any, rank: int, n: int, failures: List[str]) -> Li
 
             result = measure_rounds(rank, n, launch, dist.barrier, send_all, recv_all, my_flags, bytes_per_peer, epoch)
             epoch = result["next_epoch"]
-            if result["errors"]:
-                failures.append(f"{system} {threads} threads {bytes_per_peer} B: " + "; ".join(result["errors"][:3]))
-            rows.append(row("alltoall", system, "p2p", f"{threads}-threads", n, bytes_per_peer, None,
-                            result["launch_us"] / result["rounds"], result["launch_us"], not result["errors"],
-                            threads=threads, rounds_per_launch=result["rounds"]))
-            log(rank, f"{system} {threads} threads {bytes_per_peer} B: {result['launch_us'] / result['rounds']:.3f} "
-                      f"us/round {'checked' if not result['errors'] else 'WRONG'}")
+            rows.append(baseline_row(rank, n, system, "p2p", threads, bytes_per_peer, result, failures,
+                                     f"{system} {threads} threads {bytes_per_peer} B"))
     dist.barrier()
     return rows
 
@@ -110,15 +117,10 @@ def nvshmem_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[D
                     raise RuntimeError(f"nvshmem_alltoall: status {status}")
 
             result = measure_rounds(rank, n, launch, library.bench_nvshmem_barrier, send_all, recv_all, my_flags,
-                             bytes_per_peer, epoch)
+                                    bytes_per_peer, epoch)
             epoch = result["next_epoch"]
-            if result["errors"]:
-                failures.append(f"{system} {bytes_per_peer} B: " + "; ".join(result["errors"][:3]))
-            rows.append(row("alltoall", system, "nvshmem", f"{threads}-threads", n, bytes_per_peer, None,
-                            result["launch_us"] / result["rounds"], result["launch_us"], not result["errors"],
-                            threads=threads, rounds_per_launch=result["rounds"]))
-            log(rank, f"{system} {bytes_per_peer} B: {result['launch_us'] / result['rounds']:.3f} us/round "
-                      f"{'checked' if not result['errors'] else 'WRONG'}")
+            rows.append(baseline_row(rank, n, system, "nvshmem", threads, bytes_per_peer, result, failures,
+                                     f"{system} {bytes_per_peer} B"))
     library.bench_nvshmem_barrier()
     library.bench_nvshmem_teardown()
     return rows
