@@ -276,6 +276,12 @@ class World:
         """
         Commands the proxy thread has executed.
         """
+    def proxy_statistics(self, /) -> dict[str, int]:
+        """
+        The proxy thread's work and host time by phase since it started: a dict from each field
+        of `aboleth_runtime::transport::proxy::ProxyStatistics` (counts, and `*_ns` totals in
+        nanoseconds) to its value; zeros without a proxy thread.
+        """
     @property
     def rank(self, /) -> int:
         """

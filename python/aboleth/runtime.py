@@ -375,6 +375,21 @@ class World:
         """``RuntimeError`` if the proxy thread stopped a ring."""
         self._world.check_proxy()
 
+    def proxy_statistics(self) -> Dict[str, int]:
+        """The proxy thread's work and host time by phase since it started, every ring together
+        (all zeros when no peer is reached over the proxy). Counts: ``commands_executed``,
+        ``completions_published``, ``copies`` (``cuMemcpyAsync``), ``signals``
+        (``cuStreamWriteValue64`` or a signal kernel), ``markers`` (completion markers),
+        ``completion_waits`` (``cuStreamSynchronize``), ``completion_polls``, ``busy_turns``,
+        ``idle_turns``. Nanoseconds of host time: ``copy_ns``, ``signal_ns``, ``marker_ns``,
+        ``completion_wait_ns`` and ``completion_poll_ns`` in those calls, ``bookkeeping_ns``
+        (the consumer's own work in turns that executed something) and ``idle_ns`` (turns that
+        found nothing); each nanosecond of the thread's loop is in exactly one of them. Totals
+        only grow: take two readings and subtract. Idle time lags by up to 1024 idle turns.
+        ``ABOLETH_PROXY_COMPLETION=synchronize`` (read by ``World(...)``) makes the proxy wait
+        for its stream on each requested completion instead of polling a marker."""
+        return {name: int(value) for name, value in self._world.proxy_statistics().items()}
+
     def close(self) -> None:
         """Waits for every rank, stops the proxy, unmaps peers' memory, leaves the bootstrap and
         drops the references to registered tensors. Collective; a second close does nothing."""

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -377,3 +377,24 @@ def test_the_rust_classes_have_no_python_constructor():
                 _aboleth.ExchangedRegions):
         with pytest.raises(TypeError):
             cls()
+
+
+class FakeProxyWorld(FakeRawWorld):
+    """A raw World whose proxy thread has run: proxy_statistics as the extension returns it."""
+
+    def proxy_statistics(self) -> Dict[str, int]:
+        self.calls.append(("proxy_statistics", None))
+        return {"commands_executed": 3, "copy_ns": 1500, "idle_ns": 10}
+
+
+def test_proxy_statistics_is_the_runtime_dict_with_integer_values():
+    raw = FakeProxyWorld()
+    world = aboleth.World.__new__(aboleth.World)
+    world._attach(raw)
+    statistics = world.proxy_statistics()
+    assert statistics == {"commands_executed": 3, "copy_ns": 1500, "idle_ns": 10}
+    assert all(type(value) is int for value in statistics.values())
+    assert raw.calls == [("proxy_statistics", None)]
+    # A copy: changing it does not change what the next call reads.
+    statistics["copy_ns"] = 0
+    assert world.proxy_statistics()["copy_ns"] == 1500

@@ -12,6 +12,7 @@
 //!
 //! What it does not do: inspect tensors, choose a compilation target, or launch anything.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use aboleth_abi::{LocalRegionDescriptor, Transport};
@@ -497,6 +498,17 @@ impl PyWorld {
     #[getter]
     fn proxy_commands_executed(&self) -> u64 {
         lock(&self.inner).proxy_commands_executed()
+    }
+
+    /// The proxy thread's work and host time by phase since it started: a dict from each field
+    /// of `aboleth_runtime::transport::proxy::ProxyStatistics` (counts, and `*_ns` totals in
+    /// nanoseconds) to its value; zeros without a proxy thread.
+    fn proxy_statistics(&self) -> BTreeMap<&'static str, u64> {
+        lock(&self.inner)
+            .proxy_statistics()
+            .fields()
+            .into_iter()
+            .collect()
     }
 
     /// Device address of the wait-failure log (for kernels' bounded waits).

@@ -774,6 +774,18 @@ impl Stream {
         length_bytes: u64,
     ) -> RuntimeResult<()> {
         self.device.make_current()?;
+        self.copy_async_in_current_context(destination, source, length_bytes)
+    }
+
+    /// [`Self::copy_async`] on a thread where the device's context is already current (the
+    /// proxy thread's: it saves a `cuCtxSetCurrent` per command); elsewhere the driver refuses
+    /// it.
+    pub fn copy_async_in_current_context(
+        &self,
+        destination: u64,
+        source: u64,
+        length_bytes: u64,
+    ) -> RuntimeResult<()> {
         // SAFETY: addresses only; the driver checks them when it enqueues.
         check(
             unsafe { sys::cuMemcpyAsync(destination, source, length_bytes as usize, self.stream) },
@@ -787,6 +799,12 @@ impl Stream {
     /// "similar semantics to __threadfence_system() but scoped to the stream").
     pub fn write_value_64(&self, address: u64, value: u64) -> RuntimeResult<()> {
         self.device.make_current()?;
+        self.write_value_64_in_current_context(address, value)
+    }
+
+    /// [`Self::write_value_64`] where the context is already current (as
+    /// [`Self::copy_async_in_current_context`]).
+    pub fn write_value_64_in_current_context(&self, address: u64, value: u64) -> RuntimeResult<()> {
         // SAFETY: address only; the driver checks it when it enqueues.
         check(
             unsafe {
@@ -805,6 +823,12 @@ impl Stream {
     /// Waits until everything enqueued has completed.
     pub fn synchronize(&self) -> RuntimeResult<()> {
         self.device.make_current()?;
+        self.synchronize_in_current_context()
+    }
+
+    /// [`Self::synchronize`] where the context is already current (as
+    /// [`Self::copy_async_in_current_context`]).
+    pub fn synchronize_in_current_context(&self) -> RuntimeResult<()> {
         // SAFETY: the stream lives while `self` does.
         check(
             unsafe { sys::cuStreamSynchronize(self.stream) },

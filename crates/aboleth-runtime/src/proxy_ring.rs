@@ -34,7 +34,13 @@
 //!   orders it after the producer's stores): `t + 1` means the entry is there; it reads the
 //!   payload (relaxed), decodes it, hands it to a [`CommandExecutor`], then stores
 //!   `consumer_head = t + 1` and, when the command asked for one, `completion_counter = t + 1`
-//!   (release; cumulative, since commands run in ticket order, each to completion);
+//!   (release; cumulative, since commands take effect in ticket order) — at once when the
+//!   executor says the command's effects and every earlier command's are complete
+//!   ([`Execution::Complete`]), otherwise later, when the executor reports that they are
+//!   ([`CommandExecutor::completions_reached`], asked on every poll while a completion is
+//!   outstanding, so the consumer keeps reading entries meanwhile). Either way the release of
+//!   `completion_counter = c` follows the effects of every command below `c`, and the counter
+//!   only grows;
 //! - the previous lap's sequence (`t + 1 - capacity_entries`, or 0 on the first lap) means the
 //!   head covers an entry that is not visible yet ([`PollOutcome::Pending`]): the consumer waits,
 //!   as the simulator does, rather than execute a stale slot. No correct producer lets that be
@@ -48,9 +54,13 @@
 //! never mixed on one ring. On a shared ring producers write their entries concurrently, but
 //! batches are published in ticket order, and the consumer executes in ticket order.
 //!
+//! When a ring stops (a corrupt entry, a failed command), the completions of the commands before
+//! it are still published: the consumer waits for them then (`completions_reached` with
+//! `wait`), so a producer waiting for an earlier command is not left hanging.
+//!
 //! What it does not do: execute anything itself (the executor does: copy engine, ibverbs, or a
-//! test double), track asynchronous completions (an executor returns once the command's effects
-//! are complete), poll several rings (the proxy thread owns one consumer per ring), or let a
+//! test double), know how an executor learns that enqueued effects are complete (a CUDA stream
+//! marker, a synchronize, a test double's queue), poll several rings (the proxy thread owns one consumer per ring), or let a
 //! host producer give up tickets it reserved (the consumer, and on a shared ring every later
 //! producer, would wait for them forever, exactly as with a GPU producer that dies).
 
@@ -248,6 +258,16 @@ pub enum ProxyRingError {
         /// The executor's error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The executor could not tell whether enqueued commands completed.
+    #[error(
+        "proxy ring stopped at ticket {ticket}: waiting for the completion of earlier commands failed: {source}"
+    )]
+    CompletionFailed {
+        /// The next ticket the consumer would have executed.
+        ticket: u64,
+        /// The executor's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// An earlier failure stopped the ring.
     #[error(
         "proxy ring is stopped at ticket {ticket} after an earlier failure; the producers' remaining commands will not run"
@@ -258,14 +278,38 @@ pub enum ProxyRingError {
     },
 }
 
-/// Runs the commands the consumer hands over.
+/// How far a command got when [`CommandExecutor::execute`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Execution {
+    /// Its effects (puts landed, signal written), and those of every command executed before
+    /// it, are complete: the consumer may publish its completion now.
+    Complete,
+    /// Its effects are ordered after those of every earlier command but may still be under
+    /// way. When the command requested a completion, the executor reports it later through
+    /// [`CommandExecutor::completions_reached`].
+    Enqueued,
+}
+
+/// Runs the commands the consumer hands over, in ticket order.
 pub trait CommandExecutor {
     /// The executor's failure.
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// Executes `command` and returns once its effects are complete (puts landed, signal
-    /// written), since the consumer may then publish its completion.
-    fn execute(&mut self, command: &ProxyCommand) -> Result<(), Self::Error>;
+    /// Executes `command`: its effects take place after those of every command executed
+    /// before it. Returns [`Execution::Complete`] once they are complete, or
+    /// [`Execution::Enqueued`] when they may still be under way.
+    fn execute(&mut self, command: &ProxyCommand) -> Result<Execution, Self::Error>;
+
+    /// A ticket bound `c`: the effects of every command with a ticket below `c` are complete
+    /// (0: nothing known). With `wait`, first waits until everything executed so far is
+    /// complete, and then returns at least the ticket after the last command that requested a
+    /// completion and returned [`Execution::Enqueued`]. The consumer asks only while such a
+    /// completion is outstanding; the default, for executors that return
+    /// [`Execution::Complete`] for every command that requests a completion, knows nothing.
+    fn completions_reached(&mut self, wait: bool) -> Result<u64, Self::Error> {
+        let _ = wait;
+        Ok(0)
+    }
 }
 
 /// What one [`RingConsumer::poll`] found.
@@ -295,6 +339,12 @@ pub struct RingConsumer<M> {
     capacity_entries: u32,
     next_ticket: u64,
     stopped_at: Option<u64>,
+    /// The last value this consumer stored to `completion_counter`.
+    completion_published: u64,
+    /// The ticket after the last command that requested a completion the executor has not
+    /// reported yet (outstanding while above `completion_published`).
+    completion_awaited: u64,
+    completions_published: u64,
 }
 
 impl<M: RingMemory> RingConsumer<M> {
@@ -302,11 +352,15 @@ impl<M: RingMemory> RingConsumer<M> {
     pub fn new(memory: M) -> Self {
         let capacity_entries = memory.capacity_entries();
         let next_ticket = memory.load(RingWord::ConsumerHead, Ordering::Acquire);
+        let completion_published = memory.load(RingWord::CompletionCounter, Ordering::Acquire);
         Self {
             memory,
             capacity_entries,
             next_ticket,
             stopped_at: None,
+            completion_published,
+            completion_awaited: completion_published,
+            completions_published: 0,
         }
     }
 
@@ -315,12 +369,80 @@ impl<M: RingMemory> RingConsumer<M> {
         self.next_ticket
     }
 
+    /// Whether a command's requested completion is not published yet (its executor returned
+    /// [`Execution::Enqueued`] and has not reported it).
+    pub fn completion_outstanding(&self) -> bool {
+        self.completion_awaited > self.completion_published
+    }
+
+    /// Stores to `completion_counter` so far.
+    pub fn completions_published(&self) -> u64 {
+        self.completions_published
+    }
+
+    /// Publishes what the executor reports complete. With `wait`, waits for everything
+    /// executed so far first (the proxy thread does before it ends).
+    ///
+    /// # Errors
+    /// [`ProxyRingError::CompletionFailed`] when the executor cannot tell; the ring stops.
+    pub fn publish_completions<E: CommandExecutor>(
+        &mut self,
+        executor: &mut E,
+        wait: bool,
+    ) -> Result<(), ProxyRingError> {
+        if !wait && !self.completion_outstanding() {
+            return Ok(());
+        }
+        match executor.completions_reached(wait) {
+            Ok(reached) => {
+                debug_assert!(
+                    reached <= self.next_ticket,
+                    "the executor reports ticket {reached} complete before it ran"
+                );
+                self.publish_completion(reached.min(self.completion_awaited));
+                Ok(())
+            }
+            Err(source) => {
+                let ticket = self.next_ticket;
+                self.stopped_at.get_or_insert(ticket);
+                Err(ProxyRingError::CompletionFailed {
+                    ticket,
+                    source: Box::new(source),
+                })
+            }
+        }
+    }
+
+    /// Release: the effects of every command below `counter` are complete (the caller knows),
+    /// and become visible to a waiter that sees the counter. Never lowers it.
+    fn publish_completion(&mut self, counter: u64) {
+        if counter > self.completion_published {
+            self.memory
+                .store(RingWord::CompletionCounter, counter, Ordering::Release);
+            self.completion_published = counter;
+            self.completions_published += 1;
+        }
+    }
+
+    /// Stops the ring at `ticket`, first publishing the completions of the commands before it
+    /// (their effects were enqueued and complete on their own). The stop's own reason is what
+    /// the caller reports, so a failure to learn of those completions is not reported over it.
+    fn stop_at<E: CommandExecutor>(&mut self, ticket: u64, executor: &mut E) {
+        self.stopped_at = Some(ticket);
+        if self.completion_outstanding()
+            && let Ok(reached) = executor.completions_reached(true)
+        {
+            self.publish_completion(reached.min(self.completion_awaited));
+        }
+    }
+
     /// The ring memory.
     pub fn memory(&self) -> &M {
         &self.memory
     }
 
-    /// Executes the next command if it is published; never waits.
+    /// Publishes the completions the executor reports (while one is outstanding), then
+    /// executes the next command if it is published; never waits.
     pub fn poll<E: CommandExecutor>(
         &mut self,
         executor: &mut E,
@@ -328,6 +450,7 @@ impl<M: RingMemory> RingConsumer<M> {
         if let Some(ticket) = self.stopped_at {
             return Err(ProxyRingError::Stopped { ticket });
         }
+        self.publish_completions(executor, false)?;
         let ticket = self.next_ticket;
         // Acquire: pairs with the release that raised the head (directly, or through the
         // shared ring's ready counter, for earlier producers' entries), so every entry below
@@ -352,7 +475,7 @@ impl<M: RingMemory> RingConsumer<M> {
             if sequence == previous_lap_sequence {
                 return Ok(PollOutcome::Pending { ticket });
             }
-            self.stopped_at = Some(ticket);
+            self.stop_at(ticket, executor);
             return Err(ProxyRingError::CorruptSequence {
                 ticket,
                 slot,
@@ -375,7 +498,7 @@ impl<M: RingMemory> RingConsumer<M> {
         let command = match entry.decode() {
             Ok(command) => command,
             Err(source) => {
-                self.stopped_at = Some(ticket);
+                self.stop_at(ticket, executor);
                 return Err(ProxyRingError::InvalidEntry {
                     ticket,
                     entry,
@@ -383,23 +506,30 @@ impl<M: RingMemory> RingConsumer<M> {
                 });
             }
         };
-        if let Err(source) = executor.execute(&command) {
-            self.stopped_at = Some(ticket);
-            return Err(ProxyRingError::ExecutionFailed {
-                ticket,
-                command,
-                source: Box::new(source),
-            });
-        }
-        // Release: our reads of the slot, and the executor's effects, happen before a producer
-        // that sees the new head reuses the slot or a waiter that sees the completion proceeds.
+        let execution = match executor.execute(&command) {
+            Ok(execution) => execution,
+            Err(source) => {
+                self.stop_at(ticket, executor);
+                return Err(ProxyRingError::ExecutionFailed {
+                    ticket,
+                    command,
+                    source: Box::new(source),
+                });
+            }
+        };
+        // Release: our reads of the slot happen before a producer that sees the new head
+        // reuses the slot. (It says nothing about the command's effects: only the completion
+        // counter does.)
         self.memory
             .store(RingWord::ConsumerHead, ticket + 1, Ordering::Release);
-        if command.completion_requested {
-            self.memory
-                .store(RingWord::CompletionCounter, ticket + 1, Ordering::Release);
-        }
         self.next_ticket = ticket + 1;
+        if command.completion_requested {
+            match execution {
+                // Release: the effects happen before a waiter that sees the completion proceeds.
+                Execution::Complete => self.publish_completion(ticket + 1),
+                Execution::Enqueued => self.completion_awaited = ticket + 1,
+            }
+        }
         Ok(PollOutcome::Executed { command })
     }
 
@@ -852,12 +982,12 @@ mod tests {
 
     impl CommandExecutor for Recorder {
         type Error = Refused;
-        fn execute(&mut self, command: &ProxyCommand) -> Result<(), Refused> {
+        fn execute(&mut self, command: &ProxyCommand) -> Result<Execution, Refused> {
             if command.peer_rank == 99 {
                 return Err(Refused);
             }
             self.executed.push(*command);
-            Ok(())
+            Ok(Execution::Complete)
         }
     }
 

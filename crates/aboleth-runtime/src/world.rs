@@ -17,8 +17,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use aboleth_abi::region::encode_region_table;
 use aboleth_abi::{EndpointHandle, LocalRegionDescriptor, RemoteRegionDescriptor, Transport};
@@ -35,8 +35,9 @@ use crate::proxy_ring::{RingConsumer, RingMemory};
 use crate::registration::{AllocationSpan, Region, Registration, classify_registration};
 use crate::transport::p2p::PeerMappings;
 use crate::transport::proxy::{
-    CudaCopyEngine, DEFAULT_PROXY_RING_CAPACITY_ENTRIES, PinnedRing, ProxyExecutor,
-    ProxyRegionTable, ProxyRingService, ProxyThread, ProxyThreadOptions, SharedRegionTable,
+    CudaCopyEngine, DEFAULT_PROXY_RING_CAPACITY_ENTRIES, PinnedRing, ProxyCompletion,
+    ProxyExecutor, ProxyRegionTable, ProxyRingService, ProxyStatistics, ProxyThread,
+    ProxyThreadOptions, SharedRegionTable,
 };
 use crate::transport::{TransportRequest, choose_transports, describe_transports, rdma_devices};
 use crate::wait_failure::{
@@ -238,7 +239,7 @@ struct Connection {
     transports: Vec<Transport>,
     identities: Vec<PeerIdentity>,
     rings: BTreeMap<u32, Arc<PinnedRing>>,
-    proxy_regions: SharedRegionTable,
+    proxy_regions: Arc<SharedRegionTable>,
     proxy_thread: Option<ProxyThread>,
 }
 
@@ -296,13 +297,11 @@ impl World {
         device_ordinal: i32,
         bootstrap: Box<dyn RankCollective>,
     ) -> RuntimeResult<Self> {
-        Self::with_options(
-            rank,
-            world_size,
-            device_ordinal,
-            bootstrap,
-            WorldOptions::default(),
-        )
+        let mut options = WorldOptions::default();
+        if let Some(completion) = proxy_completion_from_env()? {
+            options.proxy_thread.completion = completion;
+        }
+        Self::with_options(rank, world_size, device_ordinal, bootstrap, options)
     }
 
     /// [`Self::new`] with explicit options.
@@ -505,8 +504,7 @@ impl World {
         transports: Vec<Transport>,
         identities: Vec<PeerIdentity>,
     ) -> RuntimeResult<Connection> {
-        let proxy_regions: SharedRegionTable =
-            Arc::new(RwLock::new(Arc::new(ProxyRegionTable::default())));
+        let proxy_regions = Arc::new(SharedRegionTable::default());
         let mut rings = BTreeMap::new();
         for (peer, &transport) in transports.iter().enumerate() {
             if transport == Transport::Proxy {
@@ -529,7 +527,12 @@ impl World {
                 services.push(ProxyRingService {
                     peer_rank,
                     consumer: RingConsumer::new(ring.clone()),
-                    executor: ProxyExecutor::new(peer_rank, proxy_regions.clone(), engine),
+                    executor: ProxyExecutor::with_completion(
+                        peer_rank,
+                        proxy_regions.clone(),
+                        engine,
+                        self.options.proxy_thread.completion,
+                    ),
                 });
             }
             let device = self.device.clone();
@@ -662,11 +665,9 @@ impl World {
         let local = self.build_exchange(&gathered);
         let exchanged = self.agree("aboleth/exchange", local)?;
         let connection = self.connection.as_ref().expect("checked above");
-        *connection
+        connection
             .proxy_regions
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
-            Arc::new(ProxyRegionTable::new(exchanged.tables.remote.clone()));
+            .replace(ProxyRegionTable::new(exchanged.tables.remote.clone()));
         Ok(exchanged)
     }
 
@@ -754,6 +755,17 @@ impl World {
             .as_ref()
             .and_then(|connection| connection.proxy_thread.as_ref())
             .map_or(0, ProxyThread::commands_executed)
+    }
+
+    /// The proxy thread's work and host time by phase since it started (zeros without a proxy
+    /// thread); see [`ProxyStatistics`]. Idle time is at most
+    /// [`crate::transport::proxy::STATISTICS_IDLE_TURNS`] turns old.
+    pub fn proxy_statistics(&self) -> ProxyStatistics {
+        self.connection
+            .as_ref()
+            .and_then(|connection| connection.proxy_thread.as_ref())
+            .map(ProxyThread::statistics)
+            .unwrap_or_default()
     }
 
     /// Fails if the proxy thread stopped a ring, with each ring's reason.
@@ -864,6 +876,23 @@ impl Drop for World {
         let failures = self.tear_down();
         if !failures.is_empty() {
             tracing::warn!(rank = self.rank, ?failures, "proxy failures at drop");
+        }
+    }
+}
+
+/// `ABOLETH_PROXY_COMPLETION` (`markers` or `synchronize`, see [`ProxyCompletion`]), if set:
+/// how [`World::new`]'s proxy completes the commands that request a completion.
+fn proxy_completion_from_env() -> Result<Option<ProxyCompletion>, RuntimeError> {
+    match std::env::var("ABOLETH_PROXY_COMPLETION") {
+        Err(_) => Ok(None),
+        Ok(text) => {
+            ProxyCompletion::parse(text.trim())
+                .map(Some)
+                .ok_or(RuntimeError::InvalidEnvironment {
+                    variable: "ABOLETH_PROXY_COMPLETION",
+                    value: text.clone(),
+                    expected: "markers (the default) or synchronize",
+                })
         }
     }
 }

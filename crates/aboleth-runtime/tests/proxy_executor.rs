@@ -5,19 +5,24 @@
 //! published.
 //!
 //! The fake engine is asynchronous on purpose: enqueued operations take effect only when it is
-//! asked to wait, so a completion published before the effects would be caught.
+//! asked to wait, or one at a time as its completion markers are polled (the device making
+//! progress while the proxy keeps consuming), so a completion published before the effects
+//! would be caught. It can also take a set time per call, to check the proxy thread's
+//! accounting of its time by phase.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use aboleth_abi::RemoteRegionDescriptor;
 use aboleth_abi::proxy::{ProxyOperation, ProxyPut, ProxySignal, SignalOperation};
 use aboleth_runtime::proxy_ring::{
-    CommandExecutor, HostRing, ProducerCommand, RingConsumer, RingMemory, RingProducer, RingWord,
+    CommandExecutor, Execution, HostRing, PollOutcome, ProducerCommand, RingConsumer, RingMemory,
+    RingProducer, RingWord,
 };
 use aboleth_runtime::transport::proxy::{
-    CopyEngine, ProxyExecutionError, ProxyExecutor, ProxyRegionTable, ProxyRingService,
-    ProxyThread, ProxyThreadOptions, SharedRegionTable,
+    CopyEngine, ProxyCompletion, ProxyExecutionError, ProxyExecutor, ProxyRegionTable,
+    ProxyRingService, ProxyThread, ProxyThreadOptions, SharedRegionTable,
 };
 
 /// Fake "device" memory: one flat space starting at `BASE`.
@@ -47,6 +52,11 @@ enum Operation {
         address: u64,
         value: u64,
     },
+    /// Engine `engine`'s marker `value`.
+    Marker {
+        engine: usize,
+        value: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -56,6 +66,10 @@ struct FakeState {
     log: Vec<Operation>,
     waits: usize,
     fail_copies: bool,
+    /// Per engine, the latest marker value that took effect.
+    markers_reached: Vec<u64>,
+    /// Host time each engine call takes (a spin), for the accounting tests.
+    call_time: Duration,
 }
 
 impl FakeState {
@@ -66,6 +80,8 @@ impl FakeState {
             log: Vec::new(),
             waits: 0,
             fail_copies: false,
+            markers_reached: Vec::new(),
+            call_time: Duration::ZERO,
         }
     }
     fn range(address: u64, length: u64) -> std::ops::Range<usize> {
@@ -76,7 +92,15 @@ impl FakeState {
         u64::from_le_bytes(self.memory[Self::range(address, 8)].try_into().unwrap())
     }
     fn apply(&mut self) {
-        for operation in std::mem::take(&mut self.pending) {
+        while self.apply_one() {}
+    }
+    /// Lets the oldest pending operation take effect; false when none is pending.
+    fn apply_one(&mut self) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        let operation = self.pending.remove(0);
+        {
             match operation {
                 Operation::Copy {
                     destination,
@@ -93,8 +117,16 @@ impl FakeState {
                     let sum = self.read_u64(address).wrapping_add(value);
                     self.memory[Self::range(address, 8)].copy_from_slice(&sum.to_le_bytes());
                 }
+                Operation::Marker { engine, value } => {
+                    if self.markers_reached.len() <= engine {
+                        self.markers_reached.resize(engine + 1, 0);
+                    }
+                    assert!(value > self.markers_reached[engine], "markers only grow");
+                    self.markers_reached[engine] = value;
+                }
             }
         }
+        true
     }
 }
 
@@ -102,15 +134,36 @@ impl FakeState {
 #[error("the fake copy engine refused the copy")]
 struct FakeEngineError;
 
-/// An engine over the shared fake memory, with its own log of what it was asked (one per ring).
+/// An engine over the shared fake memory, with its own log of what it was asked (one per ring)
+/// and its index (for its markers).
 #[derive(Clone, Debug)]
-struct FakeEngine(Arc<Mutex<FakeState>>, Arc<Mutex<Vec<Operation>>>);
+struct FakeEngine(Arc<Mutex<FakeState>>, Arc<Mutex<Vec<Operation>>>, usize);
 
 impl FakeEngine {
     fn new(state: &Arc<Mutex<FakeState>>) -> Self {
-        Self(state.clone(), Arc::default())
+        Self::numbered(state, 0)
+    }
+    fn numbered(state: &Arc<Mutex<FakeState>>, index: usize) -> Self {
+        Self(state.clone(), Arc::default(), index)
+    }
+    /// The ring's log without the markers.
+    fn effects_log(&self) -> Vec<Operation> {
+        let log = self.1.lock().unwrap();
+        log.iter()
+            .filter(|operation| !matches!(operation, Operation::Marker { .. }))
+            .cloned()
+            .collect()
+    }
+    /// Spins for the state's call time (a driver call's host time).
+    fn take_call_time(&self) {
+        let call_time = self.0.lock().unwrap().call_time;
+        let start = Instant::now();
+        while start.elapsed() < call_time {
+            std::hint::spin_loop();
+        }
     }
     fn enqueue(&self, operation: Operation) {
+        self.take_call_time();
         self.1.lock().unwrap().push(operation.clone());
         let mut state = self.0.lock().unwrap();
         state.log.push(operation.clone());
@@ -145,15 +198,30 @@ impl CopyEngine for FakeEngine {
         Ok(())
     }
     fn wait_until_complete(&mut self) -> Result<(), FakeEngineError> {
+        self.take_call_time();
         let mut state = self.0.lock().unwrap();
         state.waits += 1;
         state.apply();
         Ok(())
     }
+    fn record_marker(&mut self, value: u64) -> Result<(), FakeEngineError> {
+        self.enqueue(Operation::Marker {
+            engine: self.2,
+            value,
+        });
+        Ok(())
+    }
+    /// The device progresses by one operation per poll.
+    fn reached_marker(&mut self) -> Result<u64, FakeEngineError> {
+        self.take_call_time();
+        let mut state = self.0.lock().unwrap();
+        state.apply_one();
+        Ok(state.markers_reached.get(self.2).copied().unwrap_or(0))
+    }
 }
 
 /// Region 0 = recv (4 KiB), region 1 = flags (64 B), for ranks 0..3, as rank 0 sees them.
-fn region_table() -> SharedRegionTable {
+fn region_table() -> Arc<SharedRegionTable> {
     let table = |base: fn(u32) -> u64, length_bytes| {
         (0..3)
             .map(|rank| RemoteRegionDescriptor {
@@ -165,10 +233,10 @@ fn region_table() -> SharedRegionTable {
             })
             .collect()
     };
-    Arc::new(RwLock::new(Arc::new(ProxyRegionTable::new(vec![
+    Arc::new(SharedRegionTable::new(ProxyRegionTable::new(vec![
         table(recv_base, 4096),
         table(flags_base, 64),
-    ]))))
+    ])))
 }
 
 fn put(offset: u64, length_bytes: u64, destination_offset_bytes: u64) -> ProxyPut {
@@ -199,52 +267,147 @@ fn fill_source(state: &Arc<Mutex<FakeState>>) {
 
 #[test]
 fn put_signal_resolves_regions_and_orders_the_signal_after_the_data() {
+    for completion in [ProxyCompletion::Synchronize, ProxyCompletion::Markers] {
+        let state = Arc::new(Mutex::new(FakeState::new()));
+        fill_source(&state);
+        let mut executor =
+            ProxyExecutor::with_completion(2, region_table(), FakeEngine::new(&state), completion);
+        let command = ProducerCommand::new(
+            2,
+            false,
+            ProxyOperation::PutSignal(put(16, 100, 8), signal(8, 5, SignalOperation::Set)),
+        )
+        .with_ticket(0);
+        assert_eq!(executor.execute(&command).unwrap(), Execution::Enqueued);
+        {
+            let state = state.lock().unwrap();
+            assert_eq!(
+                state.log,
+                [
+                    Operation::Copy {
+                        destination: recv_base(2) + 8,
+                        source: SOURCE + 16,
+                        length_bytes: 100
+                    },
+                    Operation::Set {
+                        address: flags_base(2) + 8,
+                        value: 5
+                    }
+                ]
+            );
+            assert_eq!(
+                state.waits, 0,
+                "no completion requested: nothing waited for"
+            );
+        }
+        let add = ProducerCommand::new(
+            2,
+            true,
+            ProxyOperation::Signal(signal(8, 3, SignalOperation::Add)),
+        )
+        .with_ticket(1);
+        let execution = executor.execute(&add).unwrap();
+        if completion == ProxyCompletion::Synchronize {
+            assert_eq!(execution, Execution::Complete);
+            assert_eq!(
+                state.lock().unwrap().waits,
+                1,
+                "a requested completion waits for the engine"
+            );
+        } else {
+            assert_eq!(execution, Execution::Enqueued);
+            assert_eq!(state.lock().unwrap().waits, 0, "markers never wait");
+            assert_eq!(
+                state.lock().unwrap().log.last(),
+                Some(&Operation::Marker {
+                    engine: 0,
+                    value: 2
+                })
+            );
+            // The fake device lands one operation per poll: copy, SET, ADD, then the marker.
+            let mut polls = 0;
+            while executor.completions_reached(false).unwrap() < 2 {
+                polls += 1;
+                assert!(
+                    state.lock().unwrap().pending.len() == 4 - polls,
+                    "the marker is reported only after every operation before it landed"
+                );
+            }
+            assert_eq!(polls, 3);
+            assert!(state.lock().unwrap().pending.is_empty());
+            assert_eq!(
+                executor.completions_reached(true).unwrap(),
+                2,
+                "waiting covers the last marker"
+            );
+        }
+        let state = state.lock().unwrap();
+        assert_eq!(state.read_u64(flags_base(2) + 8), 8);
+        let start = (recv_base(2) + 8 - BASE) as usize;
+        assert_eq!(state.memory[start..start + 100], state.memory[16..116]);
+    }
+}
+
+#[test]
+fn a_deferred_completion_is_published_after_the_effects_while_the_consumer_keeps_consuming() {
     let state = Arc::new(Mutex::new(FakeState::new()));
     fill_source(&state);
-    let mut executor = ProxyExecutor::new(2, region_table(), FakeEngine::new(&state));
-    let command = ProducerCommand::new(
-        2,
+    let ring = HostRing::allocate(8).unwrap();
+    let producer = RingProducer::new(&ring);
+    let mut consumer = RingConsumer::new(&ring);
+    let mut executor = ProxyExecutor::new(1, region_table(), FakeEngine::new(&state));
+    assert_eq!(executor.completion(), ProxyCompletion::Markers);
+    let first = producer.submit(ProducerCommand::new(
+        1,
+        true,
+        ProxyOperation::PutSignal(put(0, 64, 0), signal(0, 7, SignalOperation::Set)),
+    ));
+    let completion = || ring.load(RingWord::CompletionCounter, Ordering::Acquire);
+    assert!(matches!(
+        consumer.poll(&mut executor).unwrap(),
+        PollOutcome::Executed { .. }
+    ));
+    assert!(consumer.completion_outstanding());
+    assert_eq!(completion(), 0, "nothing landed yet");
+    // The next entry is consumed while the first one's completion is outstanding; that poll
+    // also lands one operation (the copy) and reports no marker yet.
+    let second = producer.submit(ProducerCommand::new(
+        1,
         false,
-        ProxyOperation::PutSignal(put(16, 100, 8), signal(8, 5, SignalOperation::Set)),
-    )
-    .with_ticket(0);
-    executor.execute(&command).unwrap();
+        ProxyOperation::Signal(signal(8, 1, SignalOperation::Add)),
+    ));
+    assert!(matches!(
+        consumer.poll(&mut executor).unwrap(),
+        PollOutcome::Executed { .. }
+    ));
+    assert_eq!(consumer.next_ticket(), second + 1);
+    assert_eq!(completion(), 0);
+    // Then the SET lands, then the marker: only then is the completion published, and the
+    // data and signal are there.
+    assert_eq!(consumer.poll(&mut executor).unwrap(), PollOutcome::Empty);
+    assert_eq!(completion(), 0, "the marker has not landed");
+    assert_eq!(consumer.poll(&mut executor).unwrap(), PollOutcome::Empty);
+    assert_eq!(completion(), first + 1);
+    assert!(!consumer.completion_outstanding());
     {
         let state = state.lock().unwrap();
+        assert_eq!(state.read_u64(flags_base(1)), 7);
+        let start = (recv_base(1) - BASE) as usize;
+        assert_eq!(state.memory[start..start + 64], state.memory[..64]);
         assert_eq!(
-            state.log,
-            [
-                Operation::Copy {
-                    destination: recv_base(2) + 8,
-                    source: SOURCE + 16,
-                    length_bytes: 100
-                },
-                Operation::Set {
-                    address: flags_base(2) + 8,
-                    value: 5
-                }
-            ]
-        );
-        assert_eq!(
-            state.waits, 0,
-            "no completion requested: nothing waited for"
+            state.pending,
+            [Operation::Add {
+                address: flags_base(1) + 8,
+                value: 1
+            }],
+            "the second command requested no completion: its effect may still be pending"
         );
     }
-    let add = ProducerCommand::new(
-        2,
-        true,
-        ProxyOperation::Signal(signal(8, 3, SignalOperation::Add)),
-    )
-    .with_ticket(1);
-    executor.execute(&add).unwrap();
-    let state = state.lock().unwrap();
-    assert_eq!(
-        state.waits, 1,
-        "a requested completion waits for the engine"
-    );
-    assert_eq!(state.read_u64(flags_base(2) + 8), 8);
-    let start = (recv_base(2) + 8 - BASE) as usize;
-    assert_eq!(state.memory[start..start + 100], state.memory[16..116]);
+    // Nothing outstanding: polling an empty ring asks the engine nothing.
+    let polls = executor.engine_times().completion_polls;
+    assert_eq!(consumer.poll(&mut executor).unwrap(), PollOutcome::Empty);
+    assert_eq!(executor.engine_times().completion_polls, polls);
+    assert_eq!(consumer.completions_published(), 1);
 }
 
 #[test]
@@ -307,13 +470,22 @@ fn bad_commands_are_refused_before_anything_is_enqueued() {
 
 #[test]
 fn the_proxy_thread_serves_every_ring_and_publishes_completions_after_the_effects() {
+    for completion in [ProxyCompletion::Markers, ProxyCompletion::Synchronize] {
+        serve_every_ring(completion);
+    }
+}
+
+fn serve_every_ring(completion: ProxyCompletion) {
     let state = Arc::new(Mutex::new(FakeState::new()));
     fill_source(&state);
     let regions = region_table();
     let rings: Vec<Arc<HostRing>> = (0..2)
         .map(|_| Arc::new(HostRing::allocate(8).unwrap()))
         .collect();
-    let engines = [FakeEngine::new(&state), FakeEngine::new(&state)];
+    let engines = [
+        FakeEngine::numbered(&state, 0),
+        FakeEngine::numbered(&state, 1),
+    ];
     let services = [1u32, 2]
         .iter()
         .zip(&rings)
@@ -321,24 +493,34 @@ fn the_proxy_thread_serves_every_ring_and_publishes_completions_after_the_effect
         .map(|((&peer_rank, ring), engine)| ProxyRingService {
             peer_rank,
             consumer: RingConsumer::new(ring.clone()),
-            executor: ProxyExecutor::new(peer_rank, regions.clone(), engine.clone()),
+            executor: ProxyExecutor::with_completion(
+                peer_rank,
+                regions.clone(),
+                engine.clone(),
+                completion,
+            ),
         })
         .collect();
     let options = ProxyThreadOptions {
         maximum_commands_per_turn: 3,
         spin_turns_before_yield: 16,
+        completion,
     };
     let thread = ProxyThread::spawn(0, services, options, || Ok(())).unwrap();
 
-    // Two host producers per ring, as several GPU programs sharing a ring would be.
+    // Two host producers per ring, as several GPU programs sharing a ring would be. Each
+    // checks, once its batch's completion is published, that the batch's effects are there:
+    // its own flag counts every round so far.
     let rounds = 40u64;
     std::thread::scope(|scope| {
         for (ring_index, ring) in rings.iter().enumerate() {
             let peer_rank = ring_index as u32 + 1;
             for producer_index in 0..2u64 {
                 let ring = ring.clone();
+                let state = state.clone();
                 scope.spawn(move || {
                     let producer = RingProducer::new(ring);
+                    let flag = flags_base(peer_rank) + 8 * producer_index;
                     for round in 0..rounds {
                         let slice = producer_index * 2048 + (round % 4) * 512;
                         let batch = [
@@ -359,6 +541,18 @@ fn the_proxy_thread_serves_every_ring_and_publishes_completions_after_the_effect
                         ];
                         let tickets = producer.submit_batch(&batch).unwrap();
                         producer.wait_for_completion(tickets.end - 1);
+                        let state = state.lock().unwrap();
+                        assert_eq!(
+                            state.read_u64(flag),
+                            round + 1,
+                            "{completion:?}: completion published before the signal landed"
+                        );
+                        let start = (recv_base(peer_rank) + slice - BASE) as usize;
+                        assert_eq!(
+                            state.memory[start..start + 512],
+                            state.memory[slice as usize..slice as usize + 512],
+                            "{completion:?}: completion published before the data landed"
+                        );
                     }
                 });
             }
@@ -381,7 +575,7 @@ fn the_proxy_thread_serves_every_ring_and_publishes_completions_after_the_effect
     }
     // Each ring ran its batches whole and in order: put, then its signal.
     for engine in &engines {
-        let log = engine.1.lock().unwrap();
+        let log = engine.effects_log();
         assert_eq!(log.len() as u64, 4 * rounds);
         for pair in log.chunks(2) {
             assert!(
@@ -397,15 +591,142 @@ fn the_proxy_thread_serves_every_ring_and_publishes_completions_after_the_effect
         );
     }
 
-    // What is published before stop still runs; its effects land before stop returns.
+    // What is published before stop still runs; its effects land before stop returns, and a
+    // completion it requested is published.
     let producer = RingProducer::new(rings[0].clone());
-    producer.submit(ProducerCommand::new(
+    let last = producer.submit(ProducerCommand::new(
         1,
-        false,
+        true,
         ProxyOperation::Signal(signal(16, 77, SignalOperation::Set)),
     ));
-    assert!(thread.stop().is_empty());
+    let (failures, statistics) = thread.stop_with_statistics();
+    assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(state.lock().unwrap().read_u64(flags_base(1) + 16), 77);
+    assert_eq!(
+        rings[0].load(RingWord::CompletionCounter, Ordering::Acquire),
+        last + 1
+    );
+    // The accounting counted what the producers asked for, and the command before the stop.
+    let requested = 2 * 2 * rounds + 1;
+    assert_eq!(statistics.commands_executed, 2 * 2 * 2 * rounds + 1);
+    assert_eq!(statistics.copies, 2 * 2 * rounds);
+    assert_eq!(statistics.signals, requested);
+    // The stop waits for each ring's stream once.
+    match completion {
+        ProxyCompletion::Markers => {
+            assert_eq!(statistics.markers, requested, "{statistics:?}");
+            assert_eq!(statistics.completion_waits, 2, "{statistics:?}");
+            assert!(statistics.completion_polls > 0, "{statistics:?}");
+        }
+        ProxyCompletion::Synchronize => {
+            assert_eq!(statistics.markers, 0, "{statistics:?}");
+            assert_eq!(statistics.completion_waits, requested + 2, "{statistics:?}");
+        }
+    }
+    // Completions of one ring's two producers may be published by one store.
+    assert!(
+        statistics.completions_published >= 2 * rounds
+            && statistics.completions_published <= requested,
+        "{statistics:?}"
+    );
+    assert!(statistics.busy_turns > 0 && statistics.busy_turns <= statistics.commands_executed);
+}
+
+#[test]
+fn the_proxy_thread_accounts_its_time_by_phase() {
+    // Every engine call spins for CALL_TIME: the phases' totals are at least that per call,
+    // and all phases together at most the thread's lifetime.
+    const CALL_TIME: Duration = Duration::from_micros(200);
+    for completion in [ProxyCompletion::Markers, ProxyCompletion::Synchronize] {
+        let state = Arc::new(Mutex::new(FakeState::new()));
+        state.lock().unwrap().call_time = CALL_TIME;
+        let ring = Arc::new(HostRing::allocate(8).unwrap());
+        let services = vec![ProxyRingService {
+            peer_rank: 1,
+            consumer: RingConsumer::new(ring.clone()),
+            executor: ProxyExecutor::with_completion(
+                1,
+                region_table(),
+                FakeEngine::new(&state),
+                completion,
+            ),
+        }];
+        let started = Instant::now();
+        let thread =
+            ProxyThread::spawn(0, services, ProxyThreadOptions::default(), || Ok(())).unwrap();
+        let producer = RingProducer::new(ring.clone());
+        let rounds = 10u64;
+        for round in 0..rounds {
+            let ticket = producer.submit(ProducerCommand::new(
+                1,
+                true,
+                ProxyOperation::PutSignal(
+                    put(0, 64, 0),
+                    signal(0, round + 1, SignalOperation::Set),
+                ),
+            ));
+            producer.wait_for_completion(ticket);
+        }
+        // The totals are published by the turn that executed the last command, before or
+        // after its completion; wait until they cover every command and completion.
+        let statistics = loop {
+            let statistics = thread.statistics();
+            if statistics.completions_published == rounds {
+                break statistics;
+            }
+            std::thread::yield_now();
+        };
+        assert!(thread.stop().is_empty());
+        let lifetime_ns = started.elapsed().as_nanos() as u64;
+        let call_ns = CALL_TIME.as_nanos() as u64;
+        assert_eq!(statistics.commands_executed, rounds, "{statistics:?}");
+        assert_eq!((statistics.copies, statistics.signals), (rounds, rounds));
+        assert!(statistics.copy_ns >= rounds * call_ns, "{statistics:?}");
+        assert!(statistics.signal_ns >= rounds * call_ns, "{statistics:?}");
+        match completion {
+            ProxyCompletion::Markers => {
+                assert_eq!(statistics.markers, rounds, "{statistics:?}");
+                assert!(statistics.marker_ns >= rounds * call_ns, "{statistics:?}");
+                assert!(
+                    statistics.completion_poll_ns >= statistics.completion_polls * call_ns,
+                    "{statistics:?}"
+                );
+                assert_eq!(statistics.completion_waits, 0, "{statistics:?}");
+            }
+            ProxyCompletion::Synchronize => {
+                assert_eq!(statistics.completion_waits, rounds, "{statistics:?}");
+                assert!(
+                    statistics.completion_wait_ns >= rounds * call_ns,
+                    "{statistics:?}"
+                );
+                assert_eq!(
+                    (statistics.markers, statistics.completion_polls),
+                    (0, 0),
+                    "{statistics:?}"
+                );
+            }
+        }
+        assert!(
+            statistics.busy_turns >= 1 && statistics.idle_turns >= 1,
+            "{statistics:?}"
+        );
+        assert!(
+            statistics.total_ns() <= lifetime_ns,
+            "{} ns accounted in a thread that lived {lifetime_ns} ns: {statistics:?}",
+            statistics.total_ns()
+        );
+        let names: Vec<&str> = statistics.fields().iter().map(|(name, _)| *name).collect();
+        assert_eq!(names[0], "commands_executed");
+        assert_eq!(
+            statistics
+                .fields()
+                .iter()
+                .find(|(name, _)| *name == "copy_ns")
+                .unwrap()
+                .1,
+            statistics.copy_ns
+        );
+    }
 }
 
 #[test]

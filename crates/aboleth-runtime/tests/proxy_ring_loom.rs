@@ -21,8 +21,8 @@ use std::sync::atomic::Ordering;
 
 use aboleth_abi::proxy::{ProxyCommand, ProxyOperation, ProxyPut, slot_index};
 use aboleth_runtime::proxy_ring::{
-    CommandExecutor, ENTRY_WORDS, PollOutcome, ProducerCommand, RingConsumer, RingMemory,
-    RingProducer, RingWord, entry_words, ring_word_count,
+    CommandExecutor, ENTRY_WORDS, Execution, PollOutcome, ProducerCommand, RingConsumer,
+    RingMemory, RingProducer, RingWord, entry_words, ring_word_count,
 };
 use loom::sync::Arc;
 use loom::sync::atomic::AtomicU64;
@@ -87,9 +87,9 @@ struct Never;
 
 impl CommandExecutor for Recorder {
     type Error = Never;
-    fn execute(&mut self, command: &ProxyCommand) -> Result<(), Never> {
+    fn execute(&mut self, command: &ProxyCommand) -> Result<Execution, Never> {
         self.0.push(*command);
-        Ok(())
+        Ok(Execution::Complete)
     }
 }
 

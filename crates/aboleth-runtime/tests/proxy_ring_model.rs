@@ -7,6 +7,10 @@
 //! tickets and a producer's batches run in the order it posted them; `consumer_head`,
 //! `completion_counter`, `producer_head` and the producer counters never go backwards, and
 //! `completion_counter` is never ahead of execution; a batch larger than the ring is refused.
+//! Each scenario also runs with an executor that defers completions (it returns
+//! `Execution::Enqueued` and lets one more command's effects land at each
+//! `completions_reached`), where `completion_counter` must never be ahead of the effects
+//! landed, and every requested completion is published once the consumer waits for them.
 //!
 //! Also checked: the consumer never finds `producer_head` above a ticket whose entry is not
 //! written ([`PollOutcome::Pending`]). The consumer would wait for the entry (it checks the
@@ -34,8 +38,8 @@ use aboleth_abi::proxy::{
     ProxyCommand, ProxyOperation, ProxyPut, ProxySignal, SignalOperation, slot_index,
 };
 use aboleth_runtime::proxy_ring::{
-    CommandExecutor, ENTRY_WORDS, PollOutcome, ProducerCommand, ProxyRingError, RingConsumer,
-    RingMemory, RingOwnership, RingProducer, RingWord, entry_words, ring_word_count,
+    CommandExecutor, ENTRY_WORDS, Execution, PollOutcome, ProducerCommand, ProxyRingError,
+    RingConsumer, RingMemory, RingOwnership, RingProducer, RingWord, entry_words, ring_word_count,
 };
 use shuttle::scheduler::{PctScheduler, RandomScheduler, Scheduler};
 use shuttle::sync::Mutex;
@@ -109,6 +113,8 @@ struct Scenario {
     /// Per producer, the sizes of the batches it posts, in order.
     batches: &'static [&'static [u32]],
     capacity_entries: u32,
+    /// The executor returns `Execution::Enqueued` and reports completions later.
+    deferred_completions: bool,
 }
 
 impl Scenario {
@@ -151,10 +157,14 @@ fn command_of(producer: u32, index: u32) -> ProducerCommand {
 }
 
 /// Checks, at each execution, ticket order and that no completion is published ahead of it.
+/// Deferring, it counts a command's effects as landed only when `completions_reached` moves
+/// `landed_count` past it (one command per call, all when waiting).
 struct CheckingExecutor {
     ring: Arc<ModelRing>,
     executed: Vec<ProxyCommand>,
     executed_count: Arc<AtomicU64>,
+    deferred: bool,
+    landed_count: Arc<AtomicU64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -163,7 +173,7 @@ struct Never;
 
 impl CommandExecutor for CheckingExecutor {
     type Error = Never;
-    fn execute(&mut self, command: &ProxyCommand) -> Result<(), Never> {
+    fn execute(&mut self, command: &ProxyCommand) -> Result<Execution, Never> {
         assert_eq!(
             command.ticket,
             self.executed.len() as u64,
@@ -179,7 +189,28 @@ impl CommandExecutor for CheckingExecutor {
         );
         self.executed.push(*command);
         self.executed_count.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        if self.deferred {
+            Ok(Execution::Enqueued)
+        } else {
+            self.landed_count.fetch_add(1, Ordering::SeqCst);
+            Ok(Execution::Complete)
+        }
+    }
+
+    fn completions_reached(&mut self, wait: bool) -> Result<u64, Never> {
+        assert!(
+            wait || self.deferred,
+            "polled for completions it never deferred"
+        );
+        let executed = self.executed.len() as u64;
+        let landed = self.landed_count.load(Ordering::SeqCst);
+        let landed = if wait {
+            executed
+        } else {
+            (landed + 1).min(executed)
+        };
+        self.landed_count.store(landed, Ordering::SeqCst);
+        Ok(landed)
     }
 }
 
@@ -248,6 +279,7 @@ fn submit_batch_broken(
 fn run_scenario(scenario: Scenario) {
     let ring = Arc::new(ModelRing::new(scenario.capacity_entries));
     let executed_count = Arc::new(AtomicU64::new(0));
+    let landed_count = Arc::new(AtomicU64::new(0));
     // (ticket, producer, index) of every submitted command.
     let submitted = Arc::new(Mutex::new(Vec::new()));
     let total = scenario.total_commands();
@@ -266,11 +298,14 @@ fn run_scenario(scenario: Scenario) {
     let consumer_thread = {
         let ring = Arc::clone(&ring);
         let executed_count = Arc::clone(&executed_count);
+        let landed_count = Arc::clone(&landed_count);
         shuttle::thread::spawn(move || {
             let mut executor = CheckingExecutor {
                 ring: Arc::clone(&ring),
                 executed: Vec::new(),
                 executed_count,
+                deferred: scenario.deferred_completions,
+                landed_count,
             };
             let mut consumer = RingConsumer::new(Arc::clone(&ring));
             while consumer.next_ticket() < total {
@@ -282,6 +317,9 @@ fn run_scenario(scenario: Scenario) {
                     ),
                 }
             }
+            // What is still outstanding is published once its effects land.
+            consumer.publish_completions(&mut executor, true).unwrap();
+            assert!(!consumer.completion_outstanding());
             executor.executed
         })
     };
@@ -291,6 +329,7 @@ fn run_scenario(scenario: Scenario) {
         .map(|(producer, &batch_sizes)| {
             let ring = Arc::clone(&ring);
             let executed_count = Arc::clone(&executed_count);
+            let landed_count = Arc::clone(&landed_count);
             let submitted = Arc::clone(&submitted);
             shuttle::thread::spawn(move || {
                 let host_producer =
@@ -318,9 +357,15 @@ fn run_scenario(scenario: Scenario) {
                             .map(|(ticket, index)| (ticket, producer, index)),
                     );
                     next_index += size;
-                    // Completion as a producer sees it: monotone, never ahead of execution.
+                    // Completion as a producer sees it: monotone, never ahead of execution, nor
+                    // of the effects landed.
                     let completion = ring.load(RingWord::CompletionCounter, Ordering::SeqCst);
+                    let landed = landed_count.load(Ordering::SeqCst);
                     let executed = executed_count.load(Ordering::SeqCst);
+                    assert!(
+                        completion <= landed,
+                        "completion_counter {completion} is ahead of the {landed} commands whose effects landed"
+                    );
                     assert!(
                         completion >= last_completion,
                         "completion_counter went back from {last_completion} to {completion}"
@@ -382,6 +427,7 @@ const SHARED_2_SLOTS: Scenario = Scenario {
     ownership: RingOwnership::Shared,
     batches: &[&[1, 2], &[2, 1], &[1, 1]],
     capacity_entries: 2,
+    deferred_completions: false,
 };
 
 /// Three producers with batches of up to 3 on a 4-slot ring.
@@ -390,6 +436,7 @@ const SHARED_4_SLOTS: Scenario = Scenario {
     ownership: RingOwnership::Shared,
     batches: &[&[3, 1], &[2, 3], &[1, 2]],
     capacity_entries: 4,
+    deferred_completions: false,
 };
 
 /// The sole owner, with batches of up to the ring's size.
@@ -398,6 +445,7 @@ const SOLE_OWNER_2_SLOTS: Scenario = Scenario {
     ownership: RingOwnership::SoleOwner,
     batches: &[&[1, 2, 1, 2, 1]],
     capacity_entries: 2,
+    deferred_completions: false,
 };
 
 const SOLE_OWNER_4_SLOTS: Scenario = Scenario {
@@ -405,6 +453,7 @@ const SOLE_OWNER_4_SLOTS: Scenario = Scenario {
     ownership: RingOwnership::SoleOwner,
     batches: &[&[3, 1, 2, 3]],
     capacity_entries: 4,
+    deferred_completions: false,
 };
 
 fn quiet_config() -> Config {
@@ -510,6 +559,26 @@ fn the_protocol_holds_under_random_schedules() {
         RandomScheduler::new_from_seed(0xab08, 500),
         SOLE_OWNER_4_SLOTS,
     );
+}
+
+#[test]
+fn deferred_completions_follow_the_effects_under_pct_and_random_schedules() {
+    for (seed, scenario) in [
+        (0xab31, SHARED_2_SLOTS),
+        (0xab32, SHARED_4_SLOTS),
+        (0xab33, SOLE_OWNER_2_SLOTS),
+        (0xab34, SOLE_OWNER_4_SLOTS),
+    ] {
+        let deferred = Scenario {
+            deferred_completions: true,
+            ..scenario
+        };
+        assert_eq!(
+            check(PctScheduler::new_from_seed(seed, 3, 500), deferred),
+            500
+        );
+        check(RandomScheduler::new_from_seed(seed + 0x100, 300), deferred);
+    }
 }
 
 #[test]

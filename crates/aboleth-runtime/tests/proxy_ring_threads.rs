@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aboleth_abi::proxy::{ProxyCommand, ProxyOperation, ProxyPut};
 use aboleth_runtime::proxy_ring::{
-    CommandExecutor, HostRing, PollOutcome, ProducerCommand, RingConsumer, RingMemory,
+    CommandExecutor, Execution, HostRing, PollOutcome, ProducerCommand, RingConsumer, RingMemory,
     RingOwnership, RingProducer, RingWord,
 };
 
@@ -49,7 +49,7 @@ struct Never;
 
 impl CommandExecutor for Checker {
     type Error = Never;
-    fn execute(&mut self, command: &ProxyCommand) -> Result<(), Never> {
+    fn execute(&mut self, command: &ProxyCommand) -> Result<Execution, Never> {
         assert_eq!(command.ticket, self.executed.len() as u64);
         assert!(
             self.ring
@@ -58,7 +58,7 @@ impl CommandExecutor for Checker {
         );
         self.executed.push(*command);
         self.executed_count.fetch_add(1, Ordering::Release);
-        Ok(())
+        Ok(Execution::Complete)
     }
 }
 

@@ -17,12 +17,28 @@
 //!   signal's store or atomic then makes them visible system-wide before the signal. So a
 //!   receiver that reads the new signal value with acquire also reads the data. The same holds
 //!   across commands: every signal is ordered after every earlier put of its ring;
-//! - completion: a command that requests one makes the executor wait for the stream
-//!   (`cuStreamSynchronize`) before returning, so the consumer's release of
-//!   `completion_counter` follows the effects of that command and of every earlier one (one
-//!   stream, in order). Commands that request none return once enqueued (the producer may not
-//!   reuse their source buffers before a later completion anyway), which keeps the copy engine
-//!   busy while the proxy reads the next entries. A NOP or DRAIN enqueues nothing.
+//! - completion ([`ProxyCompletion`]): by default ([`ProxyCompletion::Markers`]) a command that
+//!   requests one enqueues a completion marker behind its effects, a store of `ticket + 1` to
+//!   a word of pinned host memory the engine owns, made exactly as a SET signal is (so the
+//!   fence in front of it orders every earlier copy of the stream before it), and returns
+//!   [`Execution::Enqueued`]; the consumer asks on each poll, while the completion is
+//!   outstanding, for the latest marker value the host sees (one load, no driver call) and
+//!   publishes `completion_counter` up to it. The thread keeps reading entries meanwhile. With
+//!   [`ProxyCompletion::Synchronize`] the executor instead waits for the stream
+//!   (`cuStreamSynchronize`) before returning [`Execution::Complete`]. Either way the
+//!   consumer's release of `completion_counter` follows the effects of that command and of
+//!   every earlier one (one stream, in order). Commands that request none return once enqueued
+//!   (the producer may not reuse their source buffers before a later completion anyway), which
+//!   keeps the copy engine busy while the proxy reads the next entries. A NOP or DRAIN
+//!   enqueues nothing but a requested completion marker.
+//!
+//! Host cost. The executor reads the region table through a cached `Arc` that it refreshes only
+//! when [`SharedRegionTable::replace`] bumped the table's generation (one load per command, no
+//! lock); the engine's calls run on the proxy thread, whose context is made current once at
+//! its start, not before every call. The thread accounts its time by phase
+//! ([`ProxyStatistics`]: engine calls, consumer bookkeeping, idle polling; one monotonic clock
+//! read per phase boundary), published in atomics by every turn that executed a command or
+//! published a completion, and every [`STATISTICS_IDLE_TURNS`] idle turns.
 //!
 //! Flow control on a full ring is the producer's (it waits for `consumer_head`). What this
 //! module does not do: the ibverbs path (a peer on another host), cross-ring ordering, or
@@ -31,13 +47,14 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use aboleth_abi::RemoteRegionDescriptor;
 use aboleth_abi::proxy::{ProxyCommand, ProxyRegions, SignalOperation};
 
 use crate::cuda::{Device, PinnedHostMemory, RuntimeKernels, Stream};
 use crate::error::{RuntimeError, RuntimeResult};
-use crate::proxy_ring::{CommandExecutor, HostRing, RingConsumer, RingMemory, RingWord};
+use crate::proxy_ring::{CommandExecutor, Execution, HostRing, RingConsumer, RingMemory, RingWord};
 
 /// Default slots per ring.
 pub const DEFAULT_PROXY_RING_CAPACITY_ENTRIES: u32 = 1024;
@@ -122,6 +139,12 @@ pub trait CopyEngine {
     fn signal_add(&mut self, address: u64, value: u64) -> Result<(), Self::Error>;
     /// Waits until everything enqueued has taken effect.
     fn wait_until_complete(&mut self) -> Result<(), Self::Error>;
+    /// Enqueues a completion marker: once everything enqueued before it has taken effect,
+    /// [`Self::reached_marker`] returns `value` (or a later marker's). Values only grow.
+    fn record_marker(&mut self, value: u64) -> Result<(), Self::Error>;
+    /// The value of the latest marker whose predecessors have all taken effect, as far as the
+    /// engine knows now (0 before any); never waits.
+    fn reached_marker(&mut self) -> Result<u64, Self::Error>;
 }
 
 /// The exchanged region table as the proxy reads it: `regions[index][rank]`, addresses as this
@@ -253,24 +276,179 @@ pub enum ProxyExecutionError {
     Engine(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// A region table that `exchange_regions` replaces while the proxy thread runs.
-pub type SharedRegionTable = Arc<RwLock<Arc<ProxyRegionTable>>>;
+/// A region table that `exchange_regions` replaces while the proxy thread runs. Readers keep
+/// the `Arc` they got and look at the generation (one atomic load) to learn of a replacement,
+/// so the proxy takes no lock per command.
+#[derive(Debug, Default)]
+pub struct SharedRegionTable {
+    generation: AtomicU64,
+    table: RwLock<Arc<ProxyRegionTable>>,
+}
+
+impl SharedRegionTable {
+    /// A shared table holding `table` (generation 0).
+    pub fn new(table: ProxyRegionTable) -> Self {
+        Self {
+            generation: AtomicU64::new(0),
+            table: RwLock::new(Arc::new(table)),
+        }
+    }
+
+    /// Replaces the table; readers see the new one at their next command.
+    pub fn replace(&self, table: ProxyRegionTable) {
+        let mut guard = self
+            .table
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *guard = Arc::new(table);
+        // Release, under the lock: a reader that sees the new generation reads the new table.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The generation (how many replacements so far).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The current table and its generation.
+    pub fn snapshot(&self) -> (u64, Arc<ProxyRegionTable>) {
+        let guard = self
+            .table
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (self.generation.load(Ordering::Acquire), guard.clone())
+    }
+}
+
+/// How a command that requests a completion is completed (see the module comment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProxyCompletion {
+    /// A marker enqueued behind the command, polled by the thread, which keeps consuming.
+    #[default]
+    Markers,
+    /// The thread waits for the stream (`cuStreamSynchronize`) before the next entry.
+    Synchronize,
+}
+
+impl ProxyCompletion {
+    /// The names `ABOLETH_PROXY_COMPLETION` takes.
+    pub const NAMES: [&'static str; 2] = ["markers", "synchronize"];
+
+    /// The mode called `name` (one of [`Self::NAMES`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "markers" => Some(Self::Markers),
+            "synchronize" => Some(Self::Synchronize),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Markers => "markers",
+            Self::Synchronize => "synchronize",
+        }
+    }
+}
+
+/// One executor's host time in its engine's calls, by phase (nanoseconds of the monotonic
+/// clock, counts of calls). Plain numbers: the proxy thread owns the executor and publishes
+/// the sum over its rings ([`ProxyStatistics`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineTimes {
+    /// `copy` calls (puts of nonzero length).
+    pub copies: u64,
+    /// Time in them (`cuMemcpyAsync`).
+    pub copy_ns: u64,
+    /// `signal_set`/`signal_add` calls.
+    pub signals: u64,
+    /// Time in them (`cuStreamWriteValue64` or the signal kernels' launches).
+    pub signal_ns: u64,
+    /// `record_marker` calls (completions requested, [`ProxyCompletion::Markers`]).
+    pub markers: u64,
+    /// Time in them.
+    pub marker_ns: u64,
+    /// `wait_until_complete` calls (completions requested with
+    /// [`ProxyCompletion::Synchronize`], and the waits at a stop).
+    pub completion_waits: u64,
+    /// Time in them (`cuStreamSynchronize`).
+    pub completion_wait_ns: u64,
+    /// `reached_marker` calls (completion polls).
+    pub completion_polls: u64,
+    /// Time in them.
+    pub completion_poll_ns: u64,
+}
+
+impl EngineTimes {
+    /// Nanoseconds in engine calls, every phase together.
+    pub fn total_ns(&self) -> u64 {
+        self.copy_ns
+            + self.signal_ns
+            + self.marker_ns
+            + self.completion_wait_ns
+            + self.completion_poll_ns
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.copies += other.copies;
+        self.copy_ns += other.copy_ns;
+        self.signals += other.signals;
+        self.signal_ns += other.signal_ns;
+        self.markers += other.markers;
+        self.marker_ns += other.marker_ns;
+        self.completion_waits += other.completion_waits;
+        self.completion_wait_ns += other.completion_wait_ns;
+        self.completion_polls += other.completion_polls;
+        self.completion_poll_ns += other.completion_poll_ns;
+    }
+}
+
+/// Nanoseconds from `*last` to now; moves `*last` to now (one clock read per phase boundary).
+fn lap_ns(last: &mut Instant) -> u64 {
+    let now = Instant::now();
+    let elapsed = now.saturating_duration_since(*last).as_nanos() as u64;
+    *last = now;
+    elapsed
+}
 
 /// Executes one ring's commands with a [`CopyEngine`] (see the module comment for ordering).
 #[derive(Debug)]
 pub struct ProxyExecutor<E> {
     peer_rank: u32,
-    regions: SharedRegionTable,
+    regions: Arc<SharedRegionTable>,
+    table: Arc<ProxyRegionTable>,
+    table_generation: u64,
     engine: E,
+    completion: ProxyCompletion,
+    /// The last marker value recorded (the ticket after the last completion requested).
+    marker_recorded: u64,
+    times: EngineTimes,
 }
 
 impl<E: CopyEngine> ProxyExecutor<E> {
-    /// The executor of the ring to `peer_rank`.
-    pub fn new(peer_rank: u32, regions: SharedRegionTable, engine: E) -> Self {
+    /// The executor of the ring to `peer_rank`, completing with markers.
+    pub fn new(peer_rank: u32, regions: Arc<SharedRegionTable>, engine: E) -> Self {
+        Self::with_completion(peer_rank, regions, engine, ProxyCompletion::default())
+    }
+
+    /// The executor of the ring to `peer_rank`, completing as `completion` says.
+    pub fn with_completion(
+        peer_rank: u32,
+        regions: Arc<SharedRegionTable>,
+        engine: E,
+        completion: ProxyCompletion,
+    ) -> Self {
+        let (table_generation, table) = regions.snapshot();
         Self {
             peer_rank,
             regions,
+            table,
+            table_generation,
             engine,
+            completion,
+            marker_recorded: 0,
+            times: EngineTimes::default(),
         }
     }
 
@@ -279,23 +457,35 @@ impl<E: CopyEngine> ProxyExecutor<E> {
         &self.engine
     }
 
+    /// How requested completions are completed.
+    pub fn completion(&self) -> ProxyCompletion {
+        self.completion
+    }
+
+    /// Host time in the engine's calls so far.
+    pub fn engine_times(&self) -> &EngineTimes {
+        &self.times
+    }
+
     /// Waits for everything enqueued.
     pub fn wait_until_complete(&mut self) -> Result<(), ProxyExecutionError> {
-        self.engine
-            .wait_until_complete()
-            .map_err(|error| ProxyExecutionError::Engine(Box::new(error)))
+        let mut clock = Instant::now();
+        let result = self.engine.wait_until_complete();
+        self.times.completion_waits += 1;
+        self.times.completion_wait_ns += lap_ns(&mut clock);
+        result.map_err(|error| ProxyExecutionError::Engine(Box::new(error)))
     }
 }
 
 impl<E: CopyEngine> CommandExecutor for ProxyExecutor<E> {
     type Error = ProxyExecutionError;
 
-    fn execute(&mut self, command: &ProxyCommand) -> Result<(), ProxyExecutionError> {
-        let table = self
-            .regions
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
+    fn execute(&mut self, command: &ProxyCommand) -> Result<Execution, ProxyExecutionError> {
+        // One load per command; the lock only after `exchange_regions` replaced the table.
+        if self.regions.generation() != self.table_generation {
+            (self.table_generation, self.table) = self.regions.snapshot();
+        }
+        let table = &*self.table;
         table.check_peer(command, self.peer_rank)?;
         // Resolve every address before enqueuing anything, so a bad command leaves no half of
         // itself behind.
@@ -317,44 +507,96 @@ impl<E: CopyEngine> CommandExecutor for ProxyExecutor<E> {
             None => None,
         };
         let engine_error = |error: E::Error| ProxyExecutionError::Engine(Box::new(error));
+        let mut clock = Instant::now();
         if let Some((destination, source, length_bytes)) = put
             && length_bytes > 0
         {
-            self.engine
-                .copy(destination, source, length_bytes)
-                .map_err(engine_error)?;
+            let result = self.engine.copy(destination, source, length_bytes);
+            self.times.copies += 1;
+            self.times.copy_ns += lap_ns(&mut clock);
+            result.map_err(engine_error)?;
         }
         if let Some((address, value, operation)) = signal {
-            match operation {
+            let result = match operation {
                 SignalOperation::Set => self.engine.signal_set(address, value),
                 SignalOperation::Add => self.engine.signal_add(address, value),
+            };
+            self.times.signals += 1;
+            self.times.signal_ns += lap_ns(&mut clock);
+            result.map_err(engine_error)?;
+        }
+        if !command.completion_requested {
+            return Ok(Execution::Enqueued);
+        }
+        match self.completion {
+            ProxyCompletion::Synchronize => {
+                let result = self.engine.wait_until_complete();
+                self.times.completion_waits += 1;
+                self.times.completion_wait_ns += lap_ns(&mut clock);
+                result.map_err(engine_error)?;
+                Ok(Execution::Complete)
             }
-            .map_err(engine_error)?;
+            ProxyCompletion::Markers => {
+                let value = command.ticket + 1;
+                let result = self.engine.record_marker(value);
+                self.times.markers += 1;
+                self.times.marker_ns += lap_ns(&mut clock);
+                result.map_err(engine_error)?;
+                self.marker_recorded = value;
+                Ok(Execution::Enqueued)
+            }
         }
-        if command.completion_requested {
-            self.engine.wait_until_complete().map_err(engine_error)?;
+    }
+
+    fn completions_reached(&mut self, wait: bool) -> Result<u64, ProxyExecutionError> {
+        if wait {
+            // Everything enqueued has taken effect, markers included.
+            self.wait_until_complete()?;
+            return Ok(self.marker_recorded);
         }
-        Ok(())
+        let mut clock = Instant::now();
+        let result = self.engine.reached_marker();
+        self.times.completion_polls += 1;
+        self.times.completion_poll_ns += lap_ns(&mut clock);
+        result.map_err(|error| ProxyExecutionError::Engine(Box::new(error)))
     }
 }
 
-/// The CUDA copy engine: one stream per ring, signals as stream writes or one-thread kernels
-/// (see the module comment).
+/// The CUDA copy engine: one stream per ring, signals as stream writes or one-thread kernels,
+/// completion markers as SET signals to a word of pinned host memory (see the module comment).
+///
+/// Its copies, stream writes and waits expect the device's context to be current on the
+/// calling thread and do not make it current themselves (a driver call saved per operation):
+/// the proxy thread makes it current once, at its start. Elsewhere the driver refuses them
+/// (`CUDA_ERROR_INVALID_CONTEXT`), which stops the ring with that reason.
 #[derive(Debug)]
 pub struct CudaCopyEngine {
     stream: Stream,
     kernels: Arc<RuntimeKernels>,
     stream_writes: bool,
+    /// One 64-byte line of pinned host memory mapped for the GPU: word 0 is the marker.
+    marker_memory: PinnedHostMemory,
 }
 
 impl CudaCopyEngine {
     /// An engine with its own stream on `device`.
     pub fn new(device: &Arc<Device>, kernels: Arc<RuntimeKernels>) -> RuntimeResult<Self> {
-        Ok(Self {
+        let marker_memory = PinnedHostMemory::allocate(device, 64)?;
+        let engine = Self {
             stream: Stream::create(device)?,
             kernels,
             stream_writes: device.supports_64_bit_stream_memory_operations(),
-        })
+            marker_memory,
+        };
+        engine.marker_word().store(0, Ordering::Release);
+        Ok(engine)
+    }
+
+    fn marker_word(&self) -> &AtomicU64 {
+        // SAFETY: the pinned allocation is page-aligned, at least 8 bytes, lives as long as
+        // `self`, and is accessed only atomically: by this view and by the GPU's aligned
+        // 64-bit stream writes (or the set kernel's store).
+        unsafe { &*self.marker_memory.host_pointer().cast::<AtomicU64>() }
     }
 
     /// Whether SET signals use `cuStreamWriteValue64` (else the set kernel).
@@ -367,12 +609,16 @@ impl CopyEngine for CudaCopyEngine {
     type Error = RuntimeError;
 
     fn copy(&mut self, destination: u64, source: u64, length_bytes: u64) -> RuntimeResult<()> {
-        self.stream.copy_async(destination, source, length_bytes)
+        self.stream
+            .copy_async_in_current_context(destination, source, length_bytes)
     }
 
     fn signal_set(&mut self, address: u64, value: u64) -> RuntimeResult<()> {
         if self.stream_writes {
-            match self.stream.write_value_64(address, value) {
+            match self
+                .stream
+                .write_value_64_in_current_context(address, value)
+            {
                 Ok(()) => return Ok(()),
                 // The driver refuses at enqueue time (nothing was enqueued), e.g. for memory
                 // it cannot write with stream operations: the kernel has the same ordering.
@@ -390,7 +636,19 @@ impl CopyEngine for CudaCopyEngine {
     }
 
     fn wait_until_complete(&mut self) -> RuntimeResult<()> {
-        self.stream.synchronize()
+        self.stream.synchronize_in_current_context()
+    }
+
+    fn record_marker(&mut self, value: u64) -> RuntimeResult<()> {
+        let address = self.marker_memory.device_address();
+        self.signal_set(address, value)
+    }
+
+    fn reached_marker(&mut self) -> RuntimeResult<u64> {
+        // Acquire: the stream wrote the marker after a system-wide fence that follows every
+        // earlier copy of the stream, so their effects happen before what follows this load
+        // (the consumer's release of completion_counter).
+        Ok(self.marker_word().load(Ordering::Acquire))
     }
 }
 
@@ -402,6 +660,8 @@ pub struct ProxyThreadOptions {
     /// Idle turns spent spinning before each idle turn also yields the CPU. The thread never
     /// sleeps: a GPU producer expects an answer within microseconds.
     pub spin_turns_before_yield: u32,
+    /// How requested completions are completed (the World's executors; `ABOLETH_PROXY_COMPLETION`).
+    pub completion: ProxyCompletion,
 }
 
 impl Default for ProxyThreadOptions {
@@ -409,7 +669,175 @@ impl Default for ProxyThreadOptions {
         Self {
             maximum_commands_per_turn: 64,
             spin_turns_before_yield: 4096,
+            completion: ProxyCompletion::default(),
         }
+    }
+}
+
+/// Idle turns between two publications of the statistics while nothing happens (a turn that
+/// executed a command or published a completion always publishes): a reader sees idle time at
+/// most this many turns old.
+pub const STATISTICS_IDLE_TURNS: u32 = 1024;
+
+/// The proxy thread's work and host time by phase, every ring together, since it started.
+/// Every nanosecond of the thread's loop after its start lands in exactly one `*_ns` field
+/// (the monotonic clock, read once per phase boundary): engine calls (`copy_ns`, `signal_ns`,
+/// `marker_ns`, `completion_wait_ns`, `completion_poll_ns`), the consumer's own work in turns
+/// that executed something (`bookkeeping_ns`: ring loads, decoding, checks, publishing), and
+/// turns that found nothing (`idle_ns`, completion polls excluded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyStatistics {
+    /// Commands executed.
+    pub commands_executed: u64,
+    /// Stores to a ring's `completion_counter`.
+    pub completions_published: u64,
+    /// Copies enqueued (`cuMemcpyAsync`).
+    pub copies: u64,
+    /// Time enqueuing them.
+    pub copy_ns: u64,
+    /// Signals enqueued (`cuStreamWriteValue64` or a signal kernel).
+    pub signals: u64,
+    /// Time enqueuing them.
+    pub signal_ns: u64,
+    /// Completion markers enqueued ([`ProxyCompletion::Markers`]).
+    pub markers: u64,
+    /// Time enqueuing them.
+    pub marker_ns: u64,
+    /// Waits for a stream (`cuStreamSynchronize`: [`ProxyCompletion::Synchronize`], stops).
+    pub completion_waits: u64,
+    /// Time in them.
+    pub completion_wait_ns: u64,
+    /// Completion polls (reads of a marker).
+    pub completion_polls: u64,
+    /// Time in them.
+    pub completion_poll_ns: u64,
+    /// Turns (one look at every ring) that executed something.
+    pub busy_turns: u64,
+    /// Their time outside engine calls.
+    pub bookkeeping_ns: u64,
+    /// Turns that executed nothing.
+    pub idle_turns: u64,
+    /// Their time outside engine calls (completion polls).
+    pub idle_ns: u64,
+}
+
+/// Fields of [`ProxyStatistics`], in declaration order.
+const STATISTICS_FIELDS: usize = 16;
+
+impl ProxyStatistics {
+    /// The fields by name, in declaration order (the Python dict's keys).
+    pub fn fields(&self) -> [(&'static str, u64); STATISTICS_FIELDS] {
+        let values = self.to_array();
+        let names = [
+            "commands_executed",
+            "completions_published",
+            "copies",
+            "copy_ns",
+            "signals",
+            "signal_ns",
+            "markers",
+            "marker_ns",
+            "completion_waits",
+            "completion_wait_ns",
+            "completion_polls",
+            "completion_poll_ns",
+            "busy_turns",
+            "bookkeeping_ns",
+            "idle_turns",
+            "idle_ns",
+        ];
+        std::array::from_fn(|index| (names[index], values[index]))
+    }
+
+    fn to_array(self) -> [u64; STATISTICS_FIELDS] {
+        [
+            self.commands_executed,
+            self.completions_published,
+            self.copies,
+            self.copy_ns,
+            self.signals,
+            self.signal_ns,
+            self.markers,
+            self.marker_ns,
+            self.completion_waits,
+            self.completion_wait_ns,
+            self.completion_polls,
+            self.completion_poll_ns,
+            self.busy_turns,
+            self.bookkeeping_ns,
+            self.idle_turns,
+            self.idle_ns,
+        ]
+    }
+
+    fn from_array(values: [u64; STATISTICS_FIELDS]) -> Self {
+        let [
+            commands_executed,
+            completions_published,
+            copies,
+            copy_ns,
+            signals,
+            signal_ns,
+            markers,
+            marker_ns,
+            completion_waits,
+            completion_wait_ns,
+            completion_polls,
+            completion_poll_ns,
+            busy_turns,
+            bookkeeping_ns,
+            idle_turns,
+            idle_ns,
+        ] = values;
+        Self {
+            commands_executed,
+            completions_published,
+            copies,
+            copy_ns,
+            signals,
+            signal_ns,
+            markers,
+            marker_ns,
+            completion_waits,
+            completion_wait_ns,
+            completion_polls,
+            completion_poll_ns,
+            busy_turns,
+            bookkeeping_ns,
+            idle_turns,
+            idle_ns,
+        }
+    }
+
+    /// Nanoseconds accounted, every phase together.
+    pub fn total_ns(&self) -> u64 {
+        self.copy_ns
+            + self.signal_ns
+            + self.marker_ns
+            + self.completion_wait_ns
+            + self.completion_poll_ns
+            + self.bookkeeping_ns
+            + self.idle_ns
+    }
+}
+
+/// [`ProxyStatistics`] in atomics: written by the proxy thread alone (plain stores of its
+/// running totals), read by anyone. A reader may see fields from two publications (each field
+/// is a total that only grows).
+#[derive(Debug, Default)]
+struct SharedStatistics([AtomicU64; STATISTICS_FIELDS]);
+
+impl SharedStatistics {
+    fn publish(&self, statistics: &ProxyStatistics) {
+        for (cell, value) in self.0.iter().zip(statistics.to_array()) {
+            cell.store(value, Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self) -> ProxyStatistics {
+        ProxyStatistics::from_array(std::array::from_fn(|index| {
+            self.0[index].load(Ordering::Relaxed)
+        }))
     }
 }
 
@@ -428,7 +856,7 @@ pub struct ProxyRingService<M, E> {
 pub struct ProxyThread {
     stop: Arc<AtomicBool>,
     failures: Arc<Mutex<Vec<String>>>,
-    commands_executed: Arc<AtomicU64>,
+    statistics: Arc<SharedStatistics>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -447,11 +875,11 @@ impl ProxyThread {
     {
         let stop = Arc::new(AtomicBool::new(false));
         let failures = Arc::new(Mutex::new(Vec::new()));
-        let commands_executed = Arc::new(AtomicU64::new(0));
+        let statistics = Arc::new(SharedStatistics::default());
         let handle = {
             let stop = stop.clone();
             let failures = failures.clone();
-            let commands_executed = commands_executed.clone();
+            let statistics = statistics.clone();
             std::thread::Builder::new()
                 .name(format!("aboleth-proxy-{rank}"))
                 .spawn(move || {
@@ -459,13 +887,13 @@ impl ProxyThread {
                         failures.lock().expect("failures lock").push(failure);
                         return;
                     }
-                    run_proxy(rank, rings, options, &stop, &failures, &commands_executed);
+                    run_proxy(rank, rings, options, &stop, &failures, &statistics);
                 })?
         };
         Ok(Self {
             stop,
             failures,
-            commands_executed,
+            statistics,
             handle: Some(handle),
         })
     }
@@ -477,13 +905,24 @@ impl ProxyThread {
 
     /// Commands executed so far, all rings together.
     pub fn commands_executed(&self) -> u64 {
-        self.commands_executed.load(Ordering::Relaxed)
+        self.statistics().commands_executed
+    }
+
+    /// The thread's work and time by phase so far (see [`ProxyStatistics`]); once stopped, the
+    /// final totals.
+    pub fn statistics(&self) -> ProxyStatistics {
+        self.statistics.read()
     }
 
     /// Runs what is already published, waits for its effects, and ends the thread.
-    pub fn stop(mut self) -> Vec<String> {
+    pub fn stop(self) -> Vec<String> {
+        self.stop_with_statistics().0
+    }
+
+    /// [`Self::stop`], also returning the thread's final statistics.
+    pub fn stop_with_statistics(mut self) -> (Vec<String>, ProxyStatistics) {
         self.stop_and_join();
-        self.failures()
+        (self.failures(), self.statistics())
     }
 
     fn stop_and_join(&mut self) {
@@ -511,7 +950,7 @@ fn run_proxy<M: RingMemory, E: CopyEngine>(
     options: ProxyThreadOptions,
     stop: &AtomicBool,
     failures: &Mutex<Vec<String>>,
-    commands_executed: &AtomicU64,
+    shared_statistics: &SharedStatistics,
 ) {
     let mut stopped = vec![false; rings.len()];
     let mut idle_turns: u32 = 0;
@@ -522,6 +961,44 @@ fn run_proxy<M: RingMemory, E: CopyEngine>(
             .expect("failures lock")
             .push(format!("ring to rank {peer_rank}: {error}"));
     };
+    // The thread's own totals; the engines' live in the executors and are summed in when
+    // published.
+    let mut thread_statistics = ProxyStatistics::default();
+    // Engine nanoseconds and completions published so far, every ring together.
+    let progress = |rings: &[ProxyRingService<M, E>]| -> (u64, u64) {
+        rings
+            .iter()
+            .fold((0, 0), |(engine_ns, completions), service| {
+                (
+                    engine_ns + service.executor.engine_times().total_ns(),
+                    completions + service.consumer.completions_published(),
+                )
+            })
+    };
+    let publish = |rings: &[ProxyRingService<M, E>], thread_statistics: &ProxyStatistics| {
+        let mut engine = EngineTimes::default();
+        let mut completions_published = 0;
+        for service in rings {
+            engine.add(service.executor.engine_times());
+            completions_published += service.consumer.completions_published();
+        }
+        shared_statistics.publish(&ProxyStatistics {
+            completions_published,
+            copies: engine.copies,
+            copy_ns: engine.copy_ns,
+            signals: engine.signals,
+            signal_ns: engine.signal_ns,
+            markers: engine.markers,
+            marker_ns: engine.marker_ns,
+            completion_waits: engine.completion_waits,
+            completion_wait_ns: engine.completion_wait_ns,
+            completion_polls: engine.completion_polls,
+            completion_poll_ns: engine.completion_poll_ns,
+            ..*thread_statistics
+        });
+    };
+    let mut clock = Instant::now();
+    let (mut engine_ns_before, mut completions_before) = progress(&rings);
     loop {
         // Read before polling, so that commands published before `stop` was set are run by the
         // turn that follows.
@@ -542,26 +1019,50 @@ fn run_proxy<M: RingMemory, E: CopyEngine>(
                 }
             }
         }
+        // The turn's time outside the engines' calls, which the executors counted.
+        let (engine_ns_after, completions_after) = progress(&rings);
+        let turn_ns = lap_ns(&mut clock).saturating_sub(engine_ns_after - engine_ns_before);
+        engine_ns_before = engine_ns_after;
+        let completed_this_turn = completions_after != completions_before;
+        completions_before = completions_after;
         if executed_this_turn > 0 {
-            commands_executed.fetch_add(executed_this_turn as u64, Ordering::Relaxed);
+            thread_statistics.commands_executed += executed_this_turn as u64;
+            thread_statistics.busy_turns += 1;
+            thread_statistics.bookkeeping_ns += turn_ns;
+            publish(&rings, &thread_statistics);
+            thread_statistics.bookkeeping_ns += lap_ns(&mut clock);
             idle_turns = 0;
             continue;
         }
+        thread_statistics.idle_turns += 1;
+        thread_statistics.idle_ns += turn_ns;
         if stopping {
             break;
         }
         idle_turns = idle_turns.saturating_add(1);
+        // A turn that only published a completion publishes the statistics too, so a reader
+        // that saw the completion sees it counted.
+        if completed_this_turn || idle_turns.is_multiple_of(STATISTICS_IDLE_TURNS) {
+            publish(&rings, &thread_statistics);
+        }
         std::hint::spin_loop();
         if idle_turns > options.spin_turns_before_yield {
             std::thread::yield_now();
         }
+        thread_statistics.idle_ns += lap_ns(&mut clock);
     }
-    // Let the copies already enqueued land before the World frees anything.
+    // Let the copies already enqueued land before the World frees anything, and publish the
+    // completions still outstanding.
     for (service, stopped) in rings.iter_mut().zip(&stopped) {
-        if !stopped && let Err(error) = service.executor.wait_until_complete() {
+        if !stopped
+            && let Err(error) = service
+                .consumer
+                .publish_completions(&mut service.executor, true)
+        {
             fail(service.peer_rank, &error);
         }
     }
+    publish(&rings, &thread_statistics);
 }
 
 #[cfg(test)]
