@@ -787,3 +787,35 @@ fn a_failing_command_stops_only_its_ring_and_is_reported() {
     }
     assert_eq!(failing_start.stop(), ["no CUDA context"]);
 }
+
+#[test]
+fn an_executor_reads_the_table_that_replaced_the_one_it_started_with() {
+    // As in a World: the executors start before exchange_regions, with an empty table.
+    let state = Arc::new(Mutex::new(FakeState::new()));
+    let regions = Arc::new(SharedRegionTable::default());
+    let mut executor = ProxyExecutor::new(1, regions.clone(), FakeEngine::new(&state));
+    let command = ProducerCommand::new(
+        1,
+        false,
+        ProxyOperation::Signal(signal(0, 4, SignalOperation::Set)),
+    )
+    .with_ticket(0);
+    let error = executor.execute(&command).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("region index 1 was not exchanged (0 regions"),
+        "{error}"
+    );
+    assert_eq!(regions.generation(), 0);
+    regions.replace(region_table().snapshot().1.as_ref().clone());
+    assert_eq!(regions.generation(), 1);
+    assert_eq!(executor.execute(&command).unwrap(), Execution::Enqueued);
+    assert_eq!(
+        state.lock().unwrap().log,
+        [Operation::Set {
+            address: flags_base(1),
+            value: 4
+        }]
+    );
+}

@@ -861,8 +861,9 @@ pub struct ProxyThread {
 }
 
 impl ProxyThread {
-    /// Starts the thread. `on_start` runs first on the thread (the CUDA engine makes its
-    /// context current there); an error from it is reported as a failure and the thread ends.
+    /// Starts the thread. `on_start` runs first on the thread (the World makes the device's
+    /// context current there, which the CUDA engine's calls rely on); an error from it is
+    /// reported as a failure and the thread ends.
     pub fn spawn<M, E>(
         rank: u32,
         rings: Vec<ProxyRingService<M, E>>,
