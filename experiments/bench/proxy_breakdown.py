@@ -20,7 +20,8 @@ enqueue-to-complete latency of ``cuMemcpyAsync`` (device to device), of ``cuStre
 (to pinned host memory, seen by a host load, and to device memory), the proxy's per-command
 sequence as it runs it (copy, SET signal, completion marker to pinned host memory, host load
 until the marker lands), ``cuStreamSynchronize`` of an empty stream, ``cuEventRecord`` and
-``cuEventQuery``. Times are ``time.perf_counter_ns`` around ctypes calls: each includes the ctypes
+``cuEventQuery``, and the proposed inline path for small puts: one ``cuStreamBatchMemOp`` of
+64-bit writes (the signal and the marker; and 32 data words of a 256 B put before them). Times are ``time.perf_counter_ns`` around ctypes calls: each includes the ctypes
 call's own cost, measured as ``ctypes_call_us`` (``cuDriverGetVersion``) and reported beside them.
 
 Writes ``OUT_DIR/proxy-breakdown-<completion>-rank<R>.json`` per rank and, on rank 0,
@@ -111,6 +112,22 @@ CU_EVENT_DISABLE_TIMING = 2
 CU_MEMHOSTALLOC_PORTABLE = 1
 CU_MEMHOSTALLOC_DEVICEMAP = 2
 CUDA_ERROR_NOT_READY = 600
+CU_STREAM_MEM_OP_WRITE_VALUE_64 = 5
+CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 1
+
+
+class WriteValueParams(ctypes.Structure):
+    """CUstreamBatchMemOpParams' writeValue member (cuda.h)."""
+    _fields_ = [("operation", ctypes.c_uint32), ("address", ctypes.c_uint64), ("value64", ctypes.c_uint64),
+                ("flags", ctypes.c_uint32), ("alias", ctypes.c_uint64)]
+
+
+class BatchMemOpParams(ctypes.Union):
+    """CUstreamBatchMemOpParams: 48 bytes (its pad member)."""
+    _fields_ = [("writeValue", WriteValueParams), ("pad", ctypes.c_uint64 * 6)]
+
+
+assert ctypes.sizeof(BatchMemOpParams) == 48
 
 
 class Driver:
@@ -134,6 +151,7 @@ class Driver:
             "cuMemHostAlloc": [ctypes.POINTER(vp), ctypes.c_size_t, ctypes.c_uint],
             "cuMemHostGetDevicePointer_v2": [ctypes.POINTER(u64), vp, ctypes.c_uint],
             "cuMemFreeHost": [vp],
+            "cuStreamBatchMemOp_v2": [vp, ctypes.c_uint, ctypes.POINTER(BatchMemOpParams), ctypes.c_uint],
         }
         for name, arguments in signatures.items():
             function = getattr(self.library, name)
@@ -290,6 +308,44 @@ def driver_microbenchmarks(iterations: int) -> Dict[str, Any]:
                 break
         return clock() - start
 
+    def batch(writes: List[tuple]) -> Any:
+        """(address, flags) per write; the values are set per call."""
+        array = (BatchMemOpParams * len(writes))()
+        for index, (address, flags) in enumerate(writes):
+            array[index].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64
+            array[index].writeValue.address = address
+            array[index].writeValue.flags = flags
+        return array
+
+    def batch_until_marker_seen(array: Any, enqueue_only: bool) -> Callable[[], int]:
+        """The proposed inline path: the writes of one command (data words without a fence, then
+        the signal and the marker with one) in one cuStreamBatchMemOp."""
+        def body() -> int:
+            value = next_marker()
+            for index in range(len(array)):
+                array[index].writeValue.value64 = value
+            start = clock()
+            result = driver.cuStreamBatchMemOp_v2(stream, len(array), array, 0)
+            enqueued = clock()
+            check(result, "cuStreamBatchMemOp")
+            wait_for_host_word(value)
+            return (enqueued if enqueue_only else clock()) - start
+        return body
+
+    signal_and_marker = batch([(device_word.data_ptr(), 0), (host_device.value, 0)])
+    inline_256 = batch([(destination.data_ptr() + 8 * word, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
+                        for word in range(32)] + [(device_word.data_ptr(), 0), (host_device.value, 0)])
+    try:
+        results["batch_mem_op_signal_and_marker_enqueue"] = sample(
+            iterations, batch_until_marker_seen(signal_and_marker, True))
+        results["batch_mem_op_signal_and_marker_enqueue_to_marker_seen"] = sample(
+            iterations, batch_until_marker_seen(signal_and_marker, False))
+        results["batch_mem_op_inline_256B_signal_marker_enqueue"] = sample(
+            iterations, batch_until_marker_seen(inline_256, True))
+        results["batch_mem_op_inline_256B_signal_marker_enqueue_to_marker_seen"] = sample(
+            iterations, batch_until_marker_seen(inline_256, False))
+    except RuntimeError as error:  # a driver that refuses batches: the rest still counts
+        results["batch_mem_op_error"] = str(error)
     results["write_value_64_host_enqueue"] = sample(iterations, write_enqueue)
     results["write_value_64_host_enqueue_to_seen"] = sample(iterations, write_host_until_seen)
     results["write_value_64_device_enqueue_to_synchronized"] = sample(iterations, write_device_until_synchronized)
@@ -302,6 +358,16 @@ def driver_microbenchmarks(iterations: int) -> Dict[str, Any]:
     check(driver.cuMemFreeHost(host), "cuMemFreeHost")
     check(driver.cuStreamDestroy_v2(stream), "cuStreamDestroy")
     return results
+
+
+def clocksource() -> str:
+    """The kernel's clock source: the proxy's accounting reads the monotonic clock a few times per
+    command, a vDSO read of tens of nanoseconds with ``tsc``, a system call with some others."""
+    try:
+        with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as file:
+            return file.read().strip()
+    except OSError as error:
+        return f"unknown ({error})"
 
 
 def main() -> int:
@@ -361,6 +427,7 @@ def main() -> int:
                 log(rank, f"{name}: median {value['median_us']:.3f} us (p90 {value['p90_us']:.3f})")
     world.barrier()
     report = {"rank": rank, "world_size": n, "completion": arguments.completion, "transports": transports,
+              "clocksource": clocksource(),
               "num_warps": arguments.num_warps, "rows": rows, "driver_microbenchmarks": microbenchmarks,
               "failures": failures, "environment": environment, "device_name": torch.cuda.get_device_name(),
               "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
