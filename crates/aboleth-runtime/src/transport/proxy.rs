@@ -821,23 +821,38 @@ impl ProxyStatistics {
     }
 }
 
-/// [`ProxyStatistics`] in atomics: written by the proxy thread alone (plain stores of its
-/// running totals), read by anyone. A reader may see fields from two publications (each field
-/// is a total that only grows).
+/// [`ProxyStatistics`] in atomics: written by the proxy thread alone, read by anyone. A
+/// sequence lock makes a read one publication's totals, not fields of two (the writer makes
+/// the sequence odd, stores, makes it even; a reader retries while it is odd or moved).
 #[derive(Debug, Default)]
-struct SharedStatistics([AtomicU64; STATISTICS_FIELDS]);
+struct SharedStatistics {
+    sequence: AtomicU64,
+    fields: [AtomicU64; STATISTICS_FIELDS],
+}
 
 impl SharedStatistics {
     fn publish(&self, statistics: &ProxyStatistics) {
-        for (cell, value) in self.0.iter().zip(statistics.to_array()) {
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence.store(sequence + 1, Ordering::Relaxed);
+        // Release fence: a reader that sees any of the stores below also sees the odd sequence.
+        std::sync::atomic::fence(Ordering::Release);
+        for (cell, value) in self.fields.iter().zip(statistics.to_array()) {
             cell.store(value, Ordering::Relaxed);
         }
+        self.sequence.store(sequence + 2, Ordering::Release);
     }
 
     fn read(&self) -> ProxyStatistics {
-        ProxyStatistics::from_array(std::array::from_fn(|index| {
-            self.0[index].load(Ordering::Relaxed)
-        }))
+        loop {
+            let before = self.sequence.load(Ordering::Acquire);
+            let values = std::array::from_fn(|index| self.fields[index].load(Ordering::Relaxed));
+            // Acquire fence: the loads above happen before the sequence is read again.
+            std::sync::atomic::fence(Ordering::Acquire);
+            if before.is_multiple_of(2) && self.sequence.load(Ordering::Relaxed) == before {
+                return ProxyStatistics::from_array(values);
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 
