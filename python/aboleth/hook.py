@@ -31,8 +31,12 @@ configuration in force is the one Triton looks in. A kernel launched under one c
 then under another is compiled again (or found in the disk cache of that configuration); coming
 back to the first finds its kernel in memory. When no configuration is in force (after the last
 block), functions keep the caches of the last one, so a kernel compiled in a block can be
-launched after it. Entering and leaving ``compilation()`` costs a few dictionary operations (the
-salt is memoized and the build digest computed once per process).
+launched after it. Entering and leaving ``compilation()`` is on the launch path of the seed's host
+example (a block around every launch), so it costs a few dictionary and environment operations:
+the salt is memoized and the build digest computed once per process; the last block's exit
+restores the hook slots and the cache directory but parks its installation, which the next
+block revives when nobody changed that state in between (else it captures it again); the
+functions' caches are switched only when the salt changes.
 
 Threads: one lock guards install, uninstall and the configuration; each compilation reads the
 configuration once, when the hook runs, so its stage uses one configuration. The configuration is
@@ -55,7 +59,7 @@ import pathlib
 import tempfile
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from triton import knobs
 from triton._C.libtriton import ir
@@ -187,6 +191,8 @@ def cache_salt(config: Config) -> str:
 # ---------------------------------------------------------------------------------------------
 
 _CACHE_ENV = "TRITON_CACHE_DIR"
+# An absent knob override (``None`` could be a value).
+_MISSING = object()
 
 
 @dataclasses.dataclass
@@ -197,12 +203,23 @@ class _SavedCacheDir:
     had_override: bool
     override: Any
     environment: Optional[str]
+    # What ``base`` also depends on and nobody here changes: the home knob's override and
+    # ``TRITON_HOME``, as captured.
+    home_override: Any = None
+    home_environment: Optional[str] = None
 
     @classmethod
     def capture(cls) -> "_SavedCacheDir":
         overrides = vars(knobs.cache)
         return cls(base=knobs.cache.dir, had_override="dir" in overrides, override=overrides.get("dir"),
-                   environment=os.environ.get(_CACHE_ENV))
+                   environment=os.environ.get(_CACHE_ENV), home_override=overrides.get("home_dir", _MISSING),
+                   home_environment=os.environ.get("TRITON_HOME"))
+
+    def outside_state_after_restore(self, hook: Any, post_compile_hook: Any) -> Tuple[Any, ...]:
+        """What :func:`_outside_state` reads right after :meth:`restore`, with ``hook`` and
+        ``post_compile_hook`` in the slots, known without reading it."""
+        return (hook, post_compile_hook, self.override if self.had_override else _MISSING, self.home_override,
+                self.environment, self.home_environment)
 
     def restore(self) -> None:
         if self.had_override:
@@ -225,6 +242,7 @@ class _Installation:
         self.previous_hook = previous_hook
         self.saved_cache = saved_cache
         self.active = True
+        self._directories: Dict[str, str] = {}
 
         def hook(*args: Any) -> Any:
             return self._call(args)
@@ -242,6 +260,14 @@ class _Installation:
 
         post_compile_hook.__qualname__ = post_compile_hook.__name__ = "aboleth_post_compile_hook"
         self.post_compile_hook = post_compile_hook
+
+    def cache_directory(self, salt: str) -> str:
+        """The salted cache directory of ``salt`` under the directory this installation
+        replaced."""
+        directory = self._directories.get(salt)
+        if directory is None:
+            directory = self._directories[salt] = os.path.join(self.saved_cache.base, f"aboleth-{salt}")
+        return directory
 
     def _call(self, args: Tuple[Any, ...]) -> Any:
         previous = self.previous_hook
@@ -277,6 +303,22 @@ _config: Optional[Config] = None
 # The configuration given to install(), and the active compilation() blocks in entry order.
 _explicit_config: Optional[Config] = None
 _contexts: List[Tuple[object, Config]] = []
+# The installation the last uninstall took out, with the state it left behind
+# (``_outside_state()``): installing again while that state is unchanged revives it instead of
+# capturing the cache directory again, so ``compilation()`` around every launch stays cheap.
+_parked: Optional[Tuple["_Installation", Tuple[Any, ...]]] = None
+# The salt whose caches every remembered function has in ``device_caches``.
+_selected_salt: Optional[str] = None
+
+
+def _outside_state() -> Tuple[Any, ...]:
+    """What installing reads and uninstalling restores, read raw (no knob defaults resolved):
+    the two hook slots, the cache knobs' overrides and the environment variables they fall back
+    on. Equal before and after means nobody changed them in between."""
+    overrides = vars(knobs.cache)
+    return (knobs.runtime.add_stages_inspection_hook, knobs.runtime.jit_post_compile_hook,
+            overrides.get("dir", _MISSING), overrides.get("home_dir", _MISSING),
+            os.environ.get(_CACHE_ENV), os.environ.get("TRITON_HOME"))
 
 
 # JIT functions with kernels compiled through the aboleth stage. Triton 3.6 keys a function's
@@ -389,8 +431,14 @@ def _parse_module(text: str, context: Any) -> Any:
 
 def _apply() -> None:
     """Makes the installed state match the configuration in force (the innermost active
-    ``compilation()`` block's, else the one given to :func:`install`, else none). Holds the lock."""
-    global _installation, _config
+    ``compilation()`` block's, else the one given to :func:`install`, else none). Holds the lock.
+
+    Entering and leaving a block around every launch must cost little next to a launch: an
+    uninstall that restored both hook slots parks its installation, and the next install revives
+    it when the outside state is still the one the uninstall left; the cache directory knob is
+    read only when the override is not ours; functions' caches are switched only when the salt
+    changes."""
+    global _installation, _config, _parked, _selected_salt
     with _lock:
         config = _contexts[-1][1] if _contexts else _explicit_config
         if config is None:
@@ -400,26 +448,40 @@ def _apply() -> None:
             if installation is None:
                 return
             installation.active = False
+            restored = 0
             if knobs.runtime.add_stages_inspection_hook is installation.hook:
                 knobs.runtime.add_stages_inspection_hook = installation.previous_hook
+                restored += 1
             if knobs.runtime.jit_post_compile_hook is installation.post_compile_hook:
                 knobs.runtime.jit_post_compile_hook = installation.previous_post_compile_hook
+                restored += 1
             installation.saved_cache.restore()
             _installation = None
             _config = None
+            # Only an installation that took itself out of both slots can go back in as it was.
+            _parked = (installation, installation.saved_cache.outside_state_after_restore(
+                installation.previous_hook, installation.previous_post_compile_hook)) if restored == 2 else None
             return
         if _installation is None:
-            installation = _Installation(knobs.runtime.add_stages_inspection_hook, _SavedCacheDir.capture())
+            parked, _parked = _parked, None
+            if parked is not None and parked[1] == _outside_state():
+                installation = parked[0]
+                installation.active = True
+            else:
+                installation = _Installation(knobs.runtime.add_stages_inspection_hook, _SavedCacheDir.capture())
             knobs.runtime.add_stages_inspection_hook = installation.hook
             knobs.runtime.jit_post_compile_hook = installation.post_compile_hook
             _installation = installation
         salt = cache_salt(config)
-        directory = os.path.join(_installation.saved_cache.base, f"aboleth-{salt}")
-        if knobs.cache.dir != directory:
+        directory = _installation.cache_directory(salt)
+        # The override's raw value: resolving the knob's default would read the environment.
+        if vars(knobs.cache).get("dir", _MISSING) != directory:
             knobs.cache.dir = directory  # also when another tool moved it meanwhile
         if config != _config:
             _config = config
-            _select_kernel_caches(salt)
+            if salt != _selected_salt:
+                _select_kernel_caches(salt)
+                _selected_salt = salt
 
 
 @functools.lru_cache(maxsize=64, typed=True)
@@ -493,27 +555,48 @@ def current_config() -> Optional[Config]:
         return _config
 
 
-@contextlib.contextmanager
-def compilation(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
-                immediate_signals: bool = False, packet_signals: bool = False) -> Iterator[Config]:
-    """Kernels compiled inside the ``with`` block go through the aboleth stage for ``target``.
+class _CompilationBlock:
+    """The context manager :func:`compilation` returns (a class, not a generator: entering and
+    leaving it around every launch is on the launch path). One use per object, like a
+    generator-based context manager."""
 
-    While blocks are active, the most recently entered one's configuration is in force; when the
-    last one ends, the configuration given to :func:`install` (if any) comes back, or the hook is
-    removed. Blocks may end in any order (several threads may use them at once), but the
-    configuration is process-wide: threads compiling at the same time should agree on it.
-    """
-    config = _make_config(target, passes_off, disabled_passes, immediate_signals, packet_signals)
-    cache_salt(config)  # reads the build files on first use, outside the lock
-    entry = (object(), config)
-    with _lock:
-        _contexts.append(entry)
-        _apply()
-    try:
-        yield config
-    finally:
+    __slots__ = ("config", "_entry", "_used")
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._entry: Optional[Tuple[object, Config]] = None
+        self._used = False
+
+    def __enter__(self) -> Config:
+        if self._used:
+            raise RuntimeError("aboleth: a compilation() block can be entered once: call compilation(...) again")
+        self._used = True
+        entry = self._entry = (self, self.config)
+        with _lock:
+            _contexts.append(entry)
+            _apply()
+        return self.config
+
+    def __exit__(self, *exc_info: Any) -> None:
+        entry = self._entry
         with _lock:
             # uninstall() may have cleared the list already.
             if any(active is entry for active in _contexts):
                 _contexts.remove(entry)
                 _apply()
+
+
+def compilation(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
+                immediate_signals: bool = False,
+                packet_signals: bool = False) -> contextlib.AbstractContextManager[Config]:
+    """Kernels compiled inside the ``with`` block go through the aboleth stage for ``target``.
+
+    While blocks are active, the most recently entered one's configuration is in force; when the
+    last one ends, the configuration given to :func:`install` (if any) comes back, or the hook is
+    removed. Blocks may end in any order (several threads may use them at once), but the
+    configuration is process-wide: threads compiling at the same time should agree on it. The
+    configuration is checked here (``ValueError``/``TypeError``), before the block is entered.
+    """
+    config = _make_config(target, passes_off, disabled_passes, immediate_signals, packet_signals)
+    cache_salt(config)  # reads the build files on first use, outside the lock
+    return _CompilationBlock(config)

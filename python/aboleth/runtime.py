@@ -247,6 +247,8 @@ class World:
         """Wraps a raw ``aboleth._aboleth.World`` (or, in tests, a stand-in with its methods)."""
         self._world = raw
         self._transports: Optional[List[str]] = None
+        # compilation_target()'s answer, once connected (it is asked around every launch).
+        self._compilation_target: Optional[str] = None
         self._registered: List[Any] = []
 
     @property
@@ -278,6 +280,7 @@ class World:
                             f"got {type(kind).__name__} {kind!r}")
         transports = list(self._world.connect_all(kind))
         self._transports = transports
+        self._compilation_target = None
         return list(transports)
 
     def register(self, tensor: Any) -> Registration:
@@ -329,6 +332,8 @@ class World:
         reached over p2p, "proxy" over the proxy. ``RuntimeError`` before ``connect_all``;
         ``NotImplementedError`` for a transport the runtime cannot run yet (rdma/mlx5: no NIC here)
         or a mix of transports."""
+        if self._compilation_target is not None:
+            return self._compilation_target
         if self._transports is None:
             raise RuntimeError("aboleth: World.compilation() needs a connected World: call connect_all(...) first")
         peers = [transport for rank, transport in enumerate(self._transports) if rank != self.rank]
@@ -344,6 +349,7 @@ class World:
                 f"aboleth: this World reaches its peers over {target} ({described}); kernels compile for it "
                 f"(`aboleth compile --target mlx5`) but the runtime has no {target} transport to run them yet "
                 "(no RDMA NIC on these machines): connect with connect_all(\"p2p\") or \"proxy\"")
+        self._compilation_target = target
         return target
 
     def compilation(self, *, passes_off: bool = False, disabled_passes: Sequence[str] = (),

@@ -375,6 +375,64 @@ def test_compilation_blocks_may_end_out_of_order():
     assert not aboleth.is_installed()
 
 
+def test_a_block_around_every_launch_captures_the_cache_directory_once(monkeypatch):
+    from aboleth import hook
+
+    captures: List[str] = []
+    original = hook._SavedCacheDir.capture.__func__
+
+    def counting_capture(cls):
+        captures.append(knobs.cache.dir)
+        return original(cls)
+
+    monkeypatch.setattr(hook._SavedCacheDir, "capture", classmethod(counting_capture))
+    base = os.environ["TRITON_CACHE_DIR"]
+    for _ in range(50):
+        with aboleth.compilation(target="p2p") as config:
+            assert knobs.cache.dir == os.path.join(base, f"aboleth-{aboleth.cache_salt(config)}")
+        assert knobs.cache.dir == base and os.environ["TRITON_CACHE_DIR"] == base
+        assert "dir" not in vars(knobs.cache)
+        assert knobs.runtime.add_stages_inspection_hook is None
+    assert captures == [base]
+
+
+def test_a_block_after_the_cache_directory_moved_uses_the_new_one(tmp_path, monkeypatch):
+    with aboleth.compilation(target="p2p"):
+        pass
+    moved = str(tmp_path / "moved-by-the-environment")
+    monkeypatch.setenv("TRITON_CACHE_DIR", moved)
+    with aboleth.compilation(target="p2p") as config:
+        assert knobs.cache.dir == os.path.join(moved, f"aboleth-{aboleth.cache_salt(config)}")
+    assert knobs.cache.dir == moved
+    knobs.cache.dir = str(tmp_path / "moved-by-the-knob")
+    with aboleth.compilation(target="p2p") as config:
+        assert knobs.cache.dir == os.path.join(str(tmp_path / "moved-by-the-knob"),
+                                               f"aboleth-{aboleth.cache_salt(config)}")
+    assert knobs.cache.dir == str(tmp_path / "moved-by-the-knob")
+    del knobs.cache.dir
+
+
+def test_a_block_after_another_tool_took_the_hook_slot_chains_to_it():
+    with aboleth.compilation(target="p2p"):
+        pass
+    calls: List[List[str]] = []
+    previous = chain_hook(lambda stages: calls.append(list(stages)))
+    with aboleth.compilation(target="mlx5"):
+        assert knobs.runtime.add_stages_inspection_hook is not previous
+        kernel = compile_kernel(*VECTOR_ADD)
+    assert calls == [["ttir", "ttgir", "llir", "ptx", "cubin"]]
+    assert "aboleth" in kernel.asm
+    assert knobs.runtime.add_stages_inspection_hook is previous
+
+
+def test_a_compilation_block_is_entered_once():
+    block = aboleth.compilation(target="p2p")
+    with block:
+        pass
+    with pytest.raises(RuntimeError, match="entered once"):
+        block.__enter__()
+
+
 def test_a_kernel_compiled_inside_a_compilation_block_goes_through_the_stage():
     with aboleth.compilation(target="mlx5"):
         assert compile_kernel(seed_kernels.alltoall, SEED_SIGNATURE, SEED_CONSTEXPRS).asm["cubin"]
