@@ -47,6 +47,8 @@ def merge(out_dir: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
 def label(entry: Dict[str, Any]) -> str:
     if entry["system"] == "aboleth":
         return f"aboleth {entry['transport']} {entry['variant']} w{entry['num_warps']}"
+    if entry["system"] == "hand-written-probe":
+        return f"hand-written-probe {entry['variant']}"
     if entry.get("threads"):
         return f"{entry['system']} ({entry['threads']} thr)"
     return entry["system"]
