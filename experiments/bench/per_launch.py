@@ -26,9 +26,10 @@ repetitions of LAUNCHES launches (or one replay), CUDA events around the repetit
 is the median repetition time / LAUNCHES (the slowest rank's, after report.py merges the ranks),
 ``launch_us_min`` the minimum, ``round_us`` = ``launch_us`` (one round per launch). Events time
 what the GPU sees, so a launch the host issues slower than the GPU runs it is timed at the host's
-pace. Before any row of a size, WARMUP_LAUNCHES eager launches of each kernel compile both of its
-specializations (the seed's ``epoch`` is specialized when it is a multiple of 16), so no
-repetition and no capture compiles. The kernels' arguments are evaluated once per size, not per
+pace. Before any row of a size, Triton's ``warmup`` compiles both specializations of each kernel
+(the seed's ``epoch`` is specialized when it is a multiple of 16) without launching, and
+WARMUP_LAUNCHES eager launches of each load both binaries, so no repetition and no capture
+compiles or loads a module. The kernels' arguments are evaluated once per size, not per
 launch, for every row alike.
 
 Checks: each launch overwrites the same slices, so after every repetition the last launch is
