@@ -58,7 +58,8 @@ def baseline_row(rank: int, n: int, system: str, transport: str, threads: int, b
     round_us = result["launch_us"] / result["rounds"]
     log(rank, f"{what}: {round_us:.3f} us/round {'checked' if not result['errors'] else 'WRONG'}")
     return row("alltoall", system, transport, f"{threads}-threads", n, bytes_per_peer, None, round_us,
-               result["launch_us"], not result["errors"], threads=threads, rounds_per_launch=result["rounds"])
+               result["launch_us"], not result["errors"], threads=threads, rounds_per_launch=result["rounds"],
+               round_us_min=result["launch_us_min"] / result["rounds"], launch_us_min=result["launch_us_min"])
 
 
 def peer_buffers(rank: int, n: int, capacity: int) -> Dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ import torch
 DEFAULT_SIZES = [8, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
 
 #: Timed launches per configuration (the median is reported) after one untimed warm-up launch.
-TIMED_LAUNCHES = 3
+TIMED_LAUNCHES = 5
 
 
 def sizes(default: Optional[Sequence[int]] = None) -> List[int]:
@@ -122,7 +122,7 @@ def measure_rounds(rank: int, world_size: int, launch: Callable[[int, int], None
     poisoned and the ranks met at ``barrier``; the CUDA events sit inside ``context()``
     (``world.compilation(...)`` for Aboleth, so entering it is not timed); ``after()`` runs once
     the launch finished (``check_waits``); then the round is checked bit-exact. Returns the
-    median launch time (us), the rounds, the next epoch and what was wrong."""
+    median and the minimum launch time (us), the rounds, the next epoch and what was wrong."""
     rounds = rounds_for(bytes_per_peer)
     fill_send(send_all, rank, world_size, bytes_per_peer)
     state = {"epoch": first_epoch}
@@ -137,8 +137,8 @@ def measure_rounds(rank: int, world_size: int, launch: Callable[[int, int], None
 
     timed = timed_repetitions(lambda index: launch(state["epoch"], rounds), barrier, prepare, check,
                               TIMED_LAUNCHES, context=context, after=after)
-    return {"launch_us": median(timed["times_us"]), "rounds": rounds, "next_epoch": state["epoch"],
-            "errors": timed["errors"]}
+    return {"launch_us": median(timed["times_us"]), "launch_us_min": min(timed["times_us"]), "rounds": rounds,
+            "next_epoch": state["epoch"], "errors": timed["errors"]}
 
 
 def row(suite: str, system: str, transport: str, variant: str, ranks: int, bytes_per_peer: int,

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEY_FIELDS = ("suite", "system", "transport", "variant", "ranks", "bytes_per_peer", "num_warps", "threads", "chains")
 #: Fields merged as the slowest rank's value.
-SLOWEST_RANK_FIELDS = ("round_us", "launch_us", "launch_us_min", "posting_cycles", "posting_us", "posting_cycles_min",
+SLOWEST_RANK_FIELDS = ("round_us", "launch_us", "round_us_min", "launch_us_min", "posting_cycles", "posting_us", "posting_cycles_min",
                        "posting_us_min")
 #: Issue 13's per-launch targets: ``with world.compilation():`` around each launch at most this
 #: many times the plain Triton kernel's launch; a CUDA-graph launch at most this fraction of NCCL's.
