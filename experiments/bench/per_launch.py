@@ -284,7 +284,20 @@ def main() -> int:
             own = int(my_flags[rank].item())
             return [] if own == last_epoch else [f"own flag reads {own}, expected {last_epoch}"]
 
-        warm_up_errors = warm_up()
+        try:
+            warm_up_errors = warm_up()
+        except RuntimeError as error:  # a wait gave up: say what the proxy thread saw, skip the size
+            proxy = ""
+            try:
+                world.check_proxy()
+            except RuntimeError as proxy_error:
+                proxy = f"; proxy: {proxy_error}"
+            rows.failures.append(f"warm-up {bytes_per_peer} B: {error}{proxy}")
+            log(rank, f"warm-up {bytes_per_peer} B failed, size skipped: {error}{proxy}")
+            torch.cuda.synchronize()
+            world.clear_waits()
+            world.barrier()
+            continue
         if warm_up_errors:
             rows.failures.append(f"warm-up {bytes_per_peer} B: " + "; ".join(warm_up_errors[:3]))
         rows.measure("plain-triton", "eager", bytes_per_peer, lambda: eager(plain, check_plain),
