@@ -274,6 +274,10 @@ class _Installation:
             directory = self._directories[salt] = os.path.join(self.saved_cache.base, f"aboleth-{salt}")
         return directory
 
+    def known_cache_directory(self, salt: str) -> Optional[str]:
+        """The salted directory of ``salt`` if this installation made it already."""
+        return self._directories.get(salt)
+
     def owns_cache_directory(self, directory: Any) -> bool:
         """Whether ``directory`` is one of the salted directories this installation set."""
         return directory in self._directories.values()
@@ -557,35 +561,47 @@ def current_config() -> Optional[Config]:
 
 
 class _CompilationBlock:
-    """The context manager :func:`compilation` returns (a class, not a generator: entering and
-    leaving it around every launch is on the launch path). One use per object, like a
-    generator-based context manager."""
+    """The context manager :func:`compilation` returns: one per configuration, made once (it is
+    on the launch path of the seed's host example, which enters a block around every launch). It
+    may be entered again once left, nested, and by several threads at once: each entry pushes this
+    block's ``(block, configuration)`` pair and each exit removes the newest one of them; all of
+    them carry the same configuration, so which one goes does not matter."""
 
-    __slots__ = ("config", "_entry", "_used")
+    __slots__ = ("config", "_entry")
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._entry: Optional[Tuple[object, Config]] = None
-        self._used = False
+        self._entry: Tuple[object, Config] = (self, config)
 
     def __enter__(self) -> Config:
-        if self._used:
-            raise RuntimeError("aboleth: a compilation() block can be entered once: call compilation(...) again")
-        self._used = True
-        entry = self._entry = (self, self.config)
+        global _config
+        config = self.config
         with _lock:
-            _contexts.append(entry)
+            installation = _installation
+            if (_config is None and not _contexts and _explicit_config is None and installation is not None
+                    and _selected_salt is not None and config.__dict__.get("_salt") == _selected_salt
+                    and vars(knobs.cache).get("dir", _MISSING) == installation.known_cache_directory(_selected_salt)):
+                # Dormant as this configuration left it (its caches selected, its directory the
+                # override): what _apply() would do comes down to putting it back in force.
+                _contexts.append(self._entry)
+                _config = config
+                return config
+            _contexts.append(self._entry)
             _apply()
-        return self.config
+        return config
 
     def __exit__(self, *exc_info: Any) -> None:
+        global _config
         entry = self._entry
         with _lock:
             # uninstall() may have cleared the list already; blocks mostly end innermost first.
             for index in range(len(_contexts) - 1, -1, -1):
                 if _contexts[index] is entry:
                     del _contexts[index]
-                    _apply()
+                    if not _contexts and _explicit_config is None:
+                        _config = None  # dormant: _apply() with no configuration in force
+                    else:
+                        _apply()
                     break
 
 
@@ -601,5 +617,9 @@ def compilation(*, target: str, passes_off: bool = False, disabled_passes: Seque
     configuration is checked here (``ValueError``/``TypeError``), before the block is entered.
     """
     config = _make_config(target, passes_off, disabled_passes, immediate_signals, packet_signals)
-    _salt_of(config)  # reads the build files on first use, outside the lock
-    return _CompilationBlock(config)
+    block = config.__dict__.get("_block")
+    if block is None:
+        _salt_of(config)  # reads the build files on first use, outside the lock
+        block = _CompilationBlock(config)
+        object.__setattr__(config, "_block", block)  # frozen dataclass; not a field
+    return block

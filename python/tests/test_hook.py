@@ -446,12 +446,18 @@ def test_a_hook_chained_on_top_of_a_dormant_installation_keeps_both_working():
     assert knobs.runtime.add_stages_inspection_hook is on_top
 
 
-def test_a_compilation_block_is_entered_once():
+def test_a_compilation_block_can_be_entered_again_and_nested():
     block = aboleth.compilation(target="p2p")
+    assert aboleth.compilation(target="p2p") is block  # one per configuration
     with block:
         pass
-    with pytest.raises(RuntimeError, match="entered once"):
-        block.__enter__()
+    with block as config:
+        with block:
+            assert aboleth.current_config() == config
+        with aboleth.compilation(target="mlx5"):
+            assert aboleth.current_config().target == "mlx5"
+        assert aboleth.current_config() == config
+    assert aboleth.current_config() is None and not aboleth.is_installed()
 
 
 def test_a_kernel_compiled_inside_a_compilation_block_goes_through_the_stage():
