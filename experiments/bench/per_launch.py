@@ -214,20 +214,31 @@ def main() -> int:
                 seed(epoch)
 
         def warm_up() -> List[str]:
-            """Compiles both specializations of each kernel with Triton's ``warmup`` (no launch,
-            so no rank's kernel waits on a peer that is still compiling), then WARMUP_LAUNCHES
-            launches of each (loading the binaries), the seed's checked."""
+            """Loads both specializations of each kernel (the seed's epoch is specialized on
+            divisibility by 16) with one launch each and the device idle in between, then
+            WARMUP_LAUNCHES launches of each, the seed's checked. A binary's first launch loads
+            its module, and CUDA's (lazy) loading can wait for the kernels in flight: over the
+            proxy those wait for the proxy thread, whose driver calls wait for the load, until
+            the waits give up (seen here with the 32 launches queued across an epoch that is a
+            multiple of 16). NVSHMEM documents the same hazard (CUDA_MODULE_LOADING=EAGER)."""
             errors = []
             for kernel, context in ((plain_alltoall, contextlib.nullcontext), (alltoall, world.compilation)):
-                with context():
-                    for epoch in (3, 16):  # not a multiple of 16, then one
-                        kernel.warmup(*arguments_of_launch, epoch, BYTES=bytes_per_peer, RANK=rank, grid=(n - 1,))
+                launch = seed if kernel is alltoall else plain
+                for divisible in (False, True):
+                    while (state["epoch"] % 16 == 0) != divisible:
+                        state["epoch"] += 1
+                    world.barrier()
+                    with context():
+                        launch(state["epoch"])
+                    state["epoch"] += 1
+                    torch.cuda.synchronize()
+                    world.check_waits()
                 recv_all[:n * bytes_per_peer].fill_(poison_for(0))
                 torch.cuda.synchronize()
                 world.barrier()
                 with context():
                     for _ in range(WARMUP_LAUNCHES):
-                        (seed if kernel is alltoall else plain)(state["epoch"])
+                        launch(state["epoch"])
                         state["epoch"] += 1
                 torch.cuda.synchronize()
                 world.check_waits()
