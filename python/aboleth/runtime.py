@@ -247,8 +247,10 @@ class World:
         """Wraps a raw ``aboleth._aboleth.World`` (or, in tests, a stand-in with its methods)."""
         self._world = raw
         self._transports: Optional[List[str]] = None
-        # compilation_target()'s answer, once connected (it is asked around every launch).
+        # compilation_target()'s answer and compilation()'s block with the default options, once
+        # connected (the seed asks for them around every launch).
         self._compilation_target: Optional[str] = None
+        self._default_compilation: Optional[contextlib.AbstractContextManager[Config]] = None
         self._registered: List[Any] = []
 
     @property
@@ -281,6 +283,7 @@ class World:
         transports = list(self._world.connect_all(kind))
         self._transports = transports
         self._compilation_target = None
+        self._default_compilation = None
         return list(transports)
 
     def register(self, tensor: Any) -> Registration:
@@ -358,6 +361,12 @@ class World:
         """``aboleth.compilation(target=self.compilation_target(), ...)``: kernels compiled inside
         the ``with`` block go through the aboleth stage for this World's transport. The target is
         checked when this is called (see :meth:`compilation_target`)."""
+        if (passes_off is False and disabled_passes == () and immediate_signals is False
+                and packet_signals is False):
+            block = self._default_compilation
+            if block is None:
+                block = self._default_compilation = _compilation(target=self.compilation_target())
+            return block
         return _compilation(target=self.compilation_target(), passes_off=passes_off, disabled_passes=disabled_passes,
                             immediate_signals=immediate_signals, packet_signals=packet_signals)
 
