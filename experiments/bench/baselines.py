@@ -30,6 +30,10 @@ from common import log, measure_rounds, rank_environment, row, sizes, write_rank
 
 HANDWRITTEN_THREADS = {32: "hand-written-warp", 128: "hand-written-cta", 1024: "hand-written-cta"}
 NVSHMEM_VARIANTS = {0: "nvshmem-thread", 1: "nvshmem-warp", 2: "nvshmem-block"}
+# handwritten.cu's PollStyle: the probe rows (32 threads, like num_warps=1).
+PROBE_POLL_STYLES = {0: "thread-zero-polls", 1: "every-thread-polls", 2: "every-thread-polls-timed",
+                     3: "thread-zero-polls-timed"}
+PROBE_TIMEOUT_NANOSECONDS = 10_000_000_000
 FLAG_ROUND_TRIPS = 20000
 
 
@@ -54,20 +58,61 @@ def baseline_row(rank: int, n: int, system: str, transport: str, threads: int, b
     round_us = result["launch_us"] / result["rounds"]
     log(rank, f"{what}: {round_us:.3f} us/round {'checked' if not result['errors'] else 'WRONG'}")
     return row("alltoall", system, transport, f"{threads}-threads", n, bytes_per_peer, None, round_us,
-               result["launch_us"], not result["errors"], threads=threads, rounds_per_launch=result["rounds"])
+               result["launch_us"], not result["errors"], threads=threads, rounds_per_launch=result["rounds"],
+               round_us_min=result["launch_us_min"] / result["rounds"], launch_us_min=result["launch_us_min"])
 
 
-def handwritten_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[Dict[str, Any]]:
-    capacity = max(sizes())
+def peer_buffers(rank: int, n: int, capacity: int) -> Dict[str, torch.Tensor]:
+    """One buffer (send, receive, flags) per rank, the peers' mapped with CUDA IPC through torch:
+    the device arrays of the peers' receive and flag addresses and this rank's views."""
     buffer = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
     handles: List[Any] = [None] * n
     dist.all_gather_object(handles, reduce_tensor(buffer))
     peers = [buffer if peer == rank else handles[peer][0](*handles[peer][1]) for peer in range(n)]
-    peer_recv = torch.tensor([tensor.data_ptr() + n * capacity for tensor in peers], dtype=torch.int64, device="cuda")
-    peer_flags = torch.tensor([tensor.data_ptr() + 2 * n * capacity for tensor in peers], dtype=torch.int64,
-                              device="cuda")
-    send_all, recv_all = buffer[:n * capacity], buffer[n * capacity:2 * n * capacity]
-    my_flags = buffer[2 * n * capacity:].view(torch.int64)
+    return {
+        "peer_recv": torch.tensor([tensor.data_ptr() + n * capacity for tensor in peers], dtype=torch.int64,
+                                  device="cuda"),
+        "peer_flags": torch.tensor([tensor.data_ptr() + 2 * n * capacity for tensor in peers], dtype=torch.int64,
+                                   device="cuda"),
+        "send_all": buffer[:n * capacity], "recv_all": buffer[n * capacity:2 * n * capacity],
+        "my_flags": buffer[2 * n * capacity:].view(torch.int64), "peers": peers,
+    }
+
+
+def probe_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[Dict[str, Any]]:
+    """The hand-written kernel at 32 threads with each flag-wait shape of PROBE_POLL_STYLES."""
+    buffers = peer_buffers(rank, n, max(sizes()))
+    timeout = torch.tensor([PROBE_TIMEOUT_NANOSECONDS], dtype=torch.int64, device="cuda")
+    gave_up = torch.zeros(1, dtype=torch.int32, device="cuda")
+    rows, epoch = [], 1
+    for style, name in PROBE_POLL_STYLES.items():
+        for bytes_per_peer in sizes():
+            def launch(first_epoch: int, rounds: int) -> None:
+                status = library.handwritten_alltoall_probe(
+                    ctypes.c_void_p(buffers["peer_recv"].data_ptr()), ctypes.c_void_p(buffers["peer_flags"].data_ptr()),
+                    ctypes.c_void_p(buffers["send_all"].data_ptr()), ctypes.c_void_p(buffers["my_flags"].data_ptr()),
+                    rank, n, ctypes.c_longlong(bytes_per_peer), ctypes.c_longlong(first_epoch), rounds, 32, style,
+                    ctypes.c_void_p(timeout.data_ptr()), ctypes.c_void_p(gave_up.data_ptr()),
+                    ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+                if status != 0:
+                    raise RuntimeError(f"handwritten_alltoall_probe: cudaError {status}")
+
+            result = measure_rounds(rank, n, launch, dist.barrier, buffers["send_all"], buffers["recv_all"],
+                                    buffers["my_flags"], bytes_per_peer, epoch)
+            if int(gave_up.item()) != 0:
+                result["errors"].append("a wait passed its bound")
+            epoch = result["next_epoch"]
+            what = f"hand-written-probe {name} {bytes_per_peer} B"
+            rows.append(baseline_row(rank, n, "hand-written-probe", "p2p", 32, bytes_per_peer, result, failures, what))
+            rows[-1]["variant"] = name
+    dist.barrier()
+    return rows
+
+
+def handwritten_rows(library: Any, rank: int, n: int, failures: List[str]) -> List[Dict[str, Any]]:
+    buffers = peer_buffers(rank, n, max(sizes()))
+    peer_recv, peer_flags = buffers["peer_recv"], buffers["peer_flags"]
+    send_all, recv_all, my_flags = buffers["send_all"], buffers["recv_all"], buffers["my_flags"]
     rows, epoch = [], 1
     for threads, system in HANDWRITTEN_THREADS.items():
         for bytes_per_peer in sizes():
@@ -156,7 +201,7 @@ def main() -> int:
     rows: List[Dict[str, Any]] = []
     skipped: Dict[str, str] = {}
     for system in arguments.systems.split(","):
-        name = {"handwritten": "libhandwritten.so", "flag": "libhandwritten.so",
+        name = {"handwritten": "libhandwritten.so", "flag": "libhandwritten.so", "probe": "libhandwritten.so",
                 "nvshmem": "libnvshmem_alltoall.so"}[system]
         path = os.path.join(arguments.build_dir, name)
         if not os.path.exists(path):
@@ -165,7 +210,7 @@ def main() -> int:
             continue
         library = ctypes.CDLL(path)
         try:
-            rows += {"handwritten": handwritten_rows, "flag": flag_round_trip_rows,
+            rows += {"handwritten": handwritten_rows, "flag": flag_round_trip_rows, "probe": probe_rows,
                      "nvshmem": nvshmem_rows}[system](library, rank, n, failures)
         except Exception as error:  # noqa: BLE001 - the report says which baseline did not run and why
             skipped[system] = f"{type(error).__name__}: {error}"

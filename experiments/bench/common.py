@@ -1,11 +1,12 @@
 """Shared pieces of the benchmark suites (experiments/bench/README.md): the rank's setup under
 torchrun, the payload every rank can regenerate, the bit-exact check of an all-to-all round, the
-choice of rounds per launch, and the rows every suite writes.
+choice of rounds per launch, the one timing loop every suite uses (``timed_repetitions``, and
+``measure_rounds`` on top of it for the all-to-all rows), and the rows every suite writes.
 
 A row is the README's schema: ``suite, system, transport, variant, ranks, bytes_per_peer,
 num_warps, round_us, launch_us, checked`` (plus ``threads`` and ``note`` where they say
 something). Each rank writes ``OUT_DIR/<suite>-<system>-rank<R>.json``; report.py merges them.
-Nothing here times anything: the suites do, with CUDA events around whole launches."""
+Times are CUDA events around whole repetitions (one launch, many launches, or one graph replay)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import contextlib
 import json
 import os
 import statistics
-from typing import Any, Callable, ContextManager, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 import torch
 
@@ -21,12 +22,13 @@ import torch
 DEFAULT_SIZES = [8, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
 
 #: Timed launches per configuration (the median is reported) after one untimed warm-up launch.
-TIMED_LAUNCHES = 3
+TIMED_LAUNCHES = 5
 
 
-def sizes() -> List[int]:
+def sizes(default: Optional[Sequence[int]] = None) -> List[int]:
+    """BENCH_SIZES (comma-separated bytes per peer) when set, else ``default`` (DEFAULT_SIZES)."""
     text = os.environ.get("BENCH_SIZES", "")
-    return [int(value) for value in text.split(",") if value.strip()] or list(DEFAULT_SIZES)
+    return [int(value) for value in text.split(",") if value.strip()] or list(default or DEFAULT_SIZES)
 
 
 def rounds_for(bytes_per_peer: int) -> int:
@@ -77,37 +79,66 @@ def check_round(recv_all: torch.Tensor, my_flags: torch.Tensor, rank: int, world
     return errors
 
 
-def measure_rounds(rank: int, world_size: int, launch: Callable[[int, int], None], barrier: Callable[[], Any],
-                   send_all: torch.Tensor, recv_all: torch.Tensor, my_flags: torch.Tensor, bytes_per_peer: int,
-                   first_epoch: int, context: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
-                   after: Callable[[], Any] = lambda: None) -> Dict[str, Any]:
-    """One warm-up and TIMED_LAUNCHES timed launches of ``launch(first_epoch, rounds)``: before
-    each, this rank's payload is in place, the receive buffer poisoned and the ranks met at
-    ``barrier``; the CUDA events sit inside ``context()`` (``world.compilation(...)`` for Aboleth,
-    so entering it is not timed); ``after()`` runs once the launch finished (``check_waits``);
-    then the round is checked bit-exact. Returns the median launch time (us), the rounds, the
-    next epoch and what was wrong."""
-    rounds = rounds_for(bytes_per_peer)
-    fill_send(send_all, rank, world_size, bytes_per_peer)
-    epoch, launch_us, errors = first_epoch, [], []
-    for index in range(1 + TIMED_LAUNCHES):
-        poison = (37 * index + 11) & 0xFF
-        recv_all[:world_size * bytes_per_peer].fill_(poison)
+def timed_repetitions(run: Callable[[int], Any], barrier: Callable[[], Any], prepare: Callable[[int], Any],
+                      check: Callable[[int], List[str]], repetitions: int, warmups: int = 1,
+                      context: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                      after: Callable[[], Any] = lambda: None) -> Dict[str, Any]:
+    """The suites' one timing loop: ``warmups`` untimed then ``repetitions`` timed repetitions.
+    Each: ``prepare(index)`` (payload, poison, flags), a device synchronize, ``barrier()``, then
+    ``run(index)`` between two CUDA events recorded inside ``context()`` (so entering
+    ``world.compilation(...)`` there is not timed), the end event waited for, ``after()``
+    (``check_waits``), and ``check(index)``, whose errors are collected for warm-ups too. Returns
+    ``times_us`` (the timed repetitions' event times, in order) and ``errors``."""
+    times_us: List[float] = []
+    errors: List[str] = []
+    for index in range(warmups + repetitions):
+        prepare(index)
         torch.cuda.synchronize()
         barrier()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with context():
             start.record()
-            launch(epoch, rounds)
+            run(index)
             end.record()
         end.synchronize()
         after()
-        last_epoch = epoch + rounds - 1
-        errors += check_round(recv_all, my_flags, rank, world_size, bytes_per_peer, last_epoch, poison)
-        epoch = last_epoch + 1
-        if index > 0:
-            launch_us.append(start.elapsed_time(end) * 1000.0)
-    return {"launch_us": median(launch_us), "rounds": rounds, "next_epoch": epoch, "errors": errors}
+        errors += check(index)
+        if index >= warmups:
+            times_us.append(start.elapsed_time(end) * 1000.0)
+    return {"times_us": times_us, "errors": errors}
+
+
+def poison_for(index: int) -> int:
+    """The byte a repetition poisons the receive buffer with (differs from one to the next)."""
+    return (37 * index + 11) & 0xFF
+
+
+def measure_rounds(rank: int, world_size: int, launch: Callable[[int, int], None], barrier: Callable[[], Any],
+                   send_all: torch.Tensor, recv_all: torch.Tensor, my_flags: torch.Tensor, bytes_per_peer: int,
+                   first_epoch: int, context: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                   after: Callable[[], Any] = lambda: None) -> Dict[str, Any]:
+    """One warm-up and TIMED_LAUNCHES timed launches of ``launch(first_epoch, rounds)``
+    (``timed_repetitions``): before each, this rank's payload is in place, the receive buffer
+    poisoned and the ranks met at ``barrier``; the CUDA events sit inside ``context()``
+    (``world.compilation(...)`` for Aboleth, so entering it is not timed); ``after()`` runs once
+    the launch finished (``check_waits``); then the round is checked bit-exact. Returns the
+    median and the minimum launch time (us), the rounds, the next epoch and what was wrong."""
+    rounds = rounds_for(bytes_per_peer)
+    fill_send(send_all, rank, world_size, bytes_per_peer)
+    state = {"epoch": first_epoch}
+
+    def prepare(index: int) -> None:
+        recv_all[:world_size * bytes_per_peer].fill_(poison_for(index))
+
+    def check(index: int) -> List[str]:
+        last_epoch = state["epoch"] + rounds - 1
+        state["epoch"] = last_epoch + 1
+        return check_round(recv_all, my_flags, rank, world_size, bytes_per_peer, last_epoch, poison_for(index))
+
+    timed = timed_repetitions(lambda index: launch(state["epoch"], rounds), barrier, prepare, check,
+                              TIMED_LAUNCHES, context=context, after=after)
+    return {"launch_us": median(timed["times_us"]), "launch_us_min": min(timed["times_us"]), "rounds": rounds,
+            "next_epoch": state["epoch"], "errors": timed["errors"]}
 
 
 def row(suite: str, system: str, transport: str, variant: str, ranks: int, bytes_per_peer: int,

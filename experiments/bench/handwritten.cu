@@ -11,6 +11,9 @@
 // - `flag_round_trip`: the proxy's floor: one GPU thread stores a counter into host-pinned
 //   memory with a system-scope release, a host thread spinning on it stores it back into another
 //   pinned word, the GPU polls that with an acquire; ITERATIONS round trips in one launch.
+// - `handwritten_alltoall_probe`: the same rounds with the flag wait polled as Aboleth's bounded
+//   wait polls (every thread, %globaltimer after each poll), and the halves apart: the
+//   "hand-written-probe" rows (BENCH_BASELINES=probe) that say what the wait's shape costs.
 // Nothing here is Aboleth code: it is the baseline Aboleth's generated code is measured against.
 
 #include <cuda_runtime.h>
@@ -60,6 +63,77 @@ __global__ void alltoall_rounds(const unsigned long long *peer_recv, const unsig
     }
 }
 
+// How the flag wait polls, for the probe rows (`handwritten_alltoall_probe`): what the
+// hand-written kernel does (thread 0 polls, a barrier releases the CTA), what Aboleth's bounded
+// wait does (every thread polls, and reads %globaltimer after each poll to test the bound, loaded
+// from memory once per round as Aboleth's wait-failure log's timeout is), and the two halves apart.
+enum PollStyle : int {
+    POLL_THREAD_ZERO = 0,
+    POLL_EVERY_THREAD = 1,
+    POLL_EVERY_THREAD_TIMED = 2,
+    POLL_THREAD_ZERO_TIMED = 3,
+};
+
+__device__ __forceinline__ unsigned long long global_timer() {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    return now;
+}
+
+// Polls until *flag >= epoch; with `timed`, tests elapsed %globaltimer against *timeout_ns after
+// each poll (0: unbounded) and returns false when past it.
+__device__ __forceinline__ bool poll_flag(const long long *flag, long long epoch, bool timed,
+                                          const volatile long long *timeout_ns) {
+    if (!timed) {
+        while (load_acquire_system(flag) < epoch) {
+        }
+        return true;
+    }
+    const long long bound = *timeout_ns;
+    const unsigned long long start = global_timer();
+    while (load_acquire_system(flag) < epoch) {
+        const long long elapsed = static_cast<long long>(global_timer() - start);
+        if (bound != 0 && elapsed > bound) return false;
+    }
+    return true;
+}
+
+__global__ void alltoall_rounds_probe(const unsigned long long *peer_recv, const unsigned long long *peer_flags,
+                                      const unsigned char *send, long long *my_flags, int rank,
+                                      long long bytes_per_peer, long long first_epoch, int rounds, int poll_style,
+                                      const volatile long long *timeout_ns, int *gave_up) {
+    const int peer = blockIdx.x + (blockIdx.x >= rank ? 1 : 0);
+    unsigned char *destination = reinterpret_cast<unsigned char *>(peer_recv[peer]) + rank * bytes_per_peer;
+    long long *remote_flag = reinterpret_cast<long long *>(peer_flags[peer]) + rank;
+    const unsigned char *source = send + peer * bytes_per_peer;
+    const long long vectors = bytes_per_peer / 16;
+    const int4 *source_vectors = reinterpret_cast<const int4 *>(source);
+    int4 *destination_vectors = reinterpret_cast<int4 *>(destination);
+    const bool every_thread = poll_style == POLL_EVERY_THREAD || poll_style == POLL_EVERY_THREAD_TIMED;
+    const bool timed = poll_style == POLL_EVERY_THREAD_TIMED || poll_style == POLL_THREAD_ZERO_TIMED;
+    for (int round = 0; round < rounds; ++round) {
+        const long long epoch = first_epoch + round;
+        for (long long index = threadIdx.x; index < vectors; index += blockDim.x) {
+            destination_vectors[index] = source_vectors[index];
+        }
+        for (long long index = vectors * 16 + threadIdx.x; index < bytes_per_peer; index += blockDim.x) {
+            destination[index] = source[index];
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) store_release_system(remote_flag, epoch);
+        if (every_thread) {
+            if (!poll_flag(my_flags + peer, epoch, timed, timeout_ns)) {
+                atomicExch(gave_up, 1);
+                return;
+            }
+        } else {
+            if (threadIdx.x == 0 && !poll_flag(my_flags + peer, epoch, timed, timeout_ns)) atomicExch(gave_up, 1);
+            __syncthreads();
+            if (timed && *static_cast<volatile int *>(gave_up) != 0) return;
+        }
+    }
+}
+
 __global__ void flag_round_trip_kernel(volatile long long *to_host, volatile long long *from_host, int iterations,
                                        long long *cycles) {
     const long long start = clock64();
@@ -83,6 +157,18 @@ int handwritten_alltoall(const unsigned long long *peer_recv, const unsigned lon
                          cudaStream_t stream) {
     alltoall_rounds<<<world_size - 1, threads, 0, stream>>>(peer_recv, peer_flags, send, my_flags, rank,
                                                             bytes_per_peer, first_epoch, rounds);
+    return static_cast<int>(cudaGetLastError());
+}
+
+// The same rounds with the flag wait of POLL_STYLE (see PollStyle); timeout_ns and gave_up are
+// device words (the bound, 0: none; set to 1 if a wait passed it).
+int handwritten_alltoall_probe(const unsigned long long *peer_recv, const unsigned long long *peer_flags,
+                               const unsigned char *send, long long *my_flags, int rank, int world_size,
+                               long long bytes_per_peer, long long first_epoch, int rounds, int threads,
+                               int poll_style, const long long *timeout_ns, int *gave_up, cudaStream_t stream) {
+    alltoall_rounds_probe<<<world_size - 1, threads, 0, stream>>>(peer_recv, peer_flags, send, my_flags, rank,
+                                                                  bytes_per_peer, first_epoch, rounds, poll_style,
+                                                                  timeout_ns, gave_up);
     return static_cast<int>(cudaGetLastError());
 }
 

@@ -4,12 +4,39 @@ for sm_90).
 
 - ``alltoall_rounds``: the seed's tier-2 all-to-all (examples/triton/alltoall.py), its round
   repeated ROUNDS times inside one launch with epochs first_epoch .. first_epoch + ROUNDS - 1
-  (``first_epoch`` is not specialized, so every launch of one size runs one binary)."""
+  (``first_epoch`` is not specialized, so every launch of one size runs one binary).
+- ``alltoall``: the seed's kernel itself, one round per launch, loaded from
+  examples/triton/alltoall.py (the one copy of the seed's text), for the per-launch suite.
+- ``plain_alltoall``: the seed's signature and launch grid with no aboleth calls, the per-launch
+  suite's baseline (what a Triton launch from Python costs anyway).
+- ``stream_chains``: the pass-ablation suite's put+signal chains."""
+
+import importlib.util
+import pathlib
 
 import triton
 import triton.language as tl
 
 import aboleth.language as ab
+
+_SEED_PATH = pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton" / "alltoall.py"
+_SEED_SPEC = importlib.util.spec_from_file_location("aboleth_examples_triton_alltoall", _SEED_PATH)
+assert _SEED_SPEC is not None and _SEED_SPEC.loader is not None, f"cannot load the seed's kernel from {_SEED_PATH}"
+_SEED_MODULE = importlib.util.module_from_spec(_SEED_SPEC)
+_SEED_SPEC.loader.exec_module(_SEED_MODULE)
+
+#: The seed's kernel, verbatim (``@triton.jit`` without ``do_not_specialize``: Triton specializes
+#: ``epoch`` when it is 1 or a multiple of 16, so a run of launches with increasing epochs uses two
+#: binaries; the per-launch suite warms both up, and ``plain_alltoall`` specializes the same way).
+alltoall = _SEED_MODULE.alltoall
+
+
+@triton.jit
+def plain_alltoall(endpoints, recv, flags, send, send_key, my_flags, epoch, BYTES: tl.constexpr, RANK: tl.constexpr):
+    """The seed's signature, no communication (tests/gpu/config_recompile.py's ``plain``): program
+    0 stores ``epoch`` into this rank's own flag, which the per-launch suite checks."""
+    if tl.program_id(0) == 0:
+        tl.store(my_flags + RANK, epoch)
 
 
 @triton.jit(do_not_specialize=["first_epoch"])

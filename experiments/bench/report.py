@@ -5,9 +5,15 @@ to OUT_DIR and copied to experiments/bench/results/.
     python3 experiments/bench/report.py OUT_DIR
     python3 experiments/bench/report.py --replot experiments/bench/results/REPORT.json
 
-A row merges the ranks' rows of one configuration: ``round_us`` and ``launch_us`` are the slowest
-rank's (a round is over when every rank's is), ``checked`` is true only when every rank checked
-every launch. The environment gives COMMAND, MACHINE and GIT_COMMIT (run.sh sets them)."""
+A row merges the ranks' rows of one configuration: ``round_us`` and ``launch_us`` (and the
+posting times, and the minima) are the slowest rank's (a round is over when every rank's is),
+``checked`` is true only when every rank checked every launch, ``error`` is the first rank's
+that has one. The environment gives COMMAND, MACHINE and GIT_COMMIT (run.sh sets them).
+
+Sections: the all-to-all table; the per-launch table (microseconds per launch, each over the
+plain Triton kernel of the same run and mode) and issue 13's per-launch targets; the pass
+ablation; what was not run. The plot has a second panel for the per-launch rows when there are
+any. ``--replot`` redraws both from a merged JSON with or without per-launch rows."""
 
 from __future__ import annotations
 
@@ -17,10 +23,17 @@ import json
 import os
 import shutil
 import sys
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEY_FIELDS = ("suite", "system", "transport", "variant", "ranks", "bytes_per_peer", "num_warps", "threads", "chains")
+#: Fields merged as the slowest rank's value.
+SLOWEST_RANK_FIELDS = ("round_us", "launch_us", "round_us_min", "launch_us_min", "posting_cycles", "posting_us", "posting_cycles_min",
+                       "posting_us_min")
+#: Issue 13's per-launch targets: ``with world.compilation():`` around each launch at most this
+#: many times the plain Triton kernel's launch; a CUDA-graph launch at most this fraction of NCCL's.
+BLOCK_PER_LAUNCH_OVER_PLAIN_MAX = 1.1
+GRAPH_OVER_NCCL_GRAPH_MAX = 1.0 / 3.0
 
 
 def merge(out_dir: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
@@ -37,16 +50,22 @@ def merge(out_dir: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
                 merged[key] = dict(entry)
                 continue
             current = merged[key]
-            for field in ("round_us", "launch_us", "posting_cycles", "posting_us"):
+            for field in SLOWEST_RANK_FIELDS:
                 if entry.get(field) is not None:
                     current[field] = max(current.get(field) or 0.0, entry[field])
             current["checked"] = current["checked"] and entry["checked"]
+            if entry.get("error") and not current.get("error"):
+                current["error"] = entry["error"]
     return list(merged.values()), notes
 
 
 def label(entry: Dict[str, Any]) -> str:
+    if entry["suite"] == "per-launch":
+        return f"{entry['system']} {entry['transport']} {entry['variant']}"
     if entry["system"] == "aboleth":
         return f"aboleth {entry['transport']} {entry['variant']} w{entry['num_warps']}"
+    if entry["system"] == "hand-written-probe":
+        return f"hand-written-probe {entry['variant']}"
     if entry.get("threads"):
         return f"{entry['system']} ({entry['threads']} thr)"
     return entry["system"]
@@ -70,7 +89,8 @@ def ablation_markdown(rows: List[Dict[str, Any]]) -> List[str]:
         table = {(entry["variant"], entry["chains"]): entry for entry in chosen}
         lines += ["", f"## Pass ablation over {transport}", "",
                   "GPU posting time (us at the run's SM clock, cycles where no clock was read) of the posting "
-                  "loop, and the stage's reservations / doorbells / system fences for that binary.", "",
+                  "loop, the median and, where recorded, the minimum over the timed launches, and the stage's "
+                  "reservations / doorbells / system fences for that binary.", "",
                   "| variant | " + " | ".join(f"{count} chains" for count in chains) + " |",
                   "| --- | " + " | ".join("---:" for _ in chains) + " |"]
         for variant in variants:
@@ -82,6 +102,10 @@ def ablation_markdown(rows: List[Dict[str, Any]]) -> List[str]:
                     continue
                 time_text = (f"{entry['posting_us']:.2f} us" if entry.get("posting_us") is not None
                              else f"{entry['posting_cycles']:.0f} cyc")
+                if entry.get("posting_us_min") is not None:
+                    time_text += f", min {entry['posting_us_min']:.2f}"
+                elif entry.get("posting_cycles_min") is not None:
+                    time_text += f", min {entry['posting_cycles_min']:.0f}"
                 counts = entry.get("counts") or {}
                 fences = (counts.get("fences") or {}).get("sys", "?")
                 cells.append(f"{time_text} ({counts.get('reservations', '?')}/{counts.get('doorbells', '?')}/{fences})"
@@ -90,18 +114,122 @@ def ablation_markdown(rows: List[Dict[str, Any]]) -> List[str]:
     return lines
 
 
+def plain_baseline(rows: List[Dict[str, Any]], entry: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The plain Triton row an Aboleth per-launch row is compared with: same run (transport),
+    size and mode (eager for the eager variants, graph for graph)."""
+    mode = "graph" if entry["variant"] == "graph" else "eager"
+    for candidate in rows:
+        if (candidate["system"] == "plain-triton" and candidate["transport"] == entry["transport"]
+                and candidate["bytes_per_peer"] == entry["bytes_per_peer"] and candidate["variant"] == mode):
+            return candidate
+    return None
+
+
+def ratio(numerator: Optional[Dict[str, Any]], denominator: Optional[Dict[str, Any]]) -> Optional[float]:
+    if not numerator or not denominator or not numerator.get("launch_us") or not denominator.get("launch_us"):
+        return None
+    return numerator["launch_us"] / denominator["launch_us"]
+
+
+def per_launch_markdown(rows: List[Dict[str, Any]]) -> List[str]:
+    """The per-launch table: microseconds per launch (median; the slowest rank), and for Aboleth
+    the ratio to the plain Triton kernel of the same run and mode."""
+    sizes = sorted({entry["bytes_per_peer"] for entry in rows})
+    transports, modes, systems = ["p2p", "proxy", "nccl"], ["eager", "eager-one-block", "eager-block-per-launch"], [
+        "plain-triton", "aboleth", "nccl"]
+
+    def known(values: List[str], value: str) -> int:
+        return values.index(value) if value in values else len(values)
+
+    def position(entry: Dict[str, Any]) -> Tuple:
+        # Per transport, eager before graph, plain Triton first: each Aboleth line under its baseline.
+        return (known(transports, entry["transport"]), entry["variant"] == "graph", known(systems, entry["system"]),
+                known(modes, entry["variant"]), label(entry))
+
+    labels = list(dict.fromkeys(label(entry) for entry in sorted(rows, key=position)))
+    table = {(label(entry), entry["bytes_per_peer"]): entry for entry in rows}
+    lines = ["", "## Per launch", "",
+             "Microseconds per launch of the seed's all-to-all from Python (one round per launch; the median "
+             "repetition / launches per repetition, the slowest rank); for Aboleth, in parentheses, that over the "
+             "plain Triton kernel (same signature, no aboleth calls) of the same run, eager or graph. `FAILED` rows "
+             "are listed below the table.", "",
+             "| system | " + " | ".join(size_text(size) for size in sizes) + " |",
+             "| --- | " + " | ".join("---:" for _ in sizes) + " |"]
+    failed = []
+    for name in labels:
+        cells = []
+        for size in sizes:
+            entry = table.get((name, size))
+            if entry is None:
+                cells.append("")
+            elif entry.get("launch_us") is None:
+                cells.append("FAILED")
+                failed.append(f"- {name} {size_text(size)}: {entry.get('error', 'no time recorded')}")
+            else:
+                text = f"{entry['launch_us']:.2f}"
+                over = ratio(entry, plain_baseline(rows, entry)) if entry["system"] == "aboleth" else None
+                if over is not None:
+                    text += f" ({over:.2f}x)"
+                cells.append(text + ("" if entry["checked"] else " WRONG"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if failed:
+        lines += ["", "Failed rows:", ""] + failed
+    return lines
+
+
+def per_launch_targets(rows: List[Dict[str, Any]], not_run: Dict[str, str]) -> List[str]:
+    """Issue 13's per-launch targets, one line per transport and size."""
+    lines = ["", "## Per-launch targets (issue 13)", "", "| target | measured | met |", "| --- | --- | --- |"]
+    nccl_graph = {entry["bytes_per_peer"]: entry for entry in rows
+                  if entry["system"] == "nccl" and entry["variant"] == "graph"}
+    for entry in rows:
+        if entry["system"] != "aboleth" or entry["variant"] not in ("eager-block-per-launch", "graph"):
+            continue
+        where = f"{entry['transport']} {size_text(entry['bytes_per_peer'])}"
+        if entry["variant"] == "eager-block-per-launch":
+            plain = plain_baseline(rows, entry)
+            over = ratio(entry, plain)
+            target = f"{where}, `compilation()` around each launch <= {BLOCK_PER_LAUNCH_OVER_PLAIN_MAX}x plain Triton"
+            if over is None:
+                lines.append(f"| {target} | not measured ({entry.get('error') or 'no plain row'}) | — |")
+            else:
+                met = "yes" if over <= BLOCK_PER_LAUNCH_OVER_PLAIN_MAX and entry["checked"] else "no"
+                lines.append(f"| {target} | {entry['launch_us']:.2f} vs {plain['launch_us']:.2f} us: **{over:.2f}x** "
+                             f"| {met} |")
+            continue
+        target = f"{where}, graph launch <= 1/3 NCCL graph launch"
+        nccl = nccl_graph.get(entry["bytes_per_peer"])
+        over = ratio(entry, nccl)
+        if over is not None:
+            met = "yes" if over <= GRAPH_OVER_NCCL_GRAPH_MAX and entry["checked"] else "no"
+            lines.append(f"| {target} | {entry['launch_us']:.2f} vs {nccl['launch_us']:.2f} us: **{over:.2f}x** "
+                         f"| {met} |")
+        elif entry.get("launch_us") is None:
+            lines.append(f"| {target} | not measured ({entry.get('error', 'no time recorded')}) | — |")
+        else:
+            reason = ("not run here (see Not run)" if "nccl" in not_run
+                      else (nccl or {}).get("error") or "no NCCL graph row in this run")
+            lines.append(f"| {target} | {entry['launch_us']:.2f} us; NCCL {reason} | — |")
+    return lines
+
+
 def markdown(rows: List[Dict[str, Any]], header: Dict[str, Any]) -> str:
     ablation = [entry for entry in rows if entry["suite"] == "ablation"]
+    per_launch = [entry for entry in rows if entry["suite"] == "per-launch"]
     rows = [entry for entry in rows if entry["suite"] == "alltoall"]
     sizes = sorted({entry["bytes_per_peer"] for entry in rows if entry["system"] != "flag-round-trip"})
     labels = sorted({label(entry) for entry in rows if entry["system"] != "flag-round-trip"})
     table = {(label(entry), entry["bytes_per_peer"]): entry for entry in rows}
-    lines = [f"# Benchmarks, {header['machine']}, {header['date']}", "", "## All-to-all", "",
-             f"Command: `{header['command']}`; commit {header['git_commit']}.", "",
-             "Microseconds per round (the slowest rank), rounds inside one launch; every cell checked bit-exact "
-             "unless marked `WRONG`.", "",
-             "| system | " + " | ".join(size_text(size) for size in sizes) + " |",
-             "| --- | " + " | ".join("---:" for _ in sizes) + " |"]
+    lines = [f"# Benchmarks, {header['machine']}, {header['date']}", ""]
+    command = f"Command: `{header['command']}`; commit {header['git_commit']}."
+    if not rows:  # a run of other suites only (BENCH_SUITES)
+        lines.append(command)
+    else:
+        lines += ["## All-to-all", "", command, "",
+                  "Microseconds per round (the slowest rank), rounds inside one launch; every cell checked bit-exact "
+                  "unless marked `WRONG`.", "",
+                  "| system | " + " | ".join(size_text(size) for size in sizes) + " |",
+                  "| --- | " + " | ".join("---:" for _ in sizes) + " |"]
     for name in labels:
         cells = []
         for size in sizes:
@@ -114,12 +242,20 @@ def markdown(rows: List[Dict[str, Any]], header: Dict[str, Any]) -> str:
     for entry in rows:
         if entry["system"] == "flag-round-trip":
             lines += ["", f"GPU<->CPU flag round trip (the proxy's floor): {entry['round_us']:.2f} us."]
+    not_run = header.get("not_run") or {}
+    if per_launch:
+        lines += per_launch_markdown(per_launch) + per_launch_targets(per_launch, not_run)
     if ablation:
         lines += ablation_markdown(ablation)
+    if not_run:
+        lines += ["", "## Not run", ""] + [f"- {name}: {reason}" for name, reason in sorted(not_run.items())]
     return "\n".join(lines) + "\n"
 
 
 def plot(rows: List[Dict[str, Any]], path: str, title: str) -> bool:
+    """The all-to-all rows (us per round against bytes per peer), and a second panel with the
+    per-launch rows (us per launch) when there are any. False without matplotlib."""
+    per_launch = [entry for entry in rows if entry["suite"] == "per-launch"]
     rows = [entry for entry in rows if entry["suite"] == "alltoall"]
     try:
         import matplotlib
@@ -127,7 +263,18 @@ def plot(rows: List[Dict[str, Any]], path: str, title: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    figure, axes = plt.subplots(figsize=(10, 6))
+    if per_launch and not rows:
+        figure, launch_axes = plt.subplots(figsize=(10, 6))
+        plot_per_launch(launch_axes, per_launch, plt.get_cmap("tab10"))
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        return True
+    if per_launch:
+        figure, (axes, launch_axes) = plt.subplots(1, 2, figsize=(17, 6), gridspec_kw={"width_ratios": [10, 7]})
+        plot_per_launch(launch_axes, per_launch, plt.get_cmap("tab10"))
+    else:
+        figure, axes = plt.subplots(figsize=(10, 6))
     names = sorted({label(entry) for entry in rows if entry["system"] != "flag-round-trip"})
     colors = plt.get_cmap("tab20")
     for index, name in enumerate(names):
@@ -149,7 +296,29 @@ def plot(rows: List[Dict[str, Any]], path: str, title: str) -> bool:
     axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
+    plt.close(figure)
     return True
+
+
+def plot_per_launch(axes: Any, rows: List[Dict[str, Any]], colors: Any) -> None:
+    """The per-launch panel: us per launch against bytes per peer, a line per system, transport
+    and variant (Aboleth solid, plain Triton dashed, NCCL dotted; graph rows with square markers)."""
+    names = sorted({label(entry) for entry in rows})
+    for index, name in enumerate(names):
+        points = sorted((entry["bytes_per_peer"], entry["launch_us"]) for entry in rows
+                        if label(entry) == name and entry.get("launch_us") is not None)
+        if not points:
+            continue
+        style = {"aboleth": "-", "plain-triton": "--", "nccl": ":"}.get(name.split(" ")[0], "-.")
+        axes.plot([size for size, _ in points], [value for _, value in points], style,
+                  marker="s" if name.endswith(" graph") else "o", markersize=4, color=colors(index % 10), label=name)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("bytes per peer")
+    axes.set_ylabel("us per launch (slowest rank)")
+    axes.set_title("per launch from Python (one round per launch)")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=7)
 
 
 def main() -> int:
@@ -173,6 +342,7 @@ def main() -> int:
               "git_commit": os.environ.get("GIT_COMMIT", "unknown")}
     stem = f"{date}-bench-{machine}"
     report = {**header, "rows": rows, **notes}
+    header = {**header, "not_run": notes["not_run"]}
     results = os.path.join(HERE, "results")
     os.makedirs(results, exist_ok=True)
     outputs = [os.path.join(out_dir, f"{stem}.json"), os.path.join(out_dir, f"{stem}.md")]

@@ -85,7 +85,8 @@ def main() -> int:
                 launch_median = result["launch_us"]
                 rows.append(row("alltoall", "aboleth", f"{arguments.transport}", configuration["variant"], n,
                                 bytes_per_peer, num_warps, launch_median / rounds, launch_median, checked,
-                                rounds_per_launch=rounds, placement=os.environ.get("BENCH_PLACEMENT", "")))
+                                rounds_per_launch=rounds, placement=os.environ.get("BENCH_PLACEMENT", ""),
+                                round_us_min=result["launch_us_min"] / rounds, launch_us_min=result["launch_us_min"]))
                 log(rank, f"aboleth {arguments.transport} {configuration['variant']} num_warps={num_warps} "
                           f"{bytes_per_peer} B: {launch_median / rounds:.3f} us/round ({rounds} rounds) "
                           f"{'checked' if checked else 'WRONG'}")

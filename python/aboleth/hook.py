@@ -31,15 +31,26 @@ configuration in force is the one Triton looks in. A kernel launched under one c
 then under another is compiled again (or found in the disk cache of that configuration); coming
 back to the first finds its kernel in memory. When no configuration is in force (after the last
 block), functions keep the caches of the last one, so a kernel compiled in a block can be
-launched after it. Entering and leaving ``compilation()`` costs a few dictionary operations (the
-salt is memoized and the build digest computed once per process).
+launched after it.
+
+Entering and leaving ``compilation()`` is on the launch path of the seed's host example (a block
+around every launch), so it costs a few dictionary operations: the salt is memoized and the build
+digest computed once per process; the functions' caches are switched only when the salt changes;
+and when the last block ends, the installation stays in place, **dormant**: no configuration is
+in force, so the hook passes every compilation through unchanged (kernels compile as without
+aboleth, and a kernel with aboleth calls fails to link, as it would), while the hook slots and the
+salted cache directory stay until :func:`uninstall` restores them. A kernel without aboleth calls compiled while dormant is stored in the salted
+directory: the same binary, in another directory; and Triton still finds there the kernels the
+last configuration compiled (as it finds them in the functions' memory). The next block finds everything in place. If
+the cache directory's override was changed while dormant, the next block takes the new one as
+its base.
 
 Threads: one lock guards install, uninstall and the configuration; each compilation reads the
 configuration once, when the hook runs, so its stage uses one configuration. The configuration is
 process-wide, like the hook slot and the cache directory (Triton picks the directory before it
-calls the hook): threads compiling at the same time should agree on it. Setting the cache knob
-also sets ``TRITON_CACHE_DIR`` in ``os.environ`` (Triton's ``knobs.propagate_env``); uninstalling
-restores both.
+calls the hook): threads compiling at the same time should agree on it. The salted directory is
+set as the cache knob's override only, not propagated to ``TRITON_CACHE_DIR`` in ``os.environ``
+(a subprocess sees the user's directory); uninstalling restores the override as it was.
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ import pathlib
 import tempfile
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from triton import knobs
 from triton._C.libtriton import ir
@@ -182,11 +193,22 @@ def cache_salt(config: Config) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:20]
 
 
+def _salt_of(config: Config) -> str:
+    """``cache_salt(config)``, kept on the configuration object after the first call: entering a
+    block around every launch then does not hash the configuration again."""
+    salt = config.__dict__.get("_salt")
+    if salt is None:
+        salt = cache_salt(config)
+        object.__setattr__(config, "_salt", salt)  # frozen dataclass; not a field
+    return salt
+
+
 # ---------------------------------------------------------------------------------------------
 # Installation state
 # ---------------------------------------------------------------------------------------------
 
-_CACHE_ENV = "TRITON_CACHE_DIR"
+# An absent knob override (``None`` could be a value).
+_MISSING = object()
 
 
 @dataclasses.dataclass
@@ -196,24 +218,24 @@ class _SavedCacheDir:
     base: str
     had_override: bool
     override: Any
-    environment: Optional[str]
 
     @classmethod
     def capture(cls) -> "_SavedCacheDir":
         overrides = vars(knobs.cache)
-        return cls(base=knobs.cache.dir, had_override="dir" in overrides, override=overrides.get("dir"),
-                   environment=os.environ.get(_CACHE_ENV))
+        return cls(base=knobs.cache.dir, had_override="dir" in overrides, override=overrides.get("dir"))
 
     def restore(self) -> None:
         if self.had_override:
-            knobs.cache.dir = self.override
+            _set_cache_directory(self.override)
         else:
-            del knobs.cache.dir
-        # Setting the knob also sets the environment variable (knobs.propagate_env): put it back.
-        if self.environment is None:
-            os.environ.pop(_CACHE_ENV, None)
-        else:
-            os.environ[_CACHE_ENV] = self.environment
+            vars(knobs.cache).pop("dir", None)
+
+
+def _set_cache_directory(directory: Any) -> None:
+    """Sets the cache knob's override without Triton's propagation to ``os.environ`` (setting
+    ``knobs.cache.dir`` would also set ``TRITON_CACHE_DIR``): the override is what Triton reads,
+    in the knob's instance dictionary, where ``_SavedCacheDir.capture`` reads it."""
+    vars(knobs.cache)["dir"] = directory
 
 
 class _Installation:
@@ -225,6 +247,7 @@ class _Installation:
         self.previous_hook = previous_hook
         self.saved_cache = saved_cache
         self.active = True
+        self._directories: Dict[str, str] = {}
 
         def hook(*args: Any) -> Any:
             return self._call(args)
@@ -242,6 +265,28 @@ class _Installation:
 
         post_compile_hook.__qualname__ = post_compile_hook.__name__ = "aboleth_post_compile_hook"
         self.post_compile_hook = post_compile_hook
+
+    def cache_directory(self, salt: str) -> str:
+        """The salted cache directory of ``salt`` under the directory this installation
+        replaced."""
+        directory = self._directories.get(salt)
+        if directory is None:
+            directory = self._directories[salt] = os.path.join(self.saved_cache.base, f"aboleth-{salt}")
+        return directory
+
+    def known_cache_directory(self, salt: str) -> Optional[str]:
+        """The salted directory of ``salt`` if this installation made it already."""
+        return self._directories.get(salt)
+
+    def owns_cache_directory(self, directory: Any) -> bool:
+        """Whether ``directory`` is one of the salted directories this installation set."""
+        return directory in self._directories.values()
+
+    def rebase(self, saved_cache: _SavedCacheDir) -> None:
+        """Takes ``saved_cache`` (the directory somebody else set) as the base of the salted
+        directories and as what uninstalling restores."""
+        self.saved_cache = saved_cache
+        self._directories.clear()
 
     def _call(self, args: Tuple[Any, ...]) -> Any:
         previous = self.previous_hook
@@ -277,6 +322,8 @@ _config: Optional[Config] = None
 # The configuration given to install(), and the active compilation() blocks in entry order.
 _explicit_config: Optional[Config] = None
 _contexts: List[Tuple[object, Config]] = []
+# The salt whose caches every remembered function has in ``device_caches``.
+_selected_salt: Optional[str] = None
 
 
 # JIT functions with kernels compiled through the aboleth stage. Triton 3.6 keys a function's
@@ -387,39 +434,56 @@ def _parse_module(text: str, context: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def _apply() -> None:
+def _apply(remove: bool = False) -> None:
     """Makes the installed state match the configuration in force (the innermost active
-    ``compilation()`` block's, else the one given to :func:`install`, else none). Holds the lock."""
-    global _installation, _config
+    ``compilation()`` block's, else the one given to :func:`install`, else none). With no
+    configuration in force the installation goes dormant (see the module documentation), or,
+    with ``remove`` (:func:`uninstall`), takes itself out of the hook slots and restores the
+    cache directory. Holds the lock.
+
+    Entering and leaving a block around every launch must cost little next to a launch: with the
+    installation in place (dormant or not), entering costs a memoized salt, a dictionary lookup
+    of the cache directory's override and, when the salt changed, the functions' cache switch."""
+    global _installation, _config, _selected_salt
     with _lock:
         config = _contexts[-1][1] if _contexts else _explicit_config
         if config is None:
             # Kernels compiled under the last configuration stay in their functions' caches, so
             # a kernel compiled inside a block can still be launched after it.
+            _config = None
             installation = _installation
-            if installation is None:
+            if not remove or installation is None:
                 return
             installation.active = False
             if knobs.runtime.add_stages_inspection_hook is installation.hook:
                 knobs.runtime.add_stages_inspection_hook = installation.previous_hook
             if knobs.runtime.jit_post_compile_hook is installation.post_compile_hook:
                 knobs.runtime.jit_post_compile_hook = installation.previous_post_compile_hook
-            installation.saved_cache.restore()
+            if installation.owns_cache_directory(vars(knobs.cache).get("dir", _MISSING)):
+                installation.saved_cache.restore()
             _installation = None
-            _config = None
             return
-        if _installation is None:
+        fresh = _installation is None
+        if fresh:
             installation = _Installation(knobs.runtime.add_stages_inspection_hook, _SavedCacheDir.capture())
             knobs.runtime.add_stages_inspection_hook = installation.hook
             knobs.runtime.jit_post_compile_hook = installation.post_compile_hook
             _installation = installation
-        salt = cache_salt(config)
-        directory = os.path.join(_installation.saved_cache.base, f"aboleth-{salt}")
-        if knobs.cache.dir != directory:
-            knobs.cache.dir = directory  # also when another tool moved it meanwhile
+        salt = _salt_of(config)
+        directory = _installation.cache_directory(salt)
+        override = vars(knobs.cache).get("dir", _MISSING)
+        if override != directory:
+            if not fresh and not _installation.owns_cache_directory(override):
+                # Somebody moved the cache directory (while dormant, or meanwhile): it is the
+                # base from now on, and what uninstall() restores.
+                _installation.rebase(_SavedCacheDir.capture())
+                directory = _installation.cache_directory(salt)
+            _set_cache_directory(directory)
         if config != _config:
             _config = config
-            _select_kernel_caches(salt)
+            if salt != _selected_salt:
+                _select_kernel_caches(salt)
+                _selected_salt = salt
 
 
 @functools.lru_cache(maxsize=64, typed=True)
@@ -467,7 +531,8 @@ def install(*, target: str, passes_off: bool = False, disabled_passes: Sequence[
 
 def uninstall() -> bool:
     """Removes the hook and restores the cache directory, whatever installed it (this also ends
-    the effect of active ``compilation()`` blocks). Returns whether it was installed.
+    the effect of active ``compilation()`` blocks). Returns whether it was installed (a dormant
+    installation, left by ended ``compilation()`` blocks, counts).
 
     If another tool has since chained its own hook on top of aboleth's, the slot keeps that tool's
     hook and aboleth's becomes a pass-through to the hook it had chained to.
@@ -477,14 +542,16 @@ def uninstall() -> bool:
         was_installed = _installation is not None
         _explicit_config = None
         _contexts.clear()
-        _apply()
+        _apply(remove=True)
         return was_installed
 
 
 def is_installed() -> bool:
-    """Whether the aboleth hook is installed."""
+    """Whether the aboleth hook is installed with a configuration in force (:func:`install`, or
+    an active ``compilation()`` block); a dormant installation (see the module documentation)
+    is not."""
     with _lock:
-        return _installation is not None
+        return _installation is not None and _config is not None
 
 
 def current_config() -> Optional[Config]:
@@ -493,27 +560,66 @@ def current_config() -> Optional[Config]:
         return _config
 
 
-@contextlib.contextmanager
+class _CompilationBlock:
+    """The context manager :func:`compilation` returns: one per configuration, made once (it is
+    on the launch path of the seed's host example, which enters a block around every launch). It
+    may be entered again once left, nested, and by several threads at once: each entry pushes this
+    block's ``(block, configuration)`` pair and each exit removes the newest one of them; all of
+    them carry the same configuration, so which one goes does not matter."""
+
+    __slots__ = ("config", "_entry")
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._entry: Tuple[object, Config] = (self, config)
+
+    def __enter__(self) -> Config:
+        global _config
+        config = self.config
+        with _lock:
+            installation = _installation
+            if (_config is None and not _contexts and _explicit_config is None and installation is not None
+                    and _selected_salt is not None and config.__dict__.get("_salt") == _selected_salt
+                    and vars(knobs.cache).get("dir", _MISSING) == installation.known_cache_directory(_selected_salt)):
+                # Dormant as this configuration left it (its caches selected, its directory the
+                # override): what _apply() would do comes down to putting it back in force.
+                _contexts.append(self._entry)
+                _config = config
+                return config
+            _contexts.append(self._entry)
+            _apply()
+        return config
+
+    def __exit__(self, *exc_info: Any) -> None:
+        global _config
+        entry = self._entry
+        with _lock:
+            # uninstall() may have cleared the list already; blocks mostly end innermost first.
+            for index in range(len(_contexts) - 1, -1, -1):
+                if _contexts[index] is entry:
+                    del _contexts[index]
+                    if not _contexts and _explicit_config is None:
+                        _config = None  # dormant: _apply() with no configuration in force
+                    else:
+                        _apply()
+                    break
+
+
 def compilation(*, target: str, passes_off: bool = False, disabled_passes: Sequence[str] = (),
-                immediate_signals: bool = False, packet_signals: bool = False) -> Iterator[Config]:
+                immediate_signals: bool = False,
+                packet_signals: bool = False) -> contextlib.AbstractContextManager[Config]:
     """Kernels compiled inside the ``with`` block go through the aboleth stage for ``target``.
 
     While blocks are active, the most recently entered one's configuration is in force; when the
     last one ends, the configuration given to :func:`install` (if any) comes back, or the hook is
     removed. Blocks may end in any order (several threads may use them at once), but the
-    configuration is process-wide: threads compiling at the same time should agree on it.
+    configuration is process-wide: threads compiling at the same time should agree on it. The
+    configuration is checked here (``ValueError``/``TypeError``), before the block is entered.
     """
     config = _make_config(target, passes_off, disabled_passes, immediate_signals, packet_signals)
-    cache_salt(config)  # reads the build files on first use, outside the lock
-    entry = (object(), config)
-    with _lock:
-        _contexts.append(entry)
-        _apply()
-    try:
-        yield config
-    finally:
-        with _lock:
-            # uninstall() may have cleared the list already.
-            if any(active is entry for active in _contexts):
-                _contexts.remove(entry)
-                _apply()
+    block = config.__dict__.get("_block")
+    if block is None:
+        _salt_of(config)  # reads the build files on first use, outside the lock
+        block = _CompilationBlock(config)
+        object.__setattr__(config, "_block", block)  # frozen dataclass; not a field
+    return block

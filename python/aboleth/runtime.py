@@ -247,6 +247,10 @@ class World:
         """Wraps a raw ``aboleth._aboleth.World`` (or, in tests, a stand-in with its methods)."""
         self._world = raw
         self._transports: Optional[List[str]] = None
+        # compilation_target()'s answer and compilation()'s block with the default options, once
+        # connected (the seed asks for them around every launch).
+        self._compilation_target: Optional[str] = None
+        self._default_compilation: Optional[contextlib.AbstractContextManager[Config]] = None
         self._registered: List[Any] = []
 
     @property
@@ -278,6 +282,8 @@ class World:
                             f"got {type(kind).__name__} {kind!r}")
         transports = list(self._world.connect_all(kind))
         self._transports = transports
+        self._compilation_target = None
+        self._default_compilation = None
         return list(transports)
 
     def register(self, tensor: Any) -> Registration:
@@ -329,6 +335,8 @@ class World:
         reached over p2p, "proxy" over the proxy. ``RuntimeError`` before ``connect_all``;
         ``NotImplementedError`` for a transport the runtime cannot run yet (rdma/mlx5: no NIC here)
         or a mix of transports."""
+        if self._compilation_target is not None:
+            return self._compilation_target
         if self._transports is None:
             raise RuntimeError("aboleth: World.compilation() needs a connected World: call connect_all(...) first")
         peers = [transport for rank, transport in enumerate(self._transports) if rank != self.rank]
@@ -344,6 +352,7 @@ class World:
                 f"aboleth: this World reaches its peers over {target} ({described}); kernels compile for it "
                 f"(`aboleth compile --target mlx5`) but the runtime has no {target} transport to run them yet "
                 "(no RDMA NIC on these machines): connect with connect_all(\"p2p\") or \"proxy\"")
+        self._compilation_target = target
         return target
 
     def compilation(self, *, passes_off: bool = False, disabled_passes: Sequence[str] = (),
@@ -352,6 +361,12 @@ class World:
         """``aboleth.compilation(target=self.compilation_target(), ...)``: kernels compiled inside
         the ``with`` block go through the aboleth stage for this World's transport. The target is
         checked when this is called (see :meth:`compilation_target`)."""
+        if (passes_off is False and disabled_passes == () and immediate_signals is False
+                and packet_signals is False):
+            block = self._default_compilation
+            if block is None:
+                block = self._default_compilation = _compilation(target=self.compilation_target())
+            return block
         return _compilation(target=self.compilation_target(), passes_off=passes_off, disabled_passes=disabled_passes,
                             immediate_signals=immediate_signals, packet_signals=packet_signals)
 

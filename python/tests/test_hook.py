@@ -349,15 +349,20 @@ def test_bad_configurations_are_rejected_before_anything_changes():
     assert knobs.runtime.add_stages_inspection_hook is None
 
 
-def test_compilation_blocks_nest_and_restore_what_was_there():
+def test_compilation_blocks_nest_and_the_last_one_leaves_the_hook_dormant():
     assert aboleth.current_config() is None
     with aboleth.compilation(target="mlx5") as outer:
         assert aboleth.current_config() == outer
         with aboleth.compilation(target="p2p", passes_off=True) as inner:
             assert aboleth.current_config() == inner
         assert aboleth.current_config() == outer
-    assert not aboleth.is_installed()
+    assert not aboleth.is_installed() and aboleth.current_config() is None
+    # Dormant: still in the slot, but every compilation passes through unchanged.
+    assert knobs.runtime.add_stages_inspection_hook is not None
+    assert "aboleth" not in compile_kernel(VECTOR_ADD[0], VECTOR_ADD[1], {"BLOCK": 64}).asm
+    assert aboleth.uninstall() is True
     assert knobs.runtime.add_stages_inspection_hook is None
+    assert "dir" not in vars(knobs.cache)
     explicit = aboleth.install(target="proxy")
     with aboleth.compilation(target="mlx5"):
         assert aboleth.current_config().target == "mlx5"
@@ -373,6 +378,86 @@ def test_compilation_blocks_may_end_out_of_order():
     assert aboleth.current_config().target == "p2p"
     second.__exit__(None, None, None)
     assert not aboleth.is_installed()
+
+
+def test_a_block_around_every_launch_installs_once_and_uninstall_restores(monkeypatch):
+    from aboleth import hook
+
+    captures: List[str] = []
+    original = hook._SavedCacheDir.capture.__func__
+
+    def counting_capture(cls):
+        captures.append(knobs.cache.dir)
+        return original(cls)
+
+    monkeypatch.setattr(hook._SavedCacheDir, "capture", classmethod(counting_capture))
+    base = os.environ["TRITON_CACHE_DIR"]
+    slot = []
+    for index in range(50):
+        config = aboleth.Config(target="p2p", passes_off=index % 2 == 1)
+        with aboleth.compilation(target="p2p", passes_off=config.passes_off):
+            assert aboleth.current_config() == config
+            assert knobs.cache.dir == os.path.join(base, f"aboleth-{aboleth.cache_salt(config)}")
+            slot.append(knobs.runtime.add_stages_inspection_hook)
+        assert aboleth.current_config() is None
+        # The salted directory is the knob's override only, never the environment's.
+        assert os.environ["TRITON_CACHE_DIR"] == base
+    assert captures == [base]
+    assert all(hook is slot[0] for hook in slot)
+    aboleth.uninstall()
+    assert knobs.cache.dir == base and "dir" not in vars(knobs.cache)
+    assert knobs.runtime.add_stages_inspection_hook is None
+
+
+def test_a_block_after_the_cache_directory_moved_uses_the_new_one(tmp_path, monkeypatch):
+    with aboleth.compilation(target="p2p"):
+        pass
+    # Moved by the knob while dormant: the next block salts under it, uninstall gives it back.
+    moved = str(tmp_path / "moved-by-the-knob")
+    knobs.cache.dir = moved
+    with aboleth.compilation(target="p2p") as config:
+        assert knobs.cache.dir == os.path.join(moved, f"aboleth-{aboleth.cache_salt(config)}")
+    aboleth.uninstall()
+    assert knobs.cache.dir == moved
+    del knobs.cache.dir
+    # Moved by the environment once uninstalled: the next installation starts from it.
+    elsewhere = str(tmp_path / "moved-by-the-environment")
+    monkeypatch.setenv("TRITON_CACHE_DIR", elsewhere)
+    with aboleth.compilation(target="p2p") as config:
+        assert knobs.cache.dir == os.path.join(elsewhere, f"aboleth-{aboleth.cache_salt(config)}")
+    aboleth.uninstall()
+    assert knobs.cache.dir == elsewhere
+
+
+def test_a_hook_chained_on_top_of_a_dormant_installation_keeps_both_working():
+    with aboleth.compilation(target="p2p"):
+        pass
+    calls: List[List[str]] = []
+    on_top = chain_hook(lambda stages: calls.append(list(stages)))
+    with aboleth.compilation(target="mlx5"):
+        assert knobs.runtime.add_stages_inspection_hook is on_top
+        kernel = compile_kernel(*VECTOR_ADD)
+    assert calls == [["ttir", "aboleth", "ttgir", "llir", "ptx", "cubin"]]
+    assert "aboleth" in kernel.asm
+    # A kernel not compiled in the block (another BLOCK): dormant, the stage is not added.
+    kernel = compile_kernel(VECTOR_ADD[0], VECTOR_ADD[1], {"BLOCK": 128})
+    assert calls[-1] == ["ttir", "ttgir", "llir", "ptx", "cubin"] and "aboleth" not in kernel.asm
+    aboleth.uninstall()
+    assert knobs.runtime.add_stages_inspection_hook is on_top
+
+
+def test_a_compilation_block_can_be_entered_again_and_nested():
+    block = aboleth.compilation(target="p2p")
+    assert aboleth.compilation(target="p2p") is block  # one per configuration
+    with block:
+        pass
+    with block as config:
+        with block:
+            assert aboleth.current_config() == config
+        with aboleth.compilation(target="mlx5"):
+            assert aboleth.current_config().target == "mlx5"
+        assert aboleth.current_config() == config
+    assert aboleth.current_config() is None and not aboleth.is_installed()
 
 
 def test_a_kernel_compiled_inside_a_compilation_block_goes_through_the_stage():

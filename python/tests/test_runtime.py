@@ -321,6 +321,20 @@ def test_compilation_is_aboleth_compilation_for_p2p():
         assert config.passes_off
 
 
+def test_compilation_gives_one_block_per_configuration_until_the_world_reconnects():
+    world, raw = fake_world(rank=0, world_size=2)
+    world.connect_all("p2p")
+    block = world.compilation()
+    assert world.compilation() is block and world.compilation(passes_off=True) is not block
+    assert world.compilation(disabled_passes=()) is block
+    raw.transports = ["p2p", "proxy"]
+    world.connect_all("auto")
+    with world.compilation() as config:
+        assert config.target == "proxy"
+    with pytest.raises(TypeError, match="passes_off must be a bool"):
+        world.compilation(passes_off=None)
+
+
 def test_a_one_rank_world_compiles_for_p2p():
     world, raw = fake_world(rank=0, world_size=1)
     world.connect_all("auto")

@@ -62,6 +62,7 @@ def test_concurrent_compilation_blocks_never_stack_or_lose_the_hook():
 
     run_in_threads(8, work)
     assert not aboleth.is_installed()
+    aboleth.uninstall()  # the blocks left the installation dormant
     assert knobs.runtime.add_stages_inspection_hook is base_hook
     assert knobs.cache.dir == base_cache
     assert os.environ["TRITON_CACHE_DIR"] == base_cache

@@ -15,7 +15,9 @@ the seed writes it, ``with world.compilation(...)`` around each launch:
    warm-up, synchronized at the end): a plain Triton kernel with the seed's signature and no
    communication; the seed's kernel inside one ``compilation()`` block; the seed's kernel with
    the block entered around each launch. Informational (the issue's target is the third at most
-   1.1x the first).
+   1.1x the first). Also ``compilation_enter_exit_us``: entering and leaving the block alone,
+   without a launch (host only), and with ABOLETH_PROFILE_LAUNCHES=1, rank 0's cProfile of the
+   block-around-each-launch loop (``launch_profile``: the top entries by cumulative time).
 
 Writes OUT_DIR/config_recompile-rank{R}.json; exit status 0 when every check passed.
 """
@@ -122,6 +124,41 @@ def time_per_launch(buffers: Buffers, epoch: int, launch: Any) -> Dict[str, Any]
     return {"per_launch_us": round(seconds / TIMED_LAUNCHES * 1e6, 2), "next_epoch": epoch}
 
 
+def enter_exit_cost(world: Any, repetitions: int = 5000) -> float:
+    """Microseconds to enter and leave ``world.compilation()`` once, without a launch."""
+    for _ in range(100):
+        with world.compilation():
+            pass
+    started = time.perf_counter()
+    for _ in range(repetitions):
+        with world.compilation():
+            pass
+    return round((time.perf_counter() - started) / repetitions * 1e6, 2)
+
+
+def profiled(launch: Any) -> Any:
+    """``launch`` under cProfile; returns (the launch, a function giving the top entries)."""
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+
+    def run(epoch: int) -> Any:
+        profile.enable()
+        try:
+            return launch(epoch)
+        finally:
+            profile.disable()
+
+    def top(entries: int = 30) -> str:
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(entries)
+        return text.getvalue()
+
+    return run, top
+
+
 def main() -> int:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "/tmp")
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -159,6 +196,13 @@ def main() -> int:
         cost["seed_in_one_block_us"], epoch = timed["per_launch_us"], timed["next_epoch"]
         timed = time_per_launch(buffers, epoch, lambda e: launch_in_block(buffers, e))
         cost["seed_block_around_each_launch_us"], epoch = timed["per_launch_us"], timed["next_epoch"]
+        cost["compilation_enter_exit_us"] = enter_exit_cost(world)
+        if os.environ.get("ABOLETH_PROFILE_LAUNCHES") == "1":
+            launch, top = profiled(lambda e: launch_in_block(buffers, e))
+            timed = time_per_launch(buffers, epoch, launch)
+            epoch = timed["next_epoch"]
+            if boot.rank == 0:
+                report["launch_profile"] = top()
         cost["block_around_each_launch_over_plain"] = round(
             cost["seed_block_around_each_launch_us"] / cost["plain_triton_kernel_us"], 3)
         report["launch_cost"] = cost

@@ -31,6 +31,7 @@ use aboleth_passes::{
     stats::{KernelStats, count_kernel},
 };
 use aboleth_sim::{
+    CostModel,
     mutations::Mutation,
     validation::{KernelValidation, ValidationOptions, validate, validate_per_rank},
 };
@@ -232,6 +233,10 @@ enum Command {
         /// Scheduler steps per run before it is reported as not terminating.
         #[arg(long, default_value_t = 2_000_000)]
         step_limit: u64,
+        /// The measured machine simulated time is counted for: two H200 over NVLink, or two
+        /// ranks on one H200 under CUDA MPS (crates/aboleth-sim/src/cost_model.rs).
+        #[arg(long, value_name = "NAME", value_parser = PossibleValuesParser::new(CostModel::PROFILE_NAMES), default_value = CostModel::PROFILE_NAMES[0])]
+        cost_model: String,
         #[command(flatten)]
         python: PythonKernelArguments,
     },
@@ -347,6 +352,7 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             stats,
             mutate,
             step_limit,
+            cost_model,
             python: python_kernel,
         } => {
             let passes_on = PipelineArguments {
@@ -361,6 +367,8 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             options.seed = seed;
             options.rounds = rounds;
             options.step_limit = step_limit;
+            options.cost_model = CostModel::named(&cost_model)
+                .expect("clap accepted one of CostModel::PROFILE_NAMES");
             options.disabled_passes = passes_on.disabled;
             options.immediate_signals = passes_on.immediate_signals;
             options.packet_signals = passes_on.packet_signals;

@@ -24,6 +24,7 @@ use aboleth_ir::{Diagnostic, pliron::context::Context, text::parse_module, walk:
 use aboleth_passes::pipeline::{PipelineOptions, run_pipeline};
 
 use crate::{
+    CostModel,
     interpreter::{
         DEFAULT_MEMORY_LIMIT_BYTES, ProgressHook, RoundReport, SimulationOptions,
         SimulationOutcome, check_memory, simulate_per_rank,
@@ -72,6 +73,13 @@ pub struct ValidationOptions {
     /// on, one line every [`PROGRESS_EVERY_SECONDS`] (kernel, configuration, schedule k of K,
     /// launch, steps). Default: when stderr is a terminal.
     pub progress: bool,
+    /// The latencies and bandwidths simulated time is counted in (default
+    /// [`CostModel::default`], the 2 x H200 NVLink profile; see [`CostModel::named`]).
+    pub cost_model: CostModel,
+    /// Bytes per store of a p2p copy ([`SimulationOptions::p2p_store_bytes`]): how finely its
+    /// stores may be reordered. Simulated time does not depend on it (a copy costs its whole
+    /// length); larger pieces make megabyte copies fast to simulate.
+    pub p2p_store_bytes: u64,
 }
 
 /// The most ranks a validation runs: every rank pair has its own queues, so memory and time
@@ -112,6 +120,8 @@ impl ValidationOptions {
             packet_signals: false,
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
             progress: std::io::stderr().is_terminal(),
+            cost_model: CostModel::default(),
+            p2p_store_bytes: SimulationOptions::new(2).p2p_store_bytes,
         }
     }
 
@@ -163,6 +173,8 @@ impl ValidationOptions {
             step_limit: self.step_limit,
             sq_basic_block_count: self.sq_basic_block_count,
             memory_limit_bytes: self.memory_limit_bytes,
+            cost_model: self.cost_model.clone(),
+            p2p_store_bytes: self.p2p_store_bytes,
             ..SimulationOptions::new(self.ranks)
         }
     }

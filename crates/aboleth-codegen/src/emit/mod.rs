@@ -47,7 +47,7 @@ use aboleth_ttir::{OperationId, TtirModule, ValueNamer};
 
 use crate::BridgeError;
 use crate::lift::{Entry, LiftedKernel};
-use waits::{WaitBound, WaitReport};
+use waits::{WaitBound, WaitLog, WaitReport};
 
 /// Elements (bytes or 8-byte words) copied per iteration of a p2p copy loop: one tensor.
 pub const P2P_COPY_CHUNK_ELEMENTS: i64 = 1024;
@@ -166,8 +166,8 @@ struct Generator<'a> {
     edits: Vec<Edit>,
     /// Nesting depth of the block being generated (0: the kernel's body).
     depth: usize,
-    /// The wait-failure log address and this rank, once an endpoint handle gave them.
-    wait_log: Option<(String, String)>,
+    /// The wait-failure log, this rank and the waits' bound, once an endpoint handle gave them.
+    wait_log: Option<WaitLog>,
     /// p2p: the peer region's base address, read at its `ab.remote`, by the descriptor
     /// address's TTIR name (what `remote_address` adds an offset to).
     remote_bases: HashMap<String, String>,

@@ -26,7 +26,7 @@ use aboleth_abi::{EndpointHandle, RemoteRegionDescriptor};
 use aboleth_ir::pliron::{context::Ptr, operation::Operation, value::Value};
 use core::mem::offset_of;
 
-use super::{BridgeError, Generator, Repr, WaitBound, WaitReport};
+use super::{BridgeError, Generator, Repr, WaitBound, WaitLog, WaitReport};
 
 // The PTX below reads packets as two little-endian u64 halves {payload, flag}.
 const _: () = assert!(offset_of!(Packet, payload_low) == 0 && offset_of!(Packet, flag_first) == 4);
@@ -356,7 +356,7 @@ impl Generator<'_> {
         flag: &str,
         bound: Option<&WaitBound>,
     ) -> Result<PacketWait, BridgeError> {
-        let (Some(bound), Some((_, rank))) = (bound, self.wait_log.clone()) else {
+        let (Some(bound), Some(WaitLog { rank, .. })) = (bound, self.wait_log.clone()) else {
             return Err(BridgeError::plain(format!(
                 "a wait of a kernel with packet signals (line {}) needs an endpoint created at the kernel's top level: its handle names this rank and its wait-failure log",
                 aboleth_ir::Diagnostic::at_op(self.ctx, op, "").line

@@ -13,7 +13,7 @@ use aboleth_ir::{
 
 use aboleth_abi::Transport;
 
-use super::{BridgeError, Generator, Repr, ab_type_text};
+use super::{BridgeError, Generator, Repr, WaitLog, ab_type_text};
 
 impl Generator<'_> {
     pub(super) fn repr(&self, value: Value) -> Result<Repr, BridgeError> {
@@ -254,8 +254,10 @@ impl Generator<'_> {
     }
 
     /// `ab.endpoint`: the address of the peer's endpoint handle in the table; the first top-level
-    /// one also gives the wait-failure log and this rank to every later wait, and on mlx5 the
-    /// handle is checked before anything is posted.
+    /// one also gives the wait-failure log, this rank and the waits' bound (the log's timeout,
+    /// read here once: the log is host memory, and a read of it in front of every wait costs a
+    /// PCIe round trip per wait) to every later wait, and on mlx5 the handle is checked before
+    /// anything is posted.
     pub(super) fn endpoint(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let table = self.i64(self.operand(op, 0))?;
         let peer = self.i64(self.operand(op, 1))?;
@@ -273,7 +275,12 @@ impl Generator<'_> {
                 core::mem::offset_of!(aboleth_abi::EndpointHandle, local_rank) as u64,
                 32,
             );
-            self.wait_log = Some((log, rank));
+            let timeout = self.load_field(
+                &log,
+                aboleth_abi::WaitFailureLogHeader::TIMEOUT_NANOSECONDS_OFFSET_BYTES,
+                64,
+            );
+            self.wait_log = Some(WaitLog { log, rank, timeout });
         }
         if self.target == Transport::Mlx5 {
             self.exit_unless_supported_mlx5_endpoint(op, &address);

@@ -1,6 +1,7 @@
 //! Waits and their bound: `gpu.wait_flag` (every thread polls the flag; a receiving wait also
 //! drains the mlx5 receive CQ, a packet wait unpacks), and the bookkeeping every bounded wait
-//! shares: the site id and bound read from the wait-failure log before the loop
+//! shares: the site id, the bound (the wait-failure log's timeout, read once per launch where
+//! the first top-level endpoint gives the log: [`WaitLog`]) and the start time before the loop
 //! ([`WaitBound`]), the give-up test inside it, and the failure record it writes
 //! (`aboleth_abi::WaitFailureRecord`, through the `wait_failure_record.ptx` template) before it
 //! asks the rank's other waits to give up and exits. Queue waits (ring space, publication
@@ -108,19 +109,14 @@ impl Generator<'_> {
         );
     }
 
-    /// Before a wait's loop: its site (for the plan summary's source line), the bound read from
-    /// the wait-failure log and the start time. `None` when no endpoint handle gave the log yet
-    /// (the wait is then unbounded).
+    /// Before a wait's loop: its site (for the plan summary's source line), the bound (read
+    /// from the wait-failure log once per launch, [`WaitLog`]) and the start time. `None` when
+    /// no endpoint handle gave the log yet (the wait is then unbounded).
     pub(super) fn wait_bound(&mut self, op: Ptr<Operation>) -> Option<WaitBound> {
-        let (log, rank) = self.wait_log.clone()?;
+        let WaitLog { log, rank, timeout } = self.wait_log.clone()?;
         let site = self.wait_sites.len();
         let diagnostic = aboleth_ir::Diagnostic::at_op(self.ctx, op, "");
         self.wait_sites.push(diagnostic.line);
-        let timeout = self.load_field(
-            &log,
-            aboleth_abi::WaitFailureLogHeader::TIMEOUT_NANOSECONDS_OFFSET_BYTES,
-            64,
-        );
         let dummy = self.constant_i64(0);
         let start = self.globaltimer(&dummy);
         Some(WaitBound {
@@ -247,6 +243,19 @@ impl Generator<'_> {
     pub(super) fn globaltimer(&mut self, after: &str) -> String {
         self.assign("ab_now", format!("tt.elementwise_inline_asm \"mov.u64 $0, %globaltimer;\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {after} : i64 -> i64"))
     }
+}
+
+/// What the first top-level `ab.endpoint` reads from its handle for every later wait
+/// (`Generator::endpoint`): values defined in the kernel's body, so they dominate every wait.
+#[derive(Clone)]
+pub(super) struct WaitLog {
+    /// The wait-failure log's address (i64).
+    pub(super) log: String,
+    /// This rank (i64).
+    pub(super) rank: String,
+    /// The log's `timeout_nanoseconds` (i64; 0: unbounded), read once per launch: the host
+    /// sets it before launching (`ABOLETH_WAIT_TIMEOUT_MS`) and never while a kernel runs.
+    pub(super) timeout: String,
 }
 
 /// A bounded wait's bookkeeping, computed before its loop ([`Generator::wait_bound`]).

@@ -259,7 +259,10 @@ impl<'k> World<'k> {
                 .remove(&(thread, store.program_order))
             {
                 let time = self.threads[thread].clock_nanoseconds
-                    + self.options.cost_model.nvlink_one_way_latency_nanoseconds;
+                    + self
+                        .options
+                        .cost_model
+                        .peer_store_one_way_latency_nanoseconds;
                 self.deliver(store.target_rank, store.address, signal, time);
             }
         }

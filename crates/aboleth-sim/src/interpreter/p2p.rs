@@ -60,7 +60,7 @@ impl<'k> World<'k> {
             .or_default()
             .push(record);
         self.counts.payload_bytes += length_bytes;
-        let cost = self.options.cost_model.nvlink_store(length_bytes).0;
+        let cost = self.options.cost_model.peer_store(length_bytes).0;
         self.advance_clock(thread, cost);
         Ok(Step::Effect)
     }
@@ -81,7 +81,7 @@ impl<'k> World<'k> {
         self.check_same_peer(thread, site, peer, flag.peer)?;
         let value = self.integer(thread, value)?;
         let record = self.take_signal_record(thread, peer, site, flag.address, (operation, value));
-        let latency = cost.nvlink_one_way_latency_nanoseconds;
+        let latency = cost.peer_store_one_way_latency_nanoseconds;
         match operation {
             SignalOperation::Set => {
                 self.counts.flag_stores += 1;

@@ -113,7 +113,7 @@ impl<'k> World<'k> {
             .insert((peer, slot_address), PacketTransfer { value, signal });
         self.counts.payload_bytes += length_bytes;
         let wire_bytes = (packets.len() * aboleth_abi::packet::Packet::SIZE_BYTES) as u64;
-        let cost = self.options.cost_model.nvlink_store(wire_bytes).0;
+        let cost = self.options.cost_model.peer_store(wire_bytes).0;
         self.advance_clock(thread, cost);
         Ok(Step::Effect)
     }
