@@ -31,6 +31,7 @@ from .hook import (
     compilation,
     current_config,
     install,
+    is_dormant,
     is_installed,
     uninstall,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "compilation",
     "current_config",
     "install",
+    "is_dormant",
     "is_installed",
     "uninstall",
     "DeviceTable",

@@ -43,7 +43,10 @@ salted cache directory stay until :func:`uninstall` restores them. A kernel with
 directory: the same binary, in another directory; and Triton still finds there the kernels the
 last configuration compiled (as it finds them in the functions' memory). The next block finds everything in place. If
 the cache directory's override was changed while dormant, the next block takes the new one as
-its base.
+its base; so is the directory ``TRITON_CACHE_DIR`` / ``TRITON_HOME`` name when they change (a
+test suite's per-test cache directories), and a hook slot somebody emptied (``knobs.runtime``
+``reset()`` or ``scope()``) gets aboleth's hook back. :func:`is_dormant` says whether the hooks
+are in place with no configuration in force.
 
 Threads: one lock guards install, uninstall and the configuration; each compilation reads the
 configuration once, when the hook runs, so its stage uses one configuration. The configuration is
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -84,6 +88,7 @@ __all__ = [
     "uninstall",
     "compilation",
     "is_installed",
+    "is_dormant",
     "current_config",
     "cache_salt",
 ]
@@ -218,17 +223,48 @@ class _SavedCacheDir:
     base: str
     had_override: bool
     override: Any
+    # Without an override, ``base`` comes from the environment and the home knob: what
+    # ``_environment_key()`` read then, so that a later change is seen.
+    environment_key: Tuple[Any, ...] = ()
 
     @classmethod
-    def capture(cls) -> "_SavedCacheDir":
+    def capture(cls, ignoring: Any = _MISSING) -> "_SavedCacheDir":
+        """The cache directory state now; ``ignoring``: an override of ours, read as absent."""
         overrides = vars(knobs.cache)
-        return cls(base=knobs.cache.dir, had_override="dir" in overrides, override=overrides.get("dir"))
+        ours = ignoring is not _MISSING and overrides.get("dir", _MISSING) == ignoring
+        if ours:
+            del overrides["dir"]
+        try:
+            had_override = "dir" in overrides
+            return cls(base=knobs.cache.dir, had_override=had_override, override=overrides.get("dir"),
+                       environment_key=() if had_override else _environment_key())
+        finally:
+            if ours:
+                overrides["dir"] = ignoring
+
+    def environment_moved(self) -> bool:
+        """Whether ``base`` came from the environment and the environment changed since."""
+        return not self.had_override and _environment_key() != self.environment_key
 
     def restore(self) -> None:
         if self.had_override:
             _set_cache_directory(self.override)
         else:
             vars(knobs.cache).pop("dir", None)
+
+
+# CPython's bytes-keyed dictionary behind ``os.environ`` (kept in step by its ``__setitem__``):
+# a lookup there costs a tenth of ``os.environ.get``, which encodes the key and decodes the value.
+_ENVIRON_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def _environment_key() -> Tuple[Any, ...]:
+    """What the cache knob's default is made of: ``TRITON_CACHE_DIR``, ``TRITON_HOME`` and the
+    home knob's override."""
+    home = vars(knobs.cache).get("home_dir", _MISSING)
+    if isinstance(_ENVIRON_DATA, dict):
+        return (_ENVIRON_DATA.get(b"TRITON_CACHE_DIR"), _ENVIRON_DATA.get(b"TRITON_HOME"), home)
+    return (os.environ.get("TRITON_CACHE_DIR"), os.environ.get("TRITON_HOME"), home)
 
 
 def _set_cache_directory(directory: Any) -> None:
@@ -277,6 +313,18 @@ class _Installation:
     def known_cache_directory(self, salt: str) -> Optional[str]:
         """The salted directory of ``salt`` if this installation made it already."""
         return self._directories.get(salt)
+
+    def take_back_emptied_slots(self) -> None:
+        """Puts the hooks back into a slot somebody emptied (``knobs.runtime.reset()``, a
+        ``knobs.runtime.scope()`` entered before the installation, a tool restoring ``None``):
+        without the post-compile hook, functions' caches would not follow the configuration.
+        A slot holding another function is left alone (it may be a tool chained on top)."""
+        if knobs.runtime.add_stages_inspection_hook is None:
+            self.previous_hook = None
+            knobs.runtime.add_stages_inspection_hook = self.hook
+        if knobs.runtime.jit_post_compile_hook is None:
+            self.previous_post_compile_hook = None
+            knobs.runtime.jit_post_compile_hook = self.post_compile_hook
 
     def owns_cache_directory(self, directory: Any) -> bool:
         """Whether ``directory`` is one of the salted directories this installation set."""
@@ -469,15 +517,23 @@ def _apply(remove: bool = False) -> None:
             knobs.runtime.add_stages_inspection_hook = installation.hook
             knobs.runtime.jit_post_compile_hook = installation.post_compile_hook
             _installation = installation
+        else:
+            _installation.take_back_emptied_slots()
         salt = _salt_of(config)
         directory = _installation.cache_directory(salt)
         override = vars(knobs.cache).get("dir", _MISSING)
+        owned = _installation.owns_cache_directory(override)
+        if not fresh and owned and _installation.saved_cache.environment_moved():
+            # TRITON_CACHE_DIR or TRITON_HOME changed (while dormant, or meanwhile): the
+            # directory they name now is the base.
+            _installation.rebase(_SavedCacheDir.capture(ignoring=override))
+            directory = _installation.cache_directory(salt)
+        elif not fresh and not owned and override != directory:
+            # Somebody moved the cache directory (while dormant, or meanwhile): it is the
+            # base from now on, and what uninstall() restores.
+            _installation.rebase(_SavedCacheDir.capture())
+            directory = _installation.cache_directory(salt)
         if override != directory:
-            if not fresh and not _installation.owns_cache_directory(override):
-                # Somebody moved the cache directory (while dormant, or meanwhile): it is the
-                # base from now on, and what uninstall() restores.
-                _installation.rebase(_SavedCacheDir.capture())
-                directory = _installation.cache_directory(salt)
             _set_cache_directory(directory)
         if config != _config:
             _config = config
@@ -546,6 +602,14 @@ def uninstall() -> bool:
         return was_installed
 
 
+def is_dormant() -> bool:
+    """Whether the hook is in its slot with no configuration in force: what ended
+    ``compilation()`` blocks leave (see the module documentation); :func:`uninstall` takes it
+    out and restores the cache directory."""
+    with _lock:
+        return _installation is not None and _config is None
+
+
 def is_installed() -> bool:
     """Whether the aboleth hook is installed with a configuration in force (:func:`install`, or
     an active ``compilation()`` block); a dormant installation (see the module documentation)
@@ -563,36 +627,49 @@ def current_config() -> Optional[Config]:
 class _CompilationBlock:
     """The context manager :func:`compilation` returns: one per configuration, made once (it is
     on the launch path of the seed's host example, which enters a block around every launch). It
-    may be entered again once left, nested, and by several threads at once: each entry pushes this
-    block's ``(block, configuration)`` pair and each exit removes the newest one of them; all of
-    them carry the same configuration, so which one goes does not matter."""
+    may be entered again once left, nested, and by several threads at once: each entry pushes a
+    fresh ``(token, configuration)`` pair, remembered per thread and asyncio task, and its exit removes exactly
+    that pair (an exit after :func:`uninstall` cleared the list removes nothing, and never
+    another thread's entry)."""
 
-    __slots__ = ("config", "_entry")
+    __slots__ = ("config", "_tokens")
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._entry: Tuple[object, Config] = (self, config)
+        # Per thread and per asyncio task (each runs in its own context): the entries it made.
+        self._tokens: "contextvars.ContextVar[Tuple[Tuple[object, Config], ...]]" = contextvars.ContextVar(
+            f"aboleth_compilation_{id(self)}", default=())
 
     def __enter__(self) -> Config:
         global _config
         config = self.config
+        entry = (object(), config)
+        self._tokens.set(self._tokens.get() + (entry,))
         with _lock:
             installation = _installation
             if (_config is None and not _contexts and _explicit_config is None and installation is not None
                     and _selected_salt is not None and config.__dict__.get("_salt") == _selected_salt
-                    and vars(knobs.cache).get("dir", _MISSING) == installation.known_cache_directory(_selected_salt)):
+                    and vars(knobs.cache).get("dir", _MISSING) == installation.known_cache_directory(_selected_salt)
+                    and knobs.runtime.add_stages_inspection_hook is installation.hook
+                    and knobs.runtime.jit_post_compile_hook is installation.post_compile_hook
+                    and not installation.saved_cache.environment_moved()):
                 # Dormant as this configuration left it (its caches selected, its directory the
-                # override): what _apply() would do comes down to putting it back in force.
-                _contexts.append(self._entry)
+                # override, both hooks in their slots, the base where it was): what _apply()
+                # would do comes down to putting it back in force.
+                _contexts.append(entry)
                 _config = config
                 return config
-            _contexts.append(self._entry)
+            _contexts.append(entry)
             _apply()
         return config
 
     def __exit__(self, *exc_info: Any) -> None:
         global _config
-        entry = self._entry
+        stack = self._tokens.get()
+        if not stack:
+            return
+        entry = stack[-1]
+        self._tokens.set(stack[:-1])
         with _lock:
             # uninstall() may have cleared the list already; blocks mostly end innermost first.
             for index in range(len(_contexts) - 1, -1, -1):

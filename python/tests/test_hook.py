@@ -446,6 +446,50 @@ def test_a_hook_chained_on_top_of_a_dormant_installation_keeps_both_working():
     assert knobs.runtime.add_stages_inspection_hook is on_top
 
 
+def test_an_exit_after_uninstall_leaves_another_threads_entry_of_the_block_alone():
+    import threading
+
+    block = aboleth.compilation(target="p2p")
+    inside, left = threading.Event(), threading.Event()
+
+    def first_thread() -> None:
+        block.__enter__()
+        inside.set()
+        left.wait()
+        block.__exit__(None, None, None)  # its block was ended by uninstall() meanwhile
+
+    thread = threading.Thread(target=first_thread)
+    thread.start()
+    inside.wait()
+    aboleth.uninstall()
+    with block as config:
+        left.set()
+        thread.join()
+        assert aboleth.current_config() == config
+    assert aboleth.current_config() is None
+
+
+def test_a_cache_directory_moved_in_the_environment_while_dormant_is_the_next_base(tmp_path, monkeypatch):
+    with aboleth.compilation(target="p2p"):
+        pass
+    assert aboleth.is_dormant()
+    moved = str(tmp_path / "next-test")
+    monkeypatch.setenv("TRITON_CACHE_DIR", moved)
+    with aboleth.compilation(target="p2p") as config:
+        assert knobs.cache.dir == os.path.join(moved, f"aboleth-{aboleth.cache_salt(config)}")
+    aboleth.uninstall()
+    assert knobs.cache.dir == moved and not aboleth.is_dormant()
+
+
+def test_an_emptied_stage_slot_is_taken_back_by_the_next_block():
+    with aboleth.compilation(target="mlx5"):
+        pass
+    with knobs.runtime.scope():
+        knobs.runtime.add_stages_inspection_hook = None
+        with aboleth.compilation(target="mlx5"):
+            assert compile_kernel(seed_kernels.alltoall, SEED_SIGNATURE, SEED_CONSTEXPRS).asm["cubin"]
+
+
 def test_a_compilation_block_can_be_entered_again_and_nested():
     block = aboleth.compilation(target="p2p")
     assert aboleth.compilation(target="p2p") is block  # one per configuration

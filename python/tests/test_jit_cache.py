@@ -15,6 +15,7 @@ from typing import Any, List
 
 import pytest
 import triton
+from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 from triton.runtime.jit import MockTensor
@@ -124,3 +125,21 @@ def test_uninstall_gives_the_post_compile_hook_slot_back():
         assert triton.knobs.runtime.jit_post_compile_hook is other_tool
     finally:
         triton.knobs.runtime.jit_post_compile_hook = None
+
+
+def test_hook_slots_emptied_while_dormant_are_taken_back(compile_only_driver, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    kernel = triton.jit(seed_kernels.alltoall.fn)
+    with aboleth.compilation(target="p2p"):
+        pass  # dormant from here
+    # What knobs.runtime.reset(), a scope() entered before the installation or a profiler
+    # restoring None does to the slots.
+    knobs.runtime.add_stages_inspection_hook = None
+    knobs.runtime.jit_post_compile_hook = None
+    with aboleth.compilation(target="p2p"):
+        p2p = warm_up_seed(kernel)
+    with aboleth.compilation(target="proxy"):
+        proxy = warm_up_seed(kernel)
+    assert hasattr(p2p.metadata, "aboleth") and hasattr(proxy.metadata, "aboleth")
+    # Without the post-compile hook back, the proxy block would find the p2p kernel in memory.
+    assert proxy is not p2p and ptx_of(proxy) != ptx_of(p2p)
