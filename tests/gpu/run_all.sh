@@ -11,6 +11,7 @@
 # tests/gpu/results/). Exit status: 0 when every rank passed.
 set -u
 source "$(dirname "$0")/common.sh"
+start_mps_if_ranks_share_gpus
 command="ABOLETH_TRANSPORT=$transport NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 timeout 300 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port tests/gpu/seed_alltoall.py $out_dir"
 echo "+ $command"
 started=$(date +%s.%N)
@@ -20,5 +21,5 @@ status=${PIPESTATUS[0]}
 finished=$(date +%s.%N)
 TRANSPORT=$transport STATUS=$status STARTED=$started FINISHED=$finished COMMAND="$command" MACHINE_KIND=$machine NPROC=$nproc \
     python3 tests/gpu/merge_reports.py "$out_dir" seed_alltoall seed-alltoall \
-    "tests/gpu/seed_alltoall.py: the seed's host example verbatim over $transport, 1000 checked rounds, 8 B..4 MiB per peer"
+    "tests/gpu/seed_alltoall.py: the seed's host example verbatim over $transport, 1000 checked rounds, 8 B..4 MiB per peer$mps_note"
 exit $status
