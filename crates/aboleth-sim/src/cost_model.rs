@@ -15,7 +15,7 @@
 //!   (`nvidia-h200-x2`), from `tests/gpu/results/2026-11-30-*-nvidia-h200-x2.json` and DESIGN.md §6.
 //! - `h200-two-ranks-one-gpu-mps` ([`CostModel::h200_two_ranks_one_gpu_mps`]): two ranks on one
 //!   H200 under CUDA MPS (peer memory is the same GPU's HBM, not NVLink), from
-//!   `experiments/bench/results/2026-12-02-bench-nvidia-h200-2ranks-mps-base-at-remote.json`
+//!   `experiments/bench/results/2026-12-02-bench-nvidia-h200-2ranks-mps-final.json`
 //!   (called BENCH below; rows are `suite alltoall, system aboleth, transport T, variant V,
 //!   num_warps 4` unless named otherwise: 4 warps is Triton's default, the seed's launch).
 //!
@@ -29,11 +29,11 @@
 //!
 //! | parameter | `h200-nvlink` (default) | `h200-two-ranks-one-gpu-mps` | source |
 //! | --- | --- | --- | --- |
-//! | `peer_store_bandwidth_bytes_per_second` | 36.6 GB/s | 33.9 GB/s | measured, one program (one CTA of 4 warps) copying to its peer: nvlink: `2026-11-30-seed-alltoall-nvidia-h200-x2.json` sizes, slowest rank's launch medians, 3 MiB / (123.36 us at 4 MiB - 37.33 us at 1 MiB); the launch overhead cancels. mps: BENCH p2p passes-on, 3 MiB / (153.52 us at 4 MiB - 60.77 us at 1 MiB). Not the 368 GB/s of >= 66 CTAs (DESIGN.md §6): the simulator has no contention, so the bandwidth is one program's |
-//! | `peer_store_one_way_latency_nanoseconds` | 1260 ns | 1300 ns | measured: nvlink: `2026-11-30-packet-latency-nvidia-h200-x2.json` release_store 8 B, 5.048 us ping-pong round trip / 2 = 2.524 us one way = 2 x latency; mps: BENCH p2p passes-on 8 B round 2.600 us = 2 x latency |
-//! | `gpu_host_one_way_latency_nanoseconds` | 1625 ns | 969 ns | measured: nvlink: DESIGN.md §6 flag round trip 3.25 us / 2; mps: BENCH `system flag-round-trip` row, 1.938 us / 2 |
-//! | `copy_engine_bandwidth_bytes_per_second` | 395 GB/s | 244 GB/s | measured: nvlink: DESIGN.md §6 (copy engine GPU0 -> GPU1); mps: BENCH proxy passes-on, (4 MiB - 8 B) / (40.81 us - 23.61 us) |
-//! | `copy_engine_launch_latency_nanoseconds` | 19300 ns | 19300 ns | measured on mps: BENCH proxy passes-on 8 B round 23.61 us minus the modelled rest (4 x 969 + 2 x 100 + 200 + 40 ns): the proxy thread issuing a copy and waiting for it. nvlink: the same figure (the host software is the same; the x2 files time whole launches only, which `calibration.rs` checks it against) |
+//! | `peer_store_bandwidth_bytes_per_second` | 36.6 GB/s | 36.0 GB/s | measured, one program (one CTA of 4 warps) copying to its peer: nvlink: `2026-11-30-seed-alltoall-nvidia-h200-x2.json` sizes, slowest rank's launch medians, 3 MiB / (123.36 us at 4 MiB - 37.33 us at 1 MiB); the launch overhead cancels. mps: BENCH p2p passes-on, 3 MiB / (139.87 us at 4 MiB - 52.48 us at 1 MiB). Not the 368 GB/s of >= 66 CTAs (DESIGN.md §6): the simulator has no contention, so the bandwidth is one program's |
+//! | `peer_store_one_way_latency_nanoseconds` | 1260 ns | 589 ns | measured: nvlink: `2026-11-30-packet-latency-nvidia-h200-x2.json` release_store 8 B, 5.048 us ping-pong round trip / 2 = 2.524 us one way = 2 x latency; mps: BENCH p2p passes-on 8 B round 1.177 us = 2 x latency |
+//! | `gpu_host_one_way_latency_nanoseconds` | 1625 ns | 1021 ns | measured: nvlink: DESIGN.md §6 flag round trip 3.25 us / 2; mps: BENCH `system flag-round-trip` row, 2.043 us / 2 |
+//! | `copy_engine_bandwidth_bytes_per_second` | 395 GB/s | 129 GB/s | measured: nvlink: DESIGN.md §6 (copy engine GPU0 -> GPU1); mps: BENCH proxy passes-on, (4 MiB - 8 B) / (55.32 us - 22.82 us) |
+//! | `copy_engine_launch_latency_nanoseconds` | 18290 ns | 18290 ns | measured on mps: BENCH proxy passes-on 8 B round 22.82 us minus the modelled rest (4 x 1021 + 2 x 100 + 200 + 40 ns): the proxy thread issuing a copy and waiting for it. nvlink: the same figure (the host software is the same; the x2 files time whole launches only, which `calibration.rs` checks it against) |
 //! | `pcie_mmio_doorbell_write_nanoseconds` | 500 ns | 500 ns | assumed (no NIC measured) |
 //! | `nic_wqe_fetch_latency_nanoseconds` | 400 ns | 400 ns | assumed (one PCIe read by the NIC) |
 //! | `nic_wqe_fetch_bandwidth_bytes_per_second` | 25 GB/s | 25 GB/s | assumed (64 B per basic block) |
@@ -164,7 +164,7 @@ impl CostModel {
             fence_gpu_nanoseconds: 200,
             fence_sys_nanoseconds: 800,
             copy_engine_bandwidth_bytes_per_second: 395_000_000_000,
-            copy_engine_launch_latency_nanoseconds: 19_300,
+            copy_engine_launch_latency_nanoseconds: 18_290,
             proxy_entry_handling_nanoseconds: 100,
         }
     }
@@ -174,11 +174,11 @@ impl CostModel {
     /// the rest are the assumed values of [`CostModel::h200_nvlink`].
     pub fn h200_two_ranks_one_gpu_mps() -> Self {
         Self {
-            peer_store_bandwidth_bytes_per_second: 33_900_000_000,
-            peer_store_one_way_latency_nanoseconds: 1300,
-            gpu_host_one_way_latency_nanoseconds: 969,
-            copy_engine_bandwidth_bytes_per_second: 244_000_000_000,
-            copy_engine_launch_latency_nanoseconds: 19_300,
+            peer_store_bandwidth_bytes_per_second: 36_000_000_000,
+            peer_store_one_way_latency_nanoseconds: 589,
+            gpu_host_one_way_latency_nanoseconds: 1021,
+            copy_engine_bandwidth_bytes_per_second: 129_000_000_000,
+            copy_engine_launch_latency_nanoseconds: 18_290,
             ..Self::h200_nvlink()
         }
     }
@@ -317,7 +317,7 @@ mod tests {
         assert_eq!(model.peer_store(36_600), SimulatedNanoseconds(1260 + 1000));
         assert_eq!(model.nic_wqe_fetch(1), SimulatedNanoseconds(400 + 3));
         assert_eq!(model.nic_rdma_write(25_000), SimulatedNanoseconds(2500));
-        assert_eq!(model.copy_engine_copy(0), SimulatedNanoseconds(19_300));
+        assert_eq!(model.copy_engine_copy(0), SimulatedNanoseconds(18_290));
         assert_eq!(
             model.gpu_store_visible(true, MemoryKind::HostPinned, 8),
             SimulatedNanoseconds(1625)
@@ -334,7 +334,7 @@ mod tests {
         );
         let mps = CostModel::named("h200-two-ranks-one-gpu-mps").expect("a profile");
         assert_eq!(mps, CostModel::h200_two_ranks_one_gpu_mps());
-        assert_eq!(mps.gpu_host_one_way_latency_nanoseconds, 969);
+        assert_eq!(mps.gpu_host_one_way_latency_nanoseconds, 1021);
         // What is not measured under MPS is the NVLink profile's assumption.
         assert_eq!(
             mps.fence_sys_nanoseconds,
