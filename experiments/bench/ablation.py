@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import aboleth  # noqa: E402
-from common import (log, median, pattern, poison_for, rank_environment, row, timed_repetitions,  # noqa: E402
+from common import (RegisteredBuffers, log, median, pattern, poison_for, rank_environment, row, timed_repetitions,  # noqa: E402
                     write_rank_report)
 from kernels import stream_chains  # noqa: E402
 from tier2 import ABLATED_PASSES  # noqa: E402
@@ -75,18 +75,10 @@ def main() -> int:
     world.connect_all(arguments.transport)
     capacity = max(CHAIN_COUNTS) * BYTES_PER_CHAIN
     flags_bytes = 8 * n * max(CHAIN_COUNTS)
-    buffer = torch.zeros(2 * n * capacity + flags_bytes, dtype=torch.uint8, device="cuda")
-    registration = world.register(buffer)
-    table = world.exchange_regions({
-        "send": world.region("send", registration, offset=0, length=n * capacity),
-        "recv": world.region("recv", registration, offset=n * capacity, length=n * capacity),
-        "flags": world.region("flags", registration, offset=2 * n * capacity, length=flags_bytes),
-    })
-    send_all = buffer[:n * capacity]
-    recv_all = buffer[n * capacity:2 * n * capacity]
-    my_flags = buffer[2 * n * capacity:].view(torch.int64)
+    buffers = RegisteredBuffers(world, n, capacity, flags_bytes)
+    table, send, send_all, recv_all, my_flags = (buffers.table, buffers.send, buffers.send_all, buffers.recv_all,
+                                                 buffers.my_flags)
     posting_cycles = torch.zeros(1, dtype=torch.int64, device="cuda")
-    send = table.local("send")
     peer = 1 - rank
     clock_mhz = sm_clock_mhz()
     rows: List[Dict[str, Any]] = []

@@ -49,6 +49,33 @@ def rank_environment() -> Dict[str, int]:
     return {"rank": rank, "world_size": world_size, "local_rank": local_rank, "device": device}
 
 
+class RegisteredBuffers:
+    """One registered buffer per rank holding the all-to-all's send slices (``send_all``), receive
+    slices (``recv_all``) and flags (``my_flags``, int64), ``capacity`` bytes per peer, exchanged
+    as the regions "send", "recv" and "flags" of ``table``: what every suite launches against."""
+
+    def __init__(self, world: Any, world_size: int, capacity: int, flags_bytes: Optional[int] = None) -> None:
+        n = world_size
+        flags_bytes = 8 * n if flags_bytes is None else flags_bytes
+        self.buffer = torch.zeros(2 * n * capacity + flags_bytes, dtype=torch.uint8, device="cuda")
+        registration = world.register(self.buffer)
+        self.table = world.exchange_regions({
+            "send": world.region("send", registration, offset=0, length=n * capacity),
+            "recv": world.region("recv", registration, offset=n * capacity, length=n * capacity),
+            "flags": world.region("flags", registration, offset=2 * n * capacity, length=flags_bytes),
+        })
+        self.send_all = self.buffer[:n * capacity]
+        self.recv_all = self.buffer[n * capacity:2 * n * capacity]
+        self.my_flags = self.buffer[2 * n * capacity:].view(torch.int64)
+        self.send = self.table.local("send")
+
+    def launch_arguments(self) -> tuple:
+        """The seed's kernel arguments before the epoch: endpoints, recv, flags, send, send_key,
+        my_flags."""
+        return (self.table.endpoint_handles.view(torch.int64), self.table.regions("recv"),
+                self.table.regions("flags"), self.send.address, self.send.lkey, self.my_flags)
+
+
 def pattern(source_rank: int, destination_rank: int, length_bytes: int) -> torch.Tensor:
     """The bytes ``source_rank`` sends ``destination_rank``: a sequence every rank can regenerate."""
     index = torch.arange(length_bytes, device="cuda", dtype=torch.int64)

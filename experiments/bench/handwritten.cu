@@ -34,6 +34,19 @@ __device__ __forceinline__ long long load_acquire_system(const long long *addres
     return value;
 }
 
+// The CTA's threads copy BYTES from source to destination: 16-byte vectors, then bytes for a tail.
+__device__ __forceinline__ void copy_slice(unsigned char *destination, const unsigned char *source, long long bytes) {
+    const long long vectors = bytes / 16;
+    const int4 *source_vectors = reinterpret_cast<const int4 *>(source);
+    int4 *destination_vectors = reinterpret_cast<int4 *>(destination);
+    for (long long index = threadIdx.x; index < vectors; index += blockDim.x) {
+        destination_vectors[index] = source_vectors[index];
+    }
+    for (long long index = vectors * 16 + threadIdx.x; index < bytes; index += blockDim.x) {
+        destination[index] = source[index];
+    }
+}
+
 // One CTA per peer: blockIdx.x = peer index skipping this rank.
 __global__ void alltoall_rounds(const unsigned long long *peer_recv, const unsigned long long *peer_flags,
                                 const unsigned char *send, long long *my_flags, int rank,
@@ -42,17 +55,9 @@ __global__ void alltoall_rounds(const unsigned long long *peer_recv, const unsig
     unsigned char *destination = reinterpret_cast<unsigned char *>(peer_recv[peer]) + rank * bytes_per_peer;
     long long *remote_flag = reinterpret_cast<long long *>(peer_flags[peer]) + rank;
     const unsigned char *source = send + peer * bytes_per_peer;
-    const long long vectors = bytes_per_peer / 16;
-    const int4 *source_vectors = reinterpret_cast<const int4 *>(source);
-    int4 *destination_vectors = reinterpret_cast<int4 *>(destination);
     for (int round = 0; round < rounds; ++round) {
         const long long epoch = first_epoch + round;
-        for (long long index = threadIdx.x; index < vectors; index += blockDim.x) {
-            destination_vectors[index] = source_vectors[index];
-        }
-        for (long long index = vectors * 16 + threadIdx.x; index < bytes_per_peer; index += blockDim.x) {
-            destination[index] = source[index];
-        }
+        copy_slice(destination, source, bytes_per_peer);
         __syncthreads();
         if (threadIdx.x == 0) {
             store_release_system(remote_flag, epoch);
@@ -106,19 +111,11 @@ __global__ void alltoall_rounds_probe(const unsigned long long *peer_recv, const
     unsigned char *destination = reinterpret_cast<unsigned char *>(peer_recv[peer]) + rank * bytes_per_peer;
     long long *remote_flag = reinterpret_cast<long long *>(peer_flags[peer]) + rank;
     const unsigned char *source = send + peer * bytes_per_peer;
-    const long long vectors = bytes_per_peer / 16;
-    const int4 *source_vectors = reinterpret_cast<const int4 *>(source);
-    int4 *destination_vectors = reinterpret_cast<int4 *>(destination);
     const bool every_thread = poll_style == POLL_EVERY_THREAD || poll_style == POLL_EVERY_THREAD_TIMED;
     const bool timed = poll_style == POLL_EVERY_THREAD_TIMED || poll_style == POLL_THREAD_ZERO_TIMED;
     for (int round = 0; round < rounds; ++round) {
         const long long epoch = first_epoch + round;
-        for (long long index = threadIdx.x; index < vectors; index += blockDim.x) {
-            destination_vectors[index] = source_vectors[index];
-        }
-        for (long long index = vectors * 16 + threadIdx.x; index < bytes_per_peer; index += blockDim.x) {
-            destination[index] = source[index];
-        }
+        copy_slice(destination, source, bytes_per_peer);
         __syncthreads();
         if (threadIdx.x == 0) store_release_system(remote_flag, epoch);
         if (every_thread) {

@@ -55,7 +55,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import aboleth  # noqa: E402
-from common import (check_round, fill_send, log, median, pattern, poison_for, rank_environment, row,  # noqa: E402
+from common import (RegisteredBuffers, check_round, fill_send, log, median, pattern, poison_for, rank_environment, row,  # noqa: E402
                     sizes, timed_repetitions, write_rank_report)
 from kernels import alltoall, plain_alltoall  # noqa: E402
 
@@ -184,19 +184,9 @@ def main() -> int:
     dist.init_process_group("cpu:gloo,cuda:nccl" if with_nccl else "gloo")
     size_list = sizes(PER_LAUNCH_SIZES)
     capacity = max(size_list)
-    buffer = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
-    registration = world.register(buffer)
-    table = world.exchange_regions({
-        "send": world.region("send", registration, offset=0, length=n * capacity),
-        "recv": world.region("recv", registration, offset=n * capacity, length=n * capacity),
-        "flags": world.region("flags", registration, offset=2 * n * capacity, length=8 * n),
-    })
-    send_all = buffer[:n * capacity]
-    recv_all = buffer[n * capacity:2 * n * capacity]
-    my_flags = buffer[2 * n * capacity:].view(torch.int64)
-    send = table.local("send")
-    arguments_of_launch = (table.endpoint_handles.view(torch.int64), table.regions("recv"), table.regions("flags"),
-                           send.address, send.lkey, my_flags)
+    buffers = RegisteredBuffers(world, n, capacity)
+    send_all, recv_all, my_flags = buffers.send_all, buffers.recv_all, buffers.my_flags
+    arguments_of_launch = buffers.launch_arguments()
     rows = Rows(rank, n, arguments.transport)
     state = {"epoch": 2}  # never 1: Triton would specialize the seed's epoch on it
 

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import aboleth  # noqa: E402
 from kernels import alltoall_rounds  # noqa: E402
-from common import TIMED_LAUNCHES, check_round, fill_send, log, median, rank_environment  # noqa: E402
+from common import TIMED_LAUNCHES, RegisteredBuffers, check_round, fill_send, log, median, rank_environment  # noqa: E402
 
 #: The issue's sizes for the breakdown: a signal-sized put, the target's 256 B, and one where the
 #: copy itself starts to matter.
@@ -388,16 +388,9 @@ def main() -> int:
     transports = world.connect_all("proxy")
     sizes = [int(value) for value in arguments.sizes.split(",") if value.strip()]
     capacity = max(sizes)
-    buffer = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
-    registration = world.register(buffer)
-    table = world.exchange_regions({
-        "send": world.region("send", registration, offset=0, length=n * capacity),
-        "recv": world.region("recv", registration, offset=n * capacity, length=n * capacity),
-        "flags": world.region("flags", registration, offset=2 * n * capacity, length=8 * n),
-    })
-    buffers = {"send": buffer[:n * capacity], "recv": buffer[n * capacity:2 * n * capacity],
-               "flags": buffer[2 * n * capacity:].view(torch.int64)}
-    send = table.local("send")
+    registered = RegisteredBuffers(world, n, capacity)
+    table, send = registered.table, registered.send
+    buffers = {"send": registered.send_all, "recv": registered.recv_all, "flags": registered.my_flags}
     rows: List[Dict[str, Any]] = []
     failures: List[str] = []
     epoch = 1

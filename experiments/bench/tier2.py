@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import aboleth  # noqa: E402
 from kernels import alltoall_rounds  # noqa: E402
-from common import log, measure_rounds, rank_environment, row, sizes, write_rank_report  # noqa: E402
+from common import RegisteredBuffers, log, measure_rounds, rank_environment, row, sizes, write_rank_report  # noqa: E402
 
 #: The planning passes BENCH_ABLATE=1 disables one at a time (those that act on p2p and proxy).
 ABLATED_PASSES = ["eliminate-dead-communication", "size-buffers", "inline-small-payloads",
@@ -47,17 +47,9 @@ def main() -> int:
     world = aboleth.World(rank, n, device=torch.cuda.current_device(), bootstrap=boot)
     world.connect_all(arguments.transport)
     capacity = max(sizes())
-    buffer = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
-    registration = world.register(buffer)
-    table = world.exchange_regions({
-        "send": world.region("send", registration, offset=0, length=n * capacity),
-        "recv": world.region("recv", registration, offset=n * capacity, length=n * capacity),
-        "flags": world.region("flags", registration, offset=2 * n * capacity, length=8 * n),
-    })
-    send_all = buffer[:n * capacity]
-    recv_all = buffer[n * capacity:2 * n * capacity]
-    my_flags = buffer[2 * n * capacity:].view(torch.int64)
-    send = table.local("send")
+    buffers = RegisteredBuffers(world, n, capacity)
+    table, send, send_all, recv_all, my_flags = (buffers.table, buffers.send, buffers.send_all, buffers.recv_all,
+                                                 buffers.my_flags)
     configurations: List[Dict[str, Any]] = [{"variant": "passes-on"}, {"variant": "passes-off", "passes_off": True}]
     if os.environ.get("BENCH_ABLATE") == "1":
         configurations += [{"variant": f"without-{name}", "disabled_passes": [name]} for name in ABLATED_PASSES]
