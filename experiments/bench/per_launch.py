@@ -210,8 +210,8 @@ def main() -> int:
             its module, and CUDA's (lazy) loading can wait for the kernels in flight: over the
             proxy those wait for the proxy thread, whose driver calls wait for the load, until
             the waits give up (seen here with the 32 launches queued across an epoch that is a
-            multiple of 16). The CUDA programming guide's "Lazy Loading" section lists this
-            concurrency hazard (CUDA_MODULE_LOADING=EAGER is its remedy there)."""
+            multiple of 16; tests/gpu/proxy_first_launch.py reproduces it, with lazy and with
+            eager module loading)."""
             errors = []
             for kernel, context in ((plain_alltoall, contextlib.nullcontext), (alltoall, world.compilation)):
                 launch = seed if kernel is alltoall else plain
