@@ -609,18 +609,22 @@ fn serve_every_ring(completion: ProxyCompletion) {
     // The accounting counted what the producers asked for, and the command before the stop.
     let requested = 2 * 2 * rounds + 1;
     assert_eq!(statistics.commands_executed, 2 * 2 * 2 * rounds + 1);
-    assert_eq!(statistics.copies, 2 * 2 * rounds);
-    assert_eq!(statistics.signals, requested);
+    assert_eq!(statistics.engine.copies, 2 * 2 * rounds);
+    assert_eq!(statistics.engine.signals, requested);
     // The stop waits for each ring's stream once.
     match completion {
         ProxyCompletion::Markers => {
-            assert_eq!(statistics.markers, requested, "{statistics:?}");
-            assert_eq!(statistics.completion_waits, 2, "{statistics:?}");
-            assert!(statistics.completion_polls > 0, "{statistics:?}");
+            assert_eq!(statistics.engine.markers, requested, "{statistics:?}");
+            assert_eq!(statistics.engine.completion_waits, 2, "{statistics:?}");
+            assert!(statistics.engine.completion_polls > 0, "{statistics:?}");
         }
         ProxyCompletion::Synchronize => {
-            assert_eq!(statistics.markers, 0, "{statistics:?}");
-            assert_eq!(statistics.completion_waits, requested + 2, "{statistics:?}");
+            assert_eq!(statistics.engine.markers, 0, "{statistics:?}");
+            assert_eq!(
+                statistics.engine.completion_waits,
+                requested + 2,
+                "{statistics:?}"
+            );
         }
     }
     // Completions of one ring's two producers may be published by one store.
@@ -680,27 +684,43 @@ fn the_proxy_thread_accounts_its_time_by_phase() {
         let lifetime_ns = started.elapsed().as_nanos() as u64;
         let call_ns = CALL_TIME.as_nanos() as u64;
         assert_eq!(statistics.commands_executed, rounds, "{statistics:?}");
-        assert_eq!((statistics.copies, statistics.signals), (rounds, rounds));
-        assert!(statistics.copy_ns >= rounds * call_ns, "{statistics:?}");
-        assert!(statistics.signal_ns >= rounds * call_ns, "{statistics:?}");
+        assert_eq!(
+            (statistics.engine.copies, statistics.engine.signals),
+            (rounds, rounds)
+        );
+        assert!(
+            statistics.engine.copy_ns >= rounds * call_ns,
+            "{statistics:?}"
+        );
+        assert!(
+            statistics.engine.signal_ns >= rounds * call_ns,
+            "{statistics:?}"
+        );
         match completion {
             ProxyCompletion::Markers => {
-                assert_eq!(statistics.markers, rounds, "{statistics:?}");
-                assert!(statistics.marker_ns >= rounds * call_ns, "{statistics:?}");
+                assert_eq!(statistics.engine.markers, rounds, "{statistics:?}");
                 assert!(
-                    statistics.completion_poll_ns >= statistics.completion_polls * call_ns,
+                    statistics.engine.marker_ns >= rounds * call_ns,
                     "{statistics:?}"
                 );
-                assert_eq!(statistics.completion_waits, 0, "{statistics:?}");
+                assert!(
+                    statistics.engine.completion_poll_ns
+                        >= statistics.engine.completion_polls * call_ns,
+                    "{statistics:?}"
+                );
+                assert_eq!(statistics.engine.completion_waits, 0, "{statistics:?}");
             }
             ProxyCompletion::Synchronize => {
-                assert_eq!(statistics.completion_waits, rounds, "{statistics:?}");
+                assert_eq!(statistics.engine.completion_waits, rounds, "{statistics:?}");
                 assert!(
-                    statistics.completion_wait_ns >= rounds * call_ns,
+                    statistics.engine.completion_wait_ns >= rounds * call_ns,
                     "{statistics:?}"
                 );
                 assert_eq!(
-                    (statistics.markers, statistics.completion_polls),
+                    (
+                        statistics.engine.markers,
+                        statistics.engine.completion_polls
+                    ),
                     (0, 0),
                     "{statistics:?}"
                 );
@@ -724,7 +744,7 @@ fn the_proxy_thread_accounts_its_time_by_phase() {
                 .find(|(name, _)| *name == "copy_ns")
                 .unwrap()
                 .1,
-            statistics.copy_ns
+            statistics.engine.copy_ns
         );
     }
 }

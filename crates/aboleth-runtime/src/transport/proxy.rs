@@ -391,18 +391,69 @@ impl EngineTimes {
     }
 
     fn add(&mut self, other: &Self) {
-        self.copies += other.copies;
-        self.copy_ns += other.copy_ns;
-        self.signals += other.signals;
-        self.signal_ns += other.signal_ns;
-        self.markers += other.markers;
-        self.marker_ns += other.marker_ns;
-        self.completion_waits += other.completion_waits;
-        self.completion_wait_ns += other.completion_wait_ns;
-        self.completion_polls += other.completion_polls;
-        self.completion_poll_ns += other.completion_poll_ns;
+        let (mine, theirs) = (self.to_array(), other.to_array());
+        *self = Self::from_array(std::array::from_fn(|index| mine[index] + theirs[index]));
+    }
+
+    /// The fields' names, in declaration order.
+    const FIELD_NAMES: [&'static str; ENGINE_TIMES_FIELDS] = [
+        "copies",
+        "copy_ns",
+        "signals",
+        "signal_ns",
+        "markers",
+        "marker_ns",
+        "completion_waits",
+        "completion_wait_ns",
+        "completion_polls",
+        "completion_poll_ns",
+    ];
+
+    fn to_array(self) -> [u64; ENGINE_TIMES_FIELDS] {
+        [
+            self.copies,
+            self.copy_ns,
+            self.signals,
+            self.signal_ns,
+            self.markers,
+            self.marker_ns,
+            self.completion_waits,
+            self.completion_wait_ns,
+            self.completion_polls,
+            self.completion_poll_ns,
+        ]
+    }
+
+    fn from_array(values: [u64; ENGINE_TIMES_FIELDS]) -> Self {
+        let [
+            copies,
+            copy_ns,
+            signals,
+            signal_ns,
+            markers,
+            marker_ns,
+            completion_waits,
+            completion_wait_ns,
+            completion_polls,
+            completion_poll_ns,
+        ] = values;
+        Self {
+            copies,
+            copy_ns,
+            signals,
+            signal_ns,
+            markers,
+            marker_ns,
+            completion_waits,
+            completion_wait_ns,
+            completion_polls,
+            completion_poll_ns,
+        }
     }
 }
+
+/// Fields of [`EngineTimes`].
+const ENGINE_TIMES_FIELDS: usize = 10;
 
 /// Nanoseconds from `*last` to now; moves `*last` to now (one clock read per phase boundary).
 fn lap_ns(last: &mut Instant) -> u64 {
@@ -681,8 +732,8 @@ pub const STATISTICS_IDLE_TURNS: u32 = 1024;
 
 /// The proxy thread's work and host time by phase, every ring together, since it started.
 /// Every nanosecond of the thread's loop after its start lands in exactly one `*_ns` field
-/// (the monotonic clock, read once per phase boundary): engine calls (`copy_ns`, `signal_ns`,
-/// `marker_ns`, `completion_wait_ns`, `completion_poll_ns`), the consumer's own work in turns
+/// (the monotonic clock, read once per phase boundary): engine calls (`engine`'s `copy_ns`,
+/// `signal_ns`, `marker_ns`, `completion_wait_ns`, `completion_poll_ns`), the consumer's own work in turns
 /// that executed something (`bookkeeping_ns`: ring loads, decoding, checks, publishing), and
 /// turns that found nothing (`idle_ns`, completion polls excluded).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -691,26 +742,8 @@ pub struct ProxyStatistics {
     pub commands_executed: u64,
     /// Stores to a ring's `completion_counter`.
     pub completions_published: u64,
-    /// Copies enqueued (`cuMemcpyAsync`).
-    pub copies: u64,
-    /// Time enqueuing them.
-    pub copy_ns: u64,
-    /// Signals enqueued (`cuStreamWriteValue64` or a signal kernel).
-    pub signals: u64,
-    /// Time enqueuing them.
-    pub signal_ns: u64,
-    /// Completion markers enqueued ([`ProxyCompletion::Markers`]).
-    pub markers: u64,
-    /// Time enqueuing them.
-    pub marker_ns: u64,
-    /// Waits for a stream (`cuStreamSynchronize`: [`ProxyCompletion::Synchronize`], stops).
-    pub completion_waits: u64,
-    /// Time in them.
-    pub completion_wait_ns: u64,
-    /// Completion polls (reads of a marker).
-    pub completion_polls: u64,
-    /// Time in them.
-    pub completion_poll_ns: u64,
+    /// The engines' calls and their time, every ring together.
+    pub engine: EngineTimes,
     /// Turns (one look at every ring) that executed something.
     pub busy_turns: u64,
     /// Their time outside engine calls.
@@ -721,87 +754,41 @@ pub struct ProxyStatistics {
     pub idle_ns: u64,
 }
 
-/// Fields of [`ProxyStatistics`], in declaration order.
-const STATISTICS_FIELDS: usize = 16;
+/// Fields of [`ProxyStatistics`], the engine's flattened.
+const STATISTICS_FIELDS: usize = 6 + ENGINE_TIMES_FIELDS;
 
 impl ProxyStatistics {
-    /// The fields by name, in declaration order (the Python dict's keys).
+    /// The fields by name, the engine's flattened, in declaration order (the Python dict's keys).
     pub fn fields(&self) -> [(&'static str, u64); STATISTICS_FIELDS] {
         let values = self.to_array();
-        let names = [
-            "commands_executed",
-            "completions_published",
-            "copies",
-            "copy_ns",
-            "signals",
-            "signal_ns",
-            "markers",
-            "marker_ns",
-            "completion_waits",
-            "completion_wait_ns",
-            "completion_polls",
-            "completion_poll_ns",
-            "busy_turns",
-            "bookkeeping_ns",
-            "idle_turns",
-            "idle_ns",
-        ];
-        std::array::from_fn(|index| (names[index], values[index]))
+        let mut names = ["commands_executed", "completions_published"]
+            .into_iter()
+            .chain(EngineTimes::FIELD_NAMES)
+            .chain(["busy_turns", "bookkeeping_ns", "idle_turns", "idle_ns"]);
+        std::array::from_fn(|index| (names.next().expect("one name per field"), values[index]))
     }
 
     fn to_array(self) -> [u64; STATISTICS_FIELDS] {
-        [
-            self.commands_executed,
-            self.completions_published,
-            self.copies,
-            self.copy_ns,
-            self.signals,
-            self.signal_ns,
-            self.markers,
-            self.marker_ns,
-            self.completion_waits,
-            self.completion_wait_ns,
-            self.completion_polls,
-            self.completion_poll_ns,
-            self.busy_turns,
-            self.bookkeeping_ns,
-            self.idle_turns,
-            self.idle_ns,
-        ]
+        let mut values = [self.commands_executed, self.completions_published]
+            .into_iter()
+            .chain(self.engine.to_array())
+            .chain([
+                self.busy_turns,
+                self.bookkeeping_ns,
+                self.idle_turns,
+                self.idle_ns,
+            ]);
+        std::array::from_fn(|_| values.next().expect("one value per field"))
     }
 
     fn from_array(values: [u64; STATISTICS_FIELDS]) -> Self {
-        let [
-            commands_executed,
-            completions_published,
-            copies,
-            copy_ns,
-            signals,
-            signal_ns,
-            markers,
-            marker_ns,
-            completion_waits,
-            completion_wait_ns,
-            completion_polls,
-            completion_poll_ns,
-            busy_turns,
-            bookkeeping_ns,
-            idle_turns,
-            idle_ns,
-        ] = values;
+        let engine = std::array::from_fn(|index| values[2 + index]);
+        let [busy_turns, bookkeeping_ns, idle_turns, idle_ns] =
+            std::array::from_fn(|index| values[2 + ENGINE_TIMES_FIELDS + index]);
         Self {
-            commands_executed,
-            completions_published,
-            copies,
-            copy_ns,
-            signals,
-            signal_ns,
-            markers,
-            marker_ns,
-            completion_waits,
-            completion_wait_ns,
-            completion_polls,
-            completion_poll_ns,
+            commands_executed: values[0],
+            completions_published: values[1],
+            engine: EngineTimes::from_array(engine),
             busy_turns,
             bookkeeping_ns,
             idle_turns,
@@ -811,13 +798,7 @@ impl ProxyStatistics {
 
     /// Nanoseconds accounted, every phase together.
     pub fn total_ns(&self) -> u64 {
-        self.copy_ns
-            + self.signal_ns
-            + self.marker_ns
-            + self.completion_wait_ns
-            + self.completion_poll_ns
-            + self.bookkeeping_ns
-            + self.idle_ns
+        self.engine.total_ns() + self.bookkeeping_ns + self.idle_ns
     }
 }
 
@@ -1000,16 +981,7 @@ fn run_proxy<M: RingMemory, E: CopyEngine>(
         }
         shared_statistics.publish(&ProxyStatistics {
             completions_published,
-            copies: engine.copies,
-            copy_ns: engine.copy_ns,
-            signals: engine.signals,
-            signal_ns: engine.signal_ns,
-            markers: engine.markers,
-            marker_ns: engine.marker_ns,
-            completion_waits: engine.completion_waits,
-            completion_wait_ns: engine.completion_wait_ns,
-            completion_polls: engine.completion_polls,
-            completion_poll_ns: engine.completion_poll_ns,
+            engine,
             ..*thread_statistics
         });
     };
