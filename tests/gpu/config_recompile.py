@@ -171,14 +171,8 @@ def main() -> int:
     try:
         world = aboleth.World(boot.rank, n, device=torch.cuda.current_device(), bootstrap=boot)
         world.connect_all(os.environ.get("ABOLETH_TRANSPORT", "p2p"))
-        buf = torch.zeros(2 * n * BYTES + 8 * n, dtype=torch.uint8, device="cuda")
-        reg = world.register(buf)
-        table = world.exchange_regions({
-            "send": world.region("send", reg, offset=0, length=n * BYTES),
-            "recv": world.region("recv", reg, offset=n * BYTES, length=n * BYTES),
-            "flags": world.region("flags", reg, offset=2 * n * BYTES, length=8 * n),
-        })
-        buffers = Buffers(world, table, buf, n, BYTES)
+        buffers = Buffers.register(world, n, BYTES)
+        table = buffers.table
         checks = recompile_checks(buffers, epoch=1)
         report["recompile"] = checks
         epoch = checks["next_epoch"]

@@ -49,15 +49,8 @@ def main() -> int:
     try:
         world = aboleth.World(boot.rank, n, device=torch.cuda.current_device(), bootstrap=boot)
         world.connect_all(os.environ.get("ABOLETH_TRANSPORT", "proxy"))
-        capacity = max(TRIAL_BYTES)
-        buf = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
-        reg = world.register(buf)
-        table = world.exchange_regions({
-            "send": world.region("send", reg, offset=0, length=n * capacity),
-            "recv": world.region("recv", reg, offset=n * capacity, length=n * capacity),
-            "flags": world.region("flags", reg, offset=2 * n * capacity, length=8 * n),
-        })
-        buffers = Buffers(world, table, buf, n, capacity)
+        buffers = Buffers.register(world, n, max(TRIAL_BYTES))
+        table = buffers.table
         epoch = 17
         for index, bytes_per_peer in enumerate(TRIAL_BYTES):
             while epoch % 16 in (0, 15) or epoch == 1:

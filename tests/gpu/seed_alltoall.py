@@ -126,6 +126,18 @@ class Buffers:
         self.my_flags = buf[2 * n * capacity:2 * n * capacity + 8 * n].view(torch.int64)
         self.local_send = table.local("send")
 
+    @classmethod
+    def register(cls, world: Any, n: int, capacity: int) -> "Buffers":
+        """A fresh buffer laid out as the seed's, registered and exchanged as its regions."""
+        buf = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
+        reg = world.register(buf)
+        table = world.exchange_regions({
+            "send": world.region("send", reg, offset=0, length=n * capacity),
+            "recv": world.region("recv", reg, offset=n * capacity, length=n * capacity),
+            "flags": world.region("flags", reg, offset=2 * n * capacity, length=8 * n),
+        })
+        return cls(world, table, buf, n, capacity)
+
     def launch(self, epoch: int, bytes_per_peer: int) -> None:
         n, rank = self.n, self.world.rank
         alltoall[(n - 1,)](self.table.endpoint_handles.view(torch.int64),
