@@ -50,6 +50,8 @@ from common import TIMED_LAUNCHES, RegisteredBuffers, check_round, fill_send, lo
 DEFAULT_SIZES = [8, 256, 16384]
 DEFAULT_ROUNDS = 2000
 MICROBENCHMARK_ITERATIONS = 2000
+#: Put sizes of the inline-path microbenchmark (one 64-bit write per 8 bytes, in one batch).
+INLINE_SIZES = [8, 64, 256, 1024]
 
 
 def statistics_delta(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]:
@@ -157,6 +159,14 @@ class Driver:
             function = getattr(self.library, name)
             function.argtypes, function.restype = arguments, ctypes.c_int
             setattr(self, name, function)
+        # The v1 batch entry point (it still accepts CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER), where
+        # the driver exports it.
+        self.has_v1_batch = hasattr(self.library, "cuStreamBatchMemOp")
+        if self.has_v1_batch:
+            function = self.library.cuStreamBatchMemOp
+            function.argtypes = [vp, ctypes.c_uint, ctypes.POINTER(BatchMemOpParams), ctypes.c_uint]
+            function.restype = ctypes.c_int
+            self.cuStreamBatchMemOp = function
 
     @staticmethod
     def check(result: int, what: str) -> None:
@@ -317,7 +327,7 @@ def driver_microbenchmarks(iterations: int) -> Dict[str, Any]:
             array[index].writeValue.flags = flags
         return array
 
-    def batch_until_marker_seen(array: Any, enqueue_only: bool) -> Callable[[], int]:
+    def batch_until_marker_seen(array: Any, enqueue_only: bool, version: int = 2) -> Callable[[], int]:
         """The proposed inline path: the writes of one command (data words without a fence, then
         the signal and the marker with one) in one cuStreamBatchMemOp."""
         def body() -> int:
@@ -325,7 +335,8 @@ def driver_microbenchmarks(iterations: int) -> Dict[str, Any]:
             for index in range(len(array)):
                 array[index].writeValue.value64 = value
             start = clock()
-            result = driver.cuStreamBatchMemOp_v2(stream, len(array), array, 0)
+            call = driver.cuStreamBatchMemOp_v2 if version == 2 else driver.cuStreamBatchMemOp
+            result = call(stream, len(array), array, 0)
             enqueued = clock()
             check(result, "cuStreamBatchMemOp")
             wait_for_host_word(value)
@@ -333,19 +344,35 @@ def driver_microbenchmarks(iterations: int) -> Dict[str, Any]:
         return body
 
     signal_and_marker = batch([(device_word.data_ptr(), 0), (host_device.value, 0)])
-    inline_256 = batch([(destination.data_ptr() + 8 * word, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
-                        for word in range(32)] + [(device_word.data_ptr(), 0), (host_device.value, 0)])
     try:
         results["batch_mem_op_signal_and_marker_enqueue"] = sample(
             iterations, batch_until_marker_seen(signal_and_marker, True))
         results["batch_mem_op_signal_and_marker_enqueue_to_marker_seen"] = sample(
             iterations, batch_until_marker_seen(signal_and_marker, False))
-        results["batch_mem_op_inline_256B_signal_marker_enqueue"] = sample(
-            iterations, batch_until_marker_seen(inline_256, True))
-        results["batch_mem_op_inline_256B_signal_marker_enqueue_to_marker_seen"] = sample(
-            iterations, batch_until_marker_seen(inline_256, False))
     except RuntimeError as error:  # a driver that refuses batches: the rest still counts
         results["batch_mem_op_error"] = str(error)
+    # The data words of an inlined put, then the signal and the marker. The _v2 entry point
+    # refuses CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER (cuda.h: "not supported in the v2 API"; the
+    # first run's CUresult 1), so every write carries the default fence; the barrier-free form
+    # goes through the v1 entry point where the driver still has it.
+    for length_bytes in INLINE_SIZES:
+        words = [(destination.data_ptr() + 8 * word, 0) for word in range(length_bytes // 8)]
+        inline = batch(words + [(device_word.data_ptr(), 0), (host_device.value, 0)])
+        try:
+            results[f"batch_mem_op_inline_{length_bytes}B_signal_marker_enqueue"] = sample(
+                iterations, batch_until_marker_seen(inline, True))
+            results[f"batch_mem_op_inline_{length_bytes}B_signal_marker_enqueue_to_marker_seen"] = sample(
+                iterations, batch_until_marker_seen(inline, False))
+        except RuntimeError as error:
+            results[f"batch_mem_op_inline_{length_bytes}B_error"] = str(error)
+        if driver.has_v1_batch:
+            unfenced = batch([(address, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) for address, _ in words]
+                             + [(device_word.data_ptr(), 0), (host_device.value, 0)])
+            try:
+                results[f"batch_mem_op_v1_unfenced_inline_{length_bytes}B_enqueue_to_marker_seen"] = sample(
+                    iterations, batch_until_marker_seen(unfenced, False, version=1))
+            except RuntimeError as error:
+                results[f"batch_mem_op_v1_unfenced_inline_{length_bytes}B_error"] = str(error)
     results["write_value_64_host_enqueue"] = sample(iterations, write_enqueue)
     results["write_value_64_host_enqueue_to_seen"] = sample(iterations, write_host_until_seen)
     results["write_value_64_device_enqueue_to_synchronized"] = sample(iterations, write_device_until_synchronized)
