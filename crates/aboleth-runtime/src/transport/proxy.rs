@@ -10,8 +10,10 @@
 //! - a put is `cuMemcpyAsync(peer's mapped destination, local source)`;
 //! - a SET signal is `cuStreamWriteValue64` with default flags, which the driver precedes with
 //!   a system-wide memory fence; an ADD signal is a one-thread kernel doing `fence.sc.sys` then
-//!   a system-scope release atomic add (CUDA has no stream atomic), as is a SET on a device
-//!   without 64-bit stream memory operations;
+//!   a system-scope release atomic add (CUDA 13.0 has no stream atomic), as is a SET on a device
+//!   without 64-bit stream memory operations. Those kernels need a free SM: a kernel that
+//!   occupies every SM while it waits for such a signal waits until its bound (copies and stream
+//!   writes need no SM, which is why the data path stays off kernels);
 //! - stream order starts the signal only once the put before it has completed, i.e. once the
 //!   copy engine's writes have been performed at the destination; the fence in front of the
 //!   signal's store or atomic then makes them visible system-wide before the signal. So a
