@@ -8,7 +8,10 @@
 - the host API of the seed (``aboleth/runtime.py``): ``aboleth.TcpStoreBootstrap.from_env()``,
   ``aboleth.World(rank, size, device=, bootstrap=)`` with ``connect_all``, ``register(tensor)``,
   ``region``, ``exchange_regions`` (a ``RegionTable`` whose device tables are torch tensors),
-  ``compilation()``, ``barrier``, ``check_waits``, ``close``. torch is imported only where needed.
+  ``compilation()``, ``device_library()``, ``barrier``, ``check_waits``, ``close``. torch is
+  imported only where needed.
+- ``aboleth.device_library``: the tier-1 CUDA device library (``aboleth/device.cuh``, the archive)
+  for a transport, and the bytes of its kernel arguments.
 
 - ``aboleth.packet_staging_bytes(length)``: the staging a flag region of packet signals needs.
 - the ``aboleth`` command (``aboleth/cli.py``; also ``python -m aboleth``): the Rust command line,
@@ -16,8 +19,8 @@
   for a ``.py`` kernel).
 
 Everything runs in the Rust extension module ``aboleth._aboleth`` (crates/aboleth-python; its
-stubs are ``_aboleth.pyi``, generated); these modules convert. What is not here: the
-NVSHMEM-shaped device library, and a runtime for mlx5 (no NIC here).
+stubs are ``_aboleth.pyi``, generated); these modules convert. What is not here: a runtime for
+mlx5 (no NIC here).
 """
 
 from ._aboleth import packet_staging_bytes
@@ -35,6 +38,7 @@ from .hook import (
     is_installed,
     uninstall,
 )
+from . import device_library
 from .runtime import (
     DeviceTable,
     LocalRegion,
@@ -50,6 +54,7 @@ __version__: str = _rust_version()
 
 __all__ = [
     "packet_staging_bytes",
+    "device_library",
     "BRIDGE_VERSION",
     "STAGE",
     "TARGETS",

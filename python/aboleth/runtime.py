@@ -23,8 +23,9 @@ Errors of the runtime keep their class: ``TypeError`` (wrong kind of argument), 
 ranks), ``TimeoutError`` (ranks that never arrived at the rendezvous).
 
 torch is imported only by the functions that need it (``World(device=None)``, the table tensors),
-so ``import aboleth`` works without it. Not here: launching kernels (Triton does), bounded waits
-in generated code, the device library.
+so ``import aboleth`` works without it. ``World.device_library()`` builds the tier-1 library for
+the World's transport (``aboleth.device_library``). Not here: launching kernels (Triton does, or
+the user's CUDA code), bounded waits in generated code.
 """
 
 from __future__ import annotations
@@ -369,6 +370,16 @@ class World:
             return block
         return _compilation(target=self.compilation_target(), passes_off=passes_off, disabled_passes=disabled_passes,
                             immediate_signals=immediate_signals, packet_signals=packet_signals)
+
+    def device_library(self, directory: Optional[Any] = None, *, archive: bool = True, nvcc: Optional[str] = None,
+                       arch: str = "sm_90") -> Any:
+        """The tier-1 CUDA device library for this World's transport (``aboleth.device_library.build``
+        with :meth:`compilation_target`): ``include/aboleth/device.cuh``, its implementation and
+        (with ``archive``) ``libaboleth_device.a`` built with nvcc, under ``directory`` (default: a
+        cache). Kernel arguments: ``aboleth.device_library.device_context(world, table)``,
+        ``remote_region(table, name, offset)`` and ``local_region(table, name, offset)``."""
+        from . import device_library
+        return device_library.build(self.compilation_target(), directory, archive=archive, nvcc=nvcc, arch=arch)
 
     def barrier(self, name: str = "aboleth/barrier") -> None:
         """Returns once every rank called ``barrier`` (with the same ``name``). Collective."""

@@ -10,13 +10,17 @@
 //! - [`transport`]: the one transport enum every layer uses (names, wire code, which are lowered
 //!   and which have a runtime);
 //! - [`endpoint`]: per-peer endpoint handles;
-//! - [`packet`]: NVLink flag-in-data packets and the staging slots they land in.
+//! - [`packet`]: NVLink flag-in-data packets and the staging slots they land in;
+//! - [`device_library`]: the tier-1 library's arguments (`DeviceContext`, `RemoteRegion`), and
+//!   [`c_declarations`]: the C++ declarations of these layouts, written from their field lists.
 //!
 //! This crate holds layouts and pure encode/decode functions only: no I/O, no synchronisation, no
 //! dependency on CUDA, ibverbs or Python.
 
 mod wire;
 
+pub mod c_declarations;
+pub mod device_library;
 pub mod endpoint;
 pub mod mlx5;
 pub mod packet;
@@ -30,4 +34,4 @@ pub use proxy::{ProxyCommand, ProxyRingEntry, ProxyRingHeader};
 pub use region::{LocalRegionDescriptor, RemoteRegionDescriptor};
 pub use transport::{Transport, TransportCodeError};
 pub use wait_failure::{WaitFailureLogHeader, WaitFailureRecord};
-pub use wire::{Be16, Be32, Be64};
+pub use wire::{Be16, Be32, Be64, Field};

@@ -81,8 +81,21 @@ impl<const N: usize> WireField for [u8; N] {
     }
 }
 
+/// One field of a [`wire_layout!`] struct, as its C declaration needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The field's name (the same in C).
+    pub name: &'static str,
+    /// Its Rust type as written (`u64`, `[u8; 56]`, `Be32`).
+    pub rust_type: &'static str,
+    /// Offset from the start of the struct.
+    pub offset_bytes: usize,
+    /// Size of the field.
+    pub size_bytes: usize,
+}
+
 /// Asserts a struct's size and every field's offset at compile time, and implements
-/// `SIZE_BYTES`, `to_bytes` and `from_bytes` for it without `unsafe`. Padding bytes between fields
+/// `SIZE_BYTES`, `FIELDS`, `to_bytes` and `from_bytes` for it without `unsafe`. Padding bytes between fields
 /// (there should be none) would encode as zero.
 macro_rules! wire_layout {
     ($ty:ident, $size:literal, { $($field:ident : $field_ty:ty = $offset:literal),* $(,)? }) => {
@@ -92,6 +105,15 @@ macro_rules! wire_layout {
         impl $ty {
             /// Size of the encoded struct in bytes (equal to `size_of::<Self>()`).
             pub const SIZE_BYTES: usize = $size;
+
+            /// Every field in layout order: what a C declaration of the struct is written from
+            /// ([`crate::c_declarations`]).
+            pub const FIELDS: &'static [crate::wire::Field] = &[$(crate::wire::Field {
+                name: stringify!($field),
+                rust_type: stringify!($field_ty),
+                offset_bytes: $offset,
+                size_bytes: core::mem::size_of::<$field_ty>(),
+            }),*];
 
             /// The struct's exact bytes in shared memory.
             pub fn to_bytes(&self) -> [u8; $size] {

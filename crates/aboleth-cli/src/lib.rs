@@ -246,6 +246,26 @@ enum Command {
         /// The input file.
         file: String,
     },
+    /// Write the tier-1 CUDA device library for a transport: include/aboleth/device.cuh (and its
+    /// implementation), and libaboleth_device.a built with nvcc (docs/TIERS.md).
+    DeviceLibrary {
+        /// The transport the library is specialized to (p2p or proxy).
+        #[arg(long, value_parser = target_parser())]
+        target: Transport,
+        /// The directory to write (created if missing; the library's files are replaced).
+        #[arg(long)]
+        out: String,
+        /// Write the header only; do not build the archive.
+        #[arg(long)]
+        header_only: bool,
+        /// The nvcc to build the archive with (default: $NVCC, $CUDA_HOME/bin/nvcc, nvcc on
+        /// PATH, /usr/local/cuda/bin/nvcc).
+        #[arg(long)]
+        nvcc: Option<String>,
+        /// The GPU architecture to build the archive for.
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+    },
 }
 
 /// Runs the command line `arguments` (the first one is the program name) and returns the exit
@@ -334,6 +354,13 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::DeviceLibrary {
+            target,
+            out,
+            header_only,
+            nvcc,
+            arch,
+        } => emit(&device_library(target, &out, header_only, nvcc, &arch)?),
         Command::Plan { file } => {
             refuse_python_input(&file, "plan")?;
             let text = read(&file)?;
@@ -454,6 +481,89 @@ fn is_python_file(file: &str) -> bool {
 }
 
 /// A mistake on the command line itself (no input file position to give).
+/// `aboleth device-library`: writes the library's files under `out` and, unless `header_only`,
+/// builds the archive with nvcc; returns what it says it did.
+fn device_library(
+    target: Transport,
+    out: &str,
+    header_only: bool,
+    nvcc: Option<String>,
+    arch: &str,
+) -> anyhow::Result<String> {
+    use aboleth_codegen::device_library::{ARCHIVE_NAME, HEADER_PATH, archive_commands, generate};
+    let library = generate(target)
+        .map_err(|error| command_line_error(error.message.trim_start_matches("error: ")))?;
+    let root = std::path::Path::new(out);
+    for (path, contents) in &library.files {
+        let file = root.join(path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| {
+                anyhow::anyhow!(
+                    "{}: error: cannot create the directory: {error}",
+                    parent.display()
+                )
+            })?;
+        }
+        std::fs::write(&file, contents)
+            .map_err(|error| anyhow::anyhow!("{}: error: cannot write: {error}", file.display()))?;
+    }
+    let mut report = format!(
+        "wrote {} for {}: {} and ptr, each for a thread, a warp and a block ({} bounded wait sites)\n",
+        root.join(HEADER_PATH).display(),
+        target.name(),
+        library.operations.join(", "),
+        library.wait_sites.len()
+    );
+    if header_only {
+        return Ok(report);
+    }
+    let nvcc = nvcc.or_else(find_nvcc).ok_or_else(|| {
+        command_line_error(
+            "no nvcc to build libaboleth_device.a: pass --nvcc PATH or set NVCC (the nvidia-cuda-nvcc wheel has one), or --header-only for the header alone",
+        )
+    })?;
+    for arguments in archive_commands(out, arch) {
+        let output = std::process::Command::new(&nvcc)
+            .args(&arguments)
+            .output()
+            .map_err(|error| command_line_error(format!("cannot run {nvcc}: {error}")))?;
+        if !output.status.success() {
+            return Err(command_line_error(format!(
+                "{nvcc} {} failed ({}):\n{}{}",
+                arguments.join(" "),
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+    }
+    // The intermediate object is not part of the library.
+    let _ = std::fs::remove_file(root.join("aboleth_device.o"));
+    report.push_str(&format!(
+        "built {} with {nvcc} for {arch}\n",
+        root.join(ARCHIVE_NAME).display()
+    ));
+    Ok(report)
+}
+
+/// nvcc from $NVCC, $CUDA_HOME/bin, PATH or /usr/local/cuda/bin.
+fn find_nvcc() -> Option<String> {
+    let executable = |path: std::path::PathBuf| path.is_file().then(|| path.display().to_string());
+    if let Some(nvcc) = std::env::var_os("NVCC") {
+        return Some(nvcc.to_string_lossy().into_owned());
+    }
+    if let Some(found) = std::env::var_os("CUDA_HOME")
+        .and_then(|home| executable(std::path::PathBuf::from(home).join("bin/nvcc")))
+    {
+        return Some(found);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .chain([std::path::PathBuf::from("/usr/local/cuda/bin")])
+        .find_map(|directory| executable(directory.join("nvcc")))
+}
+
 fn command_line_error(message: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("<command line>: error: {message}")
 }

@@ -10,6 +10,8 @@
 //! or Triton (the `aboleth-python` crate and the stage hook do), or decide anything the passes
 //! did not (code generation translates op by op).
 
+pub mod cuda;
+pub mod device_library;
 pub mod emit;
 pub mod lift;
 

@@ -1,7 +1,9 @@
 //! What Python needs from `aboleth-abi`: `packet_staging_bytes`, the staging bytes a flag region
-//! of packet signals needs after it ([`aboleth_abi::packet::staging_bytes`]), and `transports`,
+//! of packet signals needs after it ([`aboleth_abi::packet::staging_bytes`]), `transports`,
 //! the transport vocabulary ([`aboleth_abi::Transport`]) that `aboleth.TARGETS` and the
-//! runtime's list are read from.
+//! runtime's list are read from, and the bytes of the tier-1 library's by-value arguments
+//! (`device_context_bytes`, `remote_region_bytes`, `local_region_bytes`: what
+//! `aboleth.device_library` passes to kernels).
 //!
 //! What it does not do: define a layout or a transport (only `aboleth-abi` does).
 
@@ -39,4 +41,42 @@ pub fn transports() -> Vec<(&'static str, &'static str, bool, bool)> {
             )
         })
         .collect()
+}
+
+/// device_context_bytes(endpoint_handles_address, rank, world_size) -> bytes: an
+/// `aboleth::DeviceContext` ([`aboleth_abi::device_library::DeviceContext`]).
+#[pyfunction]
+pub fn device_context_bytes(endpoint_handles_address: u64, rank: u32, world_size: u32) -> Vec<u8> {
+    aboleth_abi::device_library::DeviceContext {
+        endpoint_handles_address,
+        rank,
+        world_size,
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+/// remote_region_bytes(descriptors_address, offset_bytes) -> bytes: an `aboleth::RemoteRegion`
+/// ([`aboleth_abi::device_library::RemoteRegion`]).
+#[pyfunction]
+pub fn remote_region_bytes(descriptors_address: u64, offset_bytes: u64) -> Vec<u8> {
+    aboleth_abi::device_library::RemoteRegion {
+        descriptors_address,
+        offset_bytes,
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+/// local_region_bytes(address, lkey) -> bytes: an `aboleth::LocalRegion`
+/// ([`aboleth_abi::LocalRegionDescriptor`]).
+#[pyfunction]
+pub fn local_region_bytes(address: u64, lkey: u32) -> Vec<u8> {
+    aboleth_abi::LocalRegionDescriptor {
+        address,
+        lkey,
+        reserved: 0,
+    }
+    .to_bytes()
+    .to_vec()
 }

@@ -28,7 +28,10 @@ use pyo3::prelude::*;
 #[pymodule(name = "_aboleth")]
 mod python_module {
     #[pymodule_export]
-    use crate::abi::{packet_staging_bytes, transports};
+    use crate::abi::{
+        device_context_bytes, local_region_bytes, packet_staging_bytes, remote_region_bytes,
+        transports,
+    };
     #[pymodule_export]
     use crate::command_line::run_command_line;
     #[pymodule_export]
@@ -39,5 +42,5 @@ mod python_module {
         PyTcpStoreBootstrap, PyWorld, connect_kinds,
     };
     #[pymodule_export]
-    use crate::stage::{python_run_stage, version};
+    use crate::stage::{device_library, python_run_stage, version};
 }

@@ -1,6 +1,7 @@
 //! The `aboleth` Triton stage as Python calls it: `run_stage(ttir_text, options, *,
 //! source_name, plan_only) -> (ttir_text, summary_json)` (`docs/TRITON_BRIDGE.md`, "The
-//! stage"), and `version()`.
+//! stage"), `version()`, and `device_library(target)`, the tier-1 library's files
+//! ([`aboleth_codegen::device_library`]).
 //!
 //! What it does: parses the TTIR with [`aboleth_ttir`] (so that text that does not parse is
 //! reported at its TTIR position, and to list the module's functions), hands it to
@@ -253,4 +254,36 @@ mod tests {
         assert!(parse_error.line >= 1, "{parse_error}");
         assert!(error.to_string().starts_with("k.ttir:"), "{error}");
     }
+}
+
+/// device_library(target) -> (files, wait_sites, operations): the tier-1 CUDA library for
+/// transport `target` ("p2p" or "proxy"): `(relative path, contents)` of every file, `(site id,
+/// operation variant, what it waits for)` of every bounded wait, and the operations' names.
+/// `ValueError` for an unknown transport, `NotImplementedError` for one without a CUDA encoding.
+#[pyfunction]
+#[allow(
+    clippy::type_complexity,
+    reason = "the tuple is what Python unpacks; aboleth.device_library names its parts"
+)]
+pub fn device_library(
+    target: &str,
+) -> PyResult<(
+    Vec<(String, String)>,
+    Vec<(u32, String, &'static str)>,
+    Vec<&'static str>,
+)> {
+    let transport = aboleth_abi::Transport::from_name(target).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "aboleth: unknown transport {target:?}; the device library is generated for \"p2p\" and \"proxy\""
+        ))
+    })?;
+    let library = aboleth_codegen::device_library::generate(transport).map_err(|error| {
+        let message = format!("aboleth: {}", error.message.trim_start_matches("error: "));
+        if error.not_built {
+            PyNotImplementedError::new_err(message)
+        } else {
+            PyValueError::new_err(message)
+        }
+    })?;
+    Ok((library.files, library.wait_sites, library.operations))
 }

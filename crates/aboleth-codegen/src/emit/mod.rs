@@ -136,6 +136,33 @@ pub fn generate(
     Ok(wait_sites)
 }
 
+/// The fence instruction of a `gpu.fence` at `scope` (`fence.sc.sys` for the system): one
+/// choice for both encodings (TTIR here, C++ in `crate::cuda`).
+pub(crate) fn fence_ptx(scope: Option<&str>) -> &'static str {
+    match scope {
+        Some("sys") => "fence.sc.sys;",
+        Some("cta") => "fence.acq_rel.cta;",
+        _ => "fence.acq_rel.gpu;",
+    }
+}
+
+/// The instruction of a p2p signal (`[$1]` the flag, `$2` the value): a release store or
+/// reduction, or the relaxed form the lowering chose.
+pub(crate) fn signal_ptx(
+    operation: aboleth_ir::ab::attributes::SignalOperation,
+    release: bool,
+) -> &'static str {
+    use aboleth_ir::ab::attributes::SignalOperation;
+    match (operation, release) {
+        (SignalOperation::Set, true) => "st.release.sys.global.u64 [$1], $2;",
+        (SignalOperation::Set, false) => "st.volatile.global.u64 [$1], $2;",
+        (SignalOperation::Add, true) => "red.release.sys.global.add.u64 [$1], $2;",
+        (SignalOperation::Add, false) => "red.relaxed.sys.global.add.u64 [$1], $2;",
+    }
+}
+
+pub(crate) use waits::wait_failure_record_ptx;
+
 fn first_operation(
     module: &TtirModule,
     operation: OperationId,
@@ -276,13 +303,12 @@ impl Generator<'_> {
 
     /// `gpu.fence`: a fence at the op's scope (`fence.sc.sys` for the system).
     fn gpu_fence(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let ptx = match attrs::get_string(self.ctx, op, "scope").as_deref() {
-            Some("sys") => "fence.sc.sys; mov.u32 $0, 0;",
-            Some("cta") => "fence.acq_rel.cta; mov.u32 $0, 0;",
-            _ => "fence.acq_rel.gpu; mov.u32 $0, 0;",
-        };
+        let ptx = format!(
+            "{} mov.u32 $0, 0;",
+            fence_ptx(attrs::get_string(self.ctx, op, "scope").as_deref())
+        );
         let dummy = self.constant_i64(0);
-        self.asm(ptx, &[(&dummy, "i64", 'l')]);
+        self.asm(&ptx, &[(&dummy, "i64", 'l')]);
         Ok(())
     }
 

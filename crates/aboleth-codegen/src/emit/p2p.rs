@@ -157,12 +157,7 @@ impl Generator<'_> {
         let release = attrs::get_string(self.ctx, op, "order").as_deref() == Some("release");
         let operation =
             attrs::get_typed::<SignalOperation>(self.ctx, op, "op").unwrap_or(SignalOperation::Set);
-        let store = match (operation, release) {
-            (SignalOperation::Set, true) => "st.release.sys.global.u64 [$1], $2;",
-            (SignalOperation::Set, false) => "st.volatile.global.u64 [$1], $2;",
-            (SignalOperation::Add, true) => "red.release.sys.global.add.u64 [$1], $2;",
-            (SignalOperation::Add, false) => "red.relaxed.sys.global.add.u64 [$1], $2;",
-        };
+        let store = super::signal_ptx(operation, release);
         self.asm(
             &Self::leader(store),
             &[(&address, "i64", 'l'), (&value, "i64", 'l')],

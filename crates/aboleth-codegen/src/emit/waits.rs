@@ -187,35 +187,7 @@ impl Generator<'_> {
     ) {
         self.emit(format!("scf.if {condition} {{"));
         let site_value = self.constant_i64(bound.site as i64);
-        let record = {
-            use aboleth_abi::{WaitFailureLogHeader as Header, WaitFailureRecord as Record};
-            use core::mem::offset_of;
-            const TEMPLATE: &str = include_str!("ptx/wait_failure_record.ptx");
-            fill_ptx(
-                TEMPLATE,
-                &[
-                    (
-                        "FAILURE_COUNTER",
-                        offset_of!(Header, failure_counter) as u64,
-                    ),
-                    ("CAPACITY", offset_of!(Header, capacity_records) as u64),
-                    ("ABORT", offset_of!(Header, abort_requested) as u64),
-                    ("HEADER_BYTES", Header::SIZE_BYTES as u64),
-                    ("RECORD_BYTES", Record::SIZE_BYTES as u64),
-                    ("SEQUENCE", offset_of!(Record, sequence) as u64),
-                    ("FLAG_ADDRESS", offset_of!(Record, flag_address) as u64),
-                    ("EXPECTED", offset_of!(Record, expected_value) as u64),
-                    ("OBSERVED", offset_of!(Record, observed_value) as u64),
-                    ("WAITED", offset_of!(Record, waited_nanoseconds) as u64),
-                    ("RANK", offset_of!(Record, rank) as u64),
-                    ("PEER", offset_of!(Record, peer_rank) as u64),
-                    ("SITE", offset_of!(Record, site_id) as u64),
-                    ("KIND", offset_of!(Record, comparison) as u64),
-                    ("PROGRAM", offset_of!(Record, program_id) as u64),
-                    ("THREAD", offset_of!(Record, thread_id) as u64),
-                ],
-            )
-        };
+        let record = wait_failure_record_ptx();
         let rank32 = self.assign(
             "ab_rank",
             format!("arith.trunci {} : i64 to i32", bound.rank),
@@ -243,6 +215,39 @@ impl Generator<'_> {
     pub(super) fn globaltimer(&mut self, after: &str) -> String {
         self.assign("ab_now", format!("tt.elementwise_inline_asm \"mov.u64 $0, %globaltimer;\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {after} : i64 -> i64"))
     }
+}
+
+/// The failure record of a bounded wait (`ptx/wait_failure_record.ptx` filled with the log's
+/// layout): `$1` the log, `$2` the word, `$3` expected, `$4` seen, `$5` elapsed ns, `$6` rank,
+/// `$7` site, `$8` peer, `$9` kind (`$0` a dummy result). Both encodings write it.
+pub(crate) fn wait_failure_record_ptx() -> String {
+    use aboleth_abi::{WaitFailureLogHeader as Header, WaitFailureRecord as Record};
+    use core::mem::offset_of;
+    const TEMPLATE: &str = include_str!("ptx/wait_failure_record.ptx");
+    fill_ptx(
+        TEMPLATE,
+        &[
+            (
+                "FAILURE_COUNTER",
+                offset_of!(Header, failure_counter) as u64,
+            ),
+            ("CAPACITY", offset_of!(Header, capacity_records) as u64),
+            ("ABORT", offset_of!(Header, abort_requested) as u64),
+            ("HEADER_BYTES", Header::SIZE_BYTES as u64),
+            ("RECORD_BYTES", Record::SIZE_BYTES as u64),
+            ("SEQUENCE", offset_of!(Record, sequence) as u64),
+            ("FLAG_ADDRESS", offset_of!(Record, flag_address) as u64),
+            ("EXPECTED", offset_of!(Record, expected_value) as u64),
+            ("OBSERVED", offset_of!(Record, observed_value) as u64),
+            ("WAITED", offset_of!(Record, waited_nanoseconds) as u64),
+            ("RANK", offset_of!(Record, rank) as u64),
+            ("PEER", offset_of!(Record, peer_rank) as u64),
+            ("SITE", offset_of!(Record, site_id) as u64),
+            ("KIND", offset_of!(Record, comparison) as u64),
+            ("PROGRAM", offset_of!(Record, program_id) as u64),
+            ("THREAD", offset_of!(Record, thread_id) as u64),
+        ],
+    )
 }
 
 /// What the first top-level `ab.endpoint` reads from its handle for every later wait

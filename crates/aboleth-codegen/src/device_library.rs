@@ -1,0 +1,492 @@
+//! The tier-1 device library: `aboleth/device.cuh` for one transport, generated from the same
+//! pipeline as tier 2.
+//!
+//! Each operation ([`OPERATIONS`]) is a small `ab` function (its semantic ops, written here
+//! once), run through the default pipeline for the target (every call is its own program, so
+//! nothing is planned across calls: library style) and encoded as C++ for each calling scope
+//! by [`crate::cuda`]. [`generate`] assembles the header: the types (written from
+//! `aboleth-abi`'s layouts, with size and offset assertions), then every operation's
+//! declaration with its one-line contract, then the implementation, apart, in
+//! `aboleth/detail/device_<target>.cuh`. Wrappers only unpack the argument structs, check what
+//! cannot be checked at compile time (a flag's alignment) and pick the signal operation; the
+//! transport code is the generated body. [`archive_commands`] are the nvcc steps that turn it
+//! into `libaboleth_device.a`. This module does not run nvcc or know where the host keeps
+//! tables (the CLI, Python and `aboleth-runtime` do).
+
+use std::fmt::Write as _;
+
+use aboleth_abi::Transport;
+use aboleth_abi::c_declarations::{Declaration, device_library_declarations, struct_text};
+use aboleth_ir::{
+    parse_module,
+    pliron::context::Context,
+    walk::{kernel_name, kernels},
+};
+use aboleth_passes::pipeline::{PipelineOptions, run_pipeline};
+
+use crate::BridgeError;
+use crate::cuda::{Parameter, ProgramScope, generate_function};
+
+/// The header users include.
+pub const HEADER_PATH: &str = "include/aboleth/device.cuh";
+/// The translation unit that defines every function once, for the archive.
+pub const ARCHIVE_SOURCE_PATH: &str = "src/aboleth_device.cu";
+/// The archive's file name.
+pub const ARCHIVE_NAME: &str = "libaboleth_device.a";
+
+/// A value a public operation takes, and how the generated function receives it.
+struct Argument {
+    /// C++ parameter of the public function (`RemoteRegion dst`).
+    public: &'static str,
+    /// The generated function's parameters it becomes: (C++ type, name, expression).
+    lowered: &'static [(&'static str, &'static str, &'static str)],
+}
+
+/// One operation of the library.
+struct Operation {
+    /// Public name (the thread variant; `_warp` and `_block` follow).
+    name: &'static str,
+    /// One-line contract, written above the declaration.
+    contract: &'static str,
+    /// Arguments after `DeviceContext ctx`.
+    arguments: &'static [Argument],
+    /// Whether the operation has a SET and an ADD form (`SignalOp op` selects).
+    signal_operation: bool,
+    /// The `ab` body for a given signal operation (`Set`/`Add`); parameters are named as in
+    /// `arguments`' lowered names, after `endpoints`.
+    body: &'static str,
+}
+
+const PEER: Argument = Argument {
+    public: "int peer",
+    lowered: &[("int64_t", "peer", "static_cast<int64_t>(peer)")],
+};
+const DESTINATION: Argument = Argument {
+    public: "RemoteRegion dst",
+    lowered: &[
+        ("uint64_t", "dst_table", "dst.descriptors_address"),
+        (
+            "int64_t",
+            "dst_offset",
+            "static_cast<int64_t>(dst.offset_bytes)",
+        ),
+    ],
+};
+const SOURCE: Argument = Argument {
+    public: "LocalRegion src",
+    lowered: &[
+        ("uint64_t", "src", "src.address"),
+        ("int32_t", "src_key", "static_cast<int32_t>(src.lkey)"),
+    ],
+};
+const BYTES: Argument = Argument {
+    public: "uint64_t bytes",
+    lowered: &[("int64_t", "bytes", "static_cast<int64_t>(bytes)")],
+};
+const FLAG: Argument = Argument {
+    public: "RemoteRegion flag",
+    lowered: &[
+        ("uint64_t", "flag_table", "flag.descriptors_address"),
+        (
+            "int64_t",
+            "flag_index",
+            "static_cast<int64_t>(flag.offset_bytes / 8)",
+        ),
+    ],
+};
+const VALUE: Argument = Argument {
+    public: "uint64_t value",
+    lowered: &[("int64_t", "value", "static_cast<int64_t>(value)")],
+};
+const MY_FLAG: Argument = Argument {
+    public: "const uint64_t* my_flag",
+    lowered: &[
+        ("int64_t", "rank", "static_cast<int64_t>(ctx.rank)"),
+        ("uint64_t", "my_flag", "reinterpret_cast<uint64_t>(my_flag)"),
+    ],
+};
+
+/// Every operation, in the order the header lists them.
+const OPERATIONS: &[Operation] = &[
+    Operation {
+        name: "put",
+        contract: "Copies `bytes` from `src` to `dst` on `peer`. `src` may be reused after `quiet(ctx, peer)`.",
+        arguments: &[PEER, DESTINATION, SOURCE, BYTES],
+        signal_operation: false,
+        body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
+      dst = ab.remote dst_table, peer [] : ab.remote <1>;
+      dst_at = ab.at dst, dst_offset : ab.remote_ptr <1>;
+      token = ab.put endpoint, dst_at, src, bytes, src_key [] : ab.token;",
+    },
+    Operation {
+        name: "put_signal",
+        contract: "`put`, then updates the 8-byte `flag` on `peer` with `value` (`op`: set or add) once the data is visible there.",
+        arguments: &[PEER, DESTINATION, SOURCE, BYTES, FLAG, VALUE],
+        signal_operation: true,
+        body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
+      dst = ab.remote dst_table, peer [] : ab.remote <1>;
+      flag = ab.remote flag_table, peer [] : ab.remote <8>;
+      dst_at = ab.at dst, dst_offset : ab.remote_ptr <1>;
+      token = ab.put endpoint, dst_at, src, bytes, src_key [] : ab.token;
+      flag_at = ab.at flag, flag_index : ab.remote_ptr <8>;
+      sent = ab.signal endpoint, flag_at, value, token [op: ab.signal_op OP] : ab.token;",
+    },
+    Operation {
+        name: "signal",
+        contract: "Updates the 8-byte `flag` on `peer` with `value` (`op`: set or add) after every earlier put and signal of this thread to `peer`.",
+        arguments: &[PEER, FLAG, VALUE],
+        signal_operation: true,
+        body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
+      flag = ab.remote flag_table, peer [] : ab.remote <8>;
+      flag_at = ab.at flag, flag_index : ab.remote_ptr <8>;
+      sent = ab.signal endpoint, flag_at, value [op: ab.signal_op OP] : ab.token;",
+    },
+    Operation {
+        name: "fence",
+        contract: "Orders every earlier put and signal to `peer` before every later one.",
+        arguments: &[PEER],
+        signal_operation: false,
+        body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
+      ab.fence endpoint [];",
+    },
+    Operation {
+        name: "quiet",
+        contract: "Returns once every earlier put and signal to `peer` is complete: their sources may be reused.",
+        arguments: &[PEER],
+        signal_operation: false,
+        body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
+      ab.drain endpoint [];",
+    },
+    Operation {
+        name: "wait_signal",
+        contract: "Returns once `*my_flag >= value`; later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits.",
+        arguments: &[MY_FLAG, VALUE],
+        signal_operation: false,
+        body: "own = ab.endpoint endpoints, rank [] : ab.endpoint;
+      ab.wait_signal my_flag, value [];",
+    },
+];
+
+/// What the library of one transport is made of: its files, by path under the output
+/// directory, and what each bounded wait's site id stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceLibrary {
+    /// The transport it is specialized to.
+    pub target: Transport,
+    /// `(relative path, contents)` of every file.
+    pub files: Vec<(String, String)>,
+    /// `(site id, operation variant, what it waits for)` of every bounded wait.
+    pub wait_sites: Vec<(u32, String, &'static str)>,
+    /// The operations' public names (thread variants; `_warp` and `_block` exist for each).
+    pub operations: Vec<&'static str>,
+}
+
+/// Site ids of the library's waits start here, apart from tier 2's per-kernel ids.
+pub const FIRST_WAIT_SITE: u32 = 0x1000;
+
+fn ab_type(c_type: &str) -> &'static str {
+    match c_type {
+        "int64_t" => "builtin.integer i64",
+        "int32_t" => "builtin.integer i32",
+        _ => "ab.ptr",
+    }
+}
+
+/// The lowered parameters of `operation` (the endpoint table first).
+fn parameters(operation: &Operation) -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut parameters = vec![("uint64_t", "endpoints", "ctx.endpoint_handles_address")];
+    for argument in operation.arguments {
+        parameters.extend(argument.lowered.iter().copied());
+    }
+    parameters
+}
+
+/// The `.abo` text of `operation` with signal operation `signal_operation` (`Set`/`Add`).
+fn program_text(operation: &Operation, function: &str, signal_operation: &str) -> String {
+    let parameters = parameters(operation);
+    let types: Vec<&str> = parameters.iter().map(|(c, _, _)| ab_type(c)).collect();
+    let arguments: Vec<String> = parameters
+        .iter()
+        .map(|(c, name, _)| format!("{name}: {}", ab_type(c)))
+        .collect();
+    format!(
+        "builtin.module @aboleth_device {{\n  ^entry():\n  builtin.func @{function}: builtin.function <({}) -> ()>\n  {{\n    ^entry({}):\n      {}\n      ab.return\n  }}\n}}\n",
+        types.join(", "),
+        arguments.join(", "),
+        operation.body.replace("OP", signal_operation)
+    )
+}
+
+/// The library for `target`: the header and its implementation, and the archive's source.
+pub fn generate(target: Transport) -> Result<DeviceLibrary, BridgeError> {
+    if !matches!(target, Transport::P2p | Transport::Proxy) {
+        return Err(BridgeError::not_built(format!(
+            "the device library is generated for --target p2p and proxy; --target {} compiles tier-2 kernels to the Aboleth IR but has no CUDA encoding yet",
+            target.name()
+        )));
+    }
+    let mut declarations = String::new();
+    let mut implementation = String::new();
+    let mut wrappers = String::new();
+    let mut wait_sites = Vec::new();
+    let mut next_site = FIRST_WAIT_SITE;
+    for operation in OPERATIONS {
+        let forms: &[&str] = if operation.signal_operation {
+            &["Set", "Add"]
+        } else {
+            &["Set"]
+        };
+        let lowered: Vec<Parameter> = parameters(operation)
+            .iter()
+            .map(|(c_type, name, _)| Parameter {
+                name: (*name).to_string(),
+                c_type: (*c_type).to_string(),
+            })
+            .collect();
+        for form in forms {
+            let function = if operation.signal_operation {
+                format!("{}_{}", operation.name, form.to_lowercase())
+            } else {
+                operation.name.to_string()
+            };
+            let text = program_text(operation, &function, form);
+            let ctx = &mut Context::new();
+            let file = format!("<device library: {function}>");
+            let module = parse_module(ctx, &text, &file)
+                .map_err(|error| BridgeError::plain(format!("internal: {error}\n{text}")))?;
+            run_pipeline(ctx, module, &PipelineOptions::new(target))
+                .map_err(|error| BridgeError::plain(format!("internal: {error}")))?;
+            let lowered_function = kernels(ctx, module)
+                .into_iter()
+                .find(|kernel| kernel_name(ctx, *kernel) == function)
+                .ok_or_else(|| BridgeError::plain("internal: the operation's function vanished"))?;
+            for scope in ProgramScope::ALL {
+                let generated =
+                    generate_function(ctx, lowered_function, &lowered, scope, target, next_site)?;
+                let variant = format!("{function}_{}", scope.name());
+                for (index, what) in generated.wait_sites.iter().enumerate() {
+                    wait_sites.push((next_site + index as u32, variant.clone(), *what));
+                }
+                next_site += generated.wait_sites.len() as u32;
+                let parameter_list: Vec<String> = lowered
+                    .iter()
+                    .map(|parameter| format!("{} {}", parameter.c_type, parameter.name))
+                    .collect();
+                let _ = write!(
+                    implementation,
+                    "__device__ __forceinline__ void {variant}({}) {{\n{}}}\n\n",
+                    parameter_list.join(", "),
+                    generated.body
+                );
+            }
+        }
+        for scope in ProgramScope::ALL {
+            let public_name = format!("{}{}", operation.name, scope.suffix());
+            let mut public_parameters = vec!["DeviceContext ctx".to_string()];
+            public_parameters.extend(operation.arguments.iter().map(|a| a.public.to_string()));
+            let mut declared = public_parameters.clone();
+            if operation.signal_operation {
+                declared.push("SignalOp op = SignalOp::set".into());
+                public_parameters.push("SignalOp op".into());
+            }
+            let _ = write!(
+                declarations,
+                "// {} ({} scope{})\nABOLETH_DEVICE_API void {public_name}({});\n\n",
+                operation.contract,
+                scope.name(),
+                match scope {
+                    ProgramScope::Thread => "",
+                    ProgramScope::Warp =>
+                        ": every lane of the warp calls it with the same arguments",
+                    ProgramScope::Block =>
+                        ": every thread of the block calls it with the same arguments",
+                },
+                declared.join(", ")
+            );
+            let call_arguments: Vec<&str> =
+                parameters(operation).iter().map(|(_, _, e)| *e).collect();
+            let mut body = String::new();
+            if operation.arguments.iter().any(|a| a.public == FLAG.public) {
+                let _ = writeln!(
+                    body,
+                    "  if (flag.offset_bytes % 8 != 0) detail::refuse(\"aboleth::{public_name}: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)\");"
+                );
+            }
+            if operation.signal_operation {
+                let _ = writeln!(
+                    body,
+                    "  if (op == SignalOp::add) {{\n    generated::{}_add_{}({});\n  }} else {{\n    generated::{}_set_{}({});\n  }}",
+                    operation.name,
+                    scope.name(),
+                    call_arguments.join(", "),
+                    operation.name,
+                    scope.name(),
+                    call_arguments.join(", ")
+                );
+            } else {
+                let _ = writeln!(
+                    body,
+                    "  generated::{}_{}({});",
+                    operation.name,
+                    scope.name(),
+                    call_arguments.join(", ")
+                );
+            }
+            let _ = write!(
+                wrappers,
+                "ABOLETH_DEVICE_DEFINITION void {public_name}({}) {{\n{body}}}\n\n",
+                public_parameters.join(", ")
+            );
+        }
+    }
+    let pointer_body = if target == Transport::P2p {
+        "  const RemoteRegionDescriptor* descriptor =\n      reinterpret_cast<const RemoteRegionDescriptor*>(region.descriptors_address) + peer;\n  return reinterpret_cast<void*>(descriptor->base_address + region.offset_bytes);\n"
+    } else {
+        "  (void)ctx; (void)region; (void)peer;\n  return nullptr;  // the proxy reaches peers through the host: no load/store address\n"
+    };
+    let _ = write!(
+        declarations,
+        "// The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy: nullptr).\nABOLETH_DEVICE_API void* ptr(DeviceContext ctx, int peer, RemoteRegion region);\n\n"
+    );
+    let _ = write!(
+        wrappers,
+        "ABOLETH_DEVICE_DEFINITION void* ptr(DeviceContext ctx, int peer, RemoteRegion region) {{\n  (void)ctx;\n{pointer_body}}}\n\n"
+    );
+    let name = target.name();
+    let mut types = String::new();
+    for declaration in device_library_declarations()
+        .iter()
+        .chain(ring_declarations().iter())
+    {
+        types.push_str(&struct_text(declaration));
+        types.push('\n');
+    }
+    let header = format!(
+        r#"// aboleth/device.cuh: Aboleth's tier-1 device library for the {name} transport.
+// Generated by aboleth {version} (`aboleth device-library --target {name}`, or world.device_library());
+// do not edit. Every operation is the lowering of one Aboleth program (docs/TIERS.md): calls are
+// library-style, each reserves, publishes and completes on its own.
+//
+// Use: `#include <aboleth/device.cuh>` and compile with nvcc for sm_90 or later (header only),
+// or define ABOLETH_DEVICE_EXTERN, compile with -rdc=true and link libaboleth_device.a.
+// Arguments come from the host: DeviceContext from the endpoint handle table of
+// `world.exchange_regions(...)`, RemoteRegion from `table.regions(name)`, LocalRegion from
+// `table.local(name)` (aboleth.device_library has their byte forms).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#if defined(ABOLETH_DEVICE_EXTERN) || defined(ABOLETH_DEVICE_ARCHIVE_BUILD)
+#define ABOLETH_DEVICE_API __device__
+#else
+#define ABOLETH_DEVICE_API __device__ inline
+#endif
+
+namespace aboleth {{
+
+// The transport this header is specialized to.
+constexpr const char* transport = "{name}";
+
+// How a signal updates its flag.
+enum class SignalOp : uint32_t {{ set = 0, add = 1 }};
+
+{types}// ---- Operations. Each exists for a thread (`name`), a warp (`name_warp`) and a block
+// (`name_block`). Waits are bounded and report through World.check_waits(). ----
+
+{declarations}}}  // namespace aboleth
+
+#if !defined(ABOLETH_DEVICE_EXTERN) || defined(ABOLETH_DEVICE_ARCHIVE_BUILD)
+#include "detail/device_{name}.cuh"
+#endif
+"#,
+        version = env!("CARGO_PKG_VERSION"),
+    );
+    let mut sites_comment = String::new();
+    for (site, variant, what) in &wait_sites {
+        let _ = writeln!(
+            sites_comment,
+            "//   site {site}: {variant}, waiting for {what}"
+        );
+    }
+    let detail = format!(
+        r#"// aboleth/detail/device_{name}.cuh: the implementation of aboleth/device.cuh (generated; do not edit).
+// The bodies in `generated` are the {name} lowering of each operation, encoded for a thread, a
+// warp and a block. Wait sites (the site ids World.check_waits() reports):
+{sites_comment}#pragma once
+#include <cstdio>
+
+#if defined(ABOLETH_DEVICE_ARCHIVE_BUILD)
+#define ABOLETH_DEVICE_DEFINITION __device__
+#else
+#define ABOLETH_DEVICE_DEFINITION __device__ inline
+#endif
+
+namespace aboleth {{
+
+{helpers}
+namespace detail {{
+
+// A call the library cannot carry out: say why, then stop the kernel (the host sees the launch fail).
+static __device__ __noinline__ void refuse(const char* why) {{
+  printf("%s\n", why);
+  __trap();
+}}
+
+}}  // namespace detail
+
+namespace generated {{
+
+{implementation}}}  // namespace generated
+
+{wrappers}}}  // namespace aboleth
+"#,
+        helpers = crate::cuda::helpers(),
+    );
+    let archive_source = "// The archive's translation unit: every operation of aboleth/device.cuh defined once, with\n// external linkage (nvcc -rdc=true -c, then nvcc -lib).\n#define ABOLETH_DEVICE_ARCHIVE_BUILD\n#include <aboleth/device.cuh>\n"
+    .to_string();
+    Ok(DeviceLibrary {
+        target,
+        files: vec![
+            (HEADER_PATH.to_string(), header),
+            (format!("include/aboleth/detail/device_{name}.cuh"), detail),
+            (ARCHIVE_SOURCE_PATH.to_string(), archive_source),
+        ],
+        wait_sites,
+        operations: OPERATIONS.iter().map(|operation| operation.name).collect(),
+    })
+}
+
+/// The proxy ring's layouts, which the proxy bodies write.
+fn ring_declarations() -> Vec<Declaration> {
+    vec![
+        aboleth_abi::declaration!(aboleth_abi::ProxyRingHeader, "ProxyRingHeader"),
+        aboleth_abi::declaration!(aboleth_abi::ProxyRingEntry, "ProxyRingEntry"),
+    ]
+}
+
+/// The `nvcc` commands that build the archive from a library written to `directory`: compile
+/// the archive source with `-rdc=true`, then `nvcc -lib`.
+pub fn archive_commands(directory: &str, architecture: &str) -> Vec<Vec<String>> {
+    let include = format!("{directory}/include");
+    let object = format!("{directory}/aboleth_device.o");
+    vec![
+        vec![
+            format!("-arch={architecture}"),
+            "-rdc=true".into(),
+            "-std=c++17".into(),
+            "-I".into(),
+            include,
+            "-c".into(),
+            format!("{directory}/{ARCHIVE_SOURCE_PATH}"),
+            "-o".into(),
+            object.clone(),
+        ],
+        vec![
+            format!("-arch={architecture}"),
+            "-lib".into(),
+            object,
+            "-o".into(),
+            format!("{directory}/{ARCHIVE_NAME}"),
+        ],
+    ]
+}

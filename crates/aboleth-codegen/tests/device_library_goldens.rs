@@ -1,0 +1,119 @@
+//! Device-library goldens: the tier-1 library of each transport (`device_library::generate`),
+//! file by file, against `tests/filetests/device_library/<target>/`. A mismatch prints the first
+//! differing line; `ABOLETH_BLESS=1 cargo test -p aboleth-codegen --test device_library_goldens`
+//! (or `make bless`) rewrites them (review the diff), never by hand. Whether the files compile
+//! is checked with nvcc by `python/tests/test_device_library.py`; whether they run, by
+//! `tests/gpu/tier1_exchange.py`.
+
+use std::path::PathBuf;
+
+use aboleth_abi::Transport;
+use aboleth_codegen::device_library::generate;
+
+fn golden_root(target: Transport) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/filetests/device_library")
+        .join(target.name())
+}
+
+fn check(target: Transport) {
+    let library = generate(target).expect("the library generates");
+    let root = golden_root(target);
+    let bless = std::env::var_os("ABOLETH_BLESS").is_some();
+    let mut failures = Vec::new();
+    for (path, contents) in &library.files {
+        let golden = root.join(path);
+        if bless {
+            std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+            std::fs::write(&golden, contents).unwrap();
+            continue;
+        }
+        match std::fs::read_to_string(&golden) {
+            Ok(expected) if &expected == contents => {}
+            Ok(expected) => {
+                let line = expected
+                    .lines()
+                    .zip(contents.lines())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or_else(|| expected.lines().count().min(contents.lines().count()));
+                failures.push(format!(
+                    "{}: differs from line {} on:\n  golden:    {}\n  generated: {}",
+                    golden.display(),
+                    line + 1,
+                    expected.lines().nth(line).unwrap_or("<end>"),
+                    contents.lines().nth(line).unwrap_or("<end>")
+                ));
+            }
+            Err(error) => failures.push(format!("{}: {error}", golden.display())),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n(ABOLETH_BLESS=1 rewrites the goldens)",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn p2p_library_matches_its_golden() {
+    check(Transport::P2p);
+}
+
+#[test]
+fn proxy_library_matches_its_golden() {
+    check(Transport::Proxy);
+}
+
+#[test]
+fn transports_without_a_cuda_encoding_are_refused_by_name() {
+    let error = generate(Transport::Mlx5).unwrap_err();
+    assert!(error.not_built);
+    assert!(error.message.contains("--target mlx5"), "{}", error.message);
+    assert!(error.message.contains("p2p and proxy"), "{}", error.message);
+}
+
+#[test]
+fn every_variant_of_every_operation_is_declared_and_defined() {
+    for target in [Transport::P2p, Transport::Proxy] {
+        let library = generate(target).unwrap();
+        let header = &library.files[0].1;
+        let detail = &library.files[1].1;
+        for operation in [
+            "put",
+            "put_signal",
+            "signal",
+            "fence",
+            "quiet",
+            "wait_signal",
+        ] {
+            for suffix in ["", "_warp", "_block"] {
+                let name = format!("{operation}{suffix}(DeviceContext ctx");
+                assert!(
+                    header.contains(&format!("ABOLETH_DEVICE_API void {name}")),
+                    "{target:?} {name}"
+                );
+                assert!(
+                    detail.contains(&format!("ABOLETH_DEVICE_DEFINITION void {name}")),
+                    "{target:?} {name}"
+                );
+            }
+        }
+        assert!(header.contains(
+            "ABOLETH_DEVICE_API void* ptr(DeviceContext ctx, int peer, RemoteRegion region);"
+        ));
+        // Bounded waits: every wait of the library has a site, and the sites are distinct.
+        let mut sites: Vec<u32> = library
+            .wait_sites
+            .iter()
+            .map(|(site, _, _)| *site)
+            .collect();
+        let count = sites.len();
+        sites.dedup();
+        assert_eq!(sites.len(), count);
+        assert_eq!(
+            detail.matches("detail::give_up_if_overdue(ab_").count(),
+            count,
+            "{target:?}"
+        );
+    }
+}

@@ -1,0 +1,1209 @@
+// aboleth/detail/device_proxy.cuh: the implementation of aboleth/device.cuh (generated; do not edit).
+// The bodies in `generated` are the proxy lowering of each operation, encoded for a thread, a
+// warp and a block. Wait sites (the site ids World.check_waits() reports):
+//   site 4096: put_thread, waiting for free entries in the proxy ring
+//   site 4097: put_thread, waiting for the turn to publish on the proxy ring
+//   site 4098: put_warp, waiting for free entries in the proxy ring
+//   site 4099: put_warp, waiting for the turn to publish on the proxy ring
+//   site 4100: put_block, waiting for free entries in the proxy ring
+//   site 4101: put_block, waiting for the turn to publish on the proxy ring
+//   site 4102: put_signal_set_thread, waiting for free entries in the proxy ring
+//   site 4103: put_signal_set_thread, waiting for the turn to publish on the proxy ring
+//   site 4104: put_signal_set_warp, waiting for free entries in the proxy ring
+//   site 4105: put_signal_set_warp, waiting for the turn to publish on the proxy ring
+//   site 4106: put_signal_set_block, waiting for free entries in the proxy ring
+//   site 4107: put_signal_set_block, waiting for the turn to publish on the proxy ring
+//   site 4108: put_signal_add_thread, waiting for free entries in the proxy ring
+//   site 4109: put_signal_add_thread, waiting for the turn to publish on the proxy ring
+//   site 4110: put_signal_add_warp, waiting for free entries in the proxy ring
+//   site 4111: put_signal_add_warp, waiting for the turn to publish on the proxy ring
+//   site 4112: put_signal_add_block, waiting for free entries in the proxy ring
+//   site 4113: put_signal_add_block, waiting for the turn to publish on the proxy ring
+//   site 4114: signal_set_thread, waiting for free entries in the proxy ring
+//   site 4115: signal_set_thread, waiting for the turn to publish on the proxy ring
+//   site 4116: signal_set_warp, waiting for free entries in the proxy ring
+//   site 4117: signal_set_warp, waiting for the turn to publish on the proxy ring
+//   site 4118: signal_set_block, waiting for free entries in the proxy ring
+//   site 4119: signal_set_block, waiting for the turn to publish on the proxy ring
+//   site 4120: signal_add_thread, waiting for free entries in the proxy ring
+//   site 4121: signal_add_thread, waiting for the turn to publish on the proxy ring
+//   site 4122: signal_add_warp, waiting for free entries in the proxy ring
+//   site 4123: signal_add_warp, waiting for the turn to publish on the proxy ring
+//   site 4124: signal_add_block, waiting for free entries in the proxy ring
+//   site 4125: signal_add_block, waiting for the turn to publish on the proxy ring
+//   site 4126: quiet_thread, waiting for a completion on the proxy ring
+//   site 4127: quiet_warp, waiting for a completion on the proxy ring
+//   site 4128: quiet_block, waiting for a completion on the proxy ring
+//   site 4129: wait_signal_thread, waiting for a flag to reach the value
+//   site 4130: wait_signal_warp, waiting for a flag to reach the value
+//   site 4131: wait_signal_block, waiting for a flag to reach the value
+#pragma once
+#include <cstdio>
+
+#if defined(ABOLETH_DEVICE_ARCHIVE_BUILD)
+#define ABOLETH_DEVICE_DEFINITION __device__
+#else
+#define ABOLETH_DEVICE_DEFINITION __device__ inline
+#endif
+
+namespace aboleth {
+
+namespace detail {
+
+__device__ __forceinline__ uint32_t lane_in_warp() {
+  uint32_t lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+
+__device__ __forceinline__ uint32_t thread_in_block() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+__device__ __forceinline__ uint32_t threads_in_block() {
+  return blockDim.x * blockDim.y * blockDim.z;
+}
+
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) :: "memory");
+  return now;
+}
+
+// Thread `lane` of `lanes` stores its share of `bytes` from `source` to `destination` (plain,
+// weakly ordered stores, as tier 2's copies): 16-byte vectors when source, destination and
+// size are 16-byte aligned, words when 8-byte aligned, bytes otherwise.
+__device__ __forceinline__ void copy_to_peer(uint64_t destination, uint64_t source, uint64_t bytes,
+                                             uint32_t lane, uint32_t lanes) {
+  const uint64_t all = destination | source | bytes;
+  if ((all & 15) == 0) {
+    const uint4* from = reinterpret_cast<const uint4*>(source);
+    uint4* to = reinterpret_cast<uint4*>(destination);
+    for (uint64_t i = lane; i < bytes / 16; i += lanes) to[i] = from[i];
+  } else if ((all & 7) == 0) {
+    const uint64_t* from = reinterpret_cast<const uint64_t*>(source);
+    uint64_t* to = reinterpret_cast<uint64_t*>(destination);
+    for (uint64_t i = lane; i < bytes / 8; i += lanes) to[i] = from[i];
+  } else {
+    const uint8_t* from = reinterpret_cast<const uint8_t*>(source);
+    uint8_t* to = reinterpret_cast<uint8_t*>(destination);
+    for (uint64_t i = lane; i < bytes; i += lanes) to[i] = from[i];
+  }
+}
+
+// A bounded wait that has polled for 100000 ns reads the bound (ABOLETH_WAIT_TIMEOUT_MS,
+// 0: forever) and the abort word from the wait-failure log of `handle`'s rank; past the bound
+// or once another wait gave up, it records what it waited for (the tier-2 record) and exits.
+static __device__ __noinline__ void give_up(uint64_t log, uint64_t address, uint64_t expected, uint64_t seen,
+                                     uint64_t elapsed, uint32_t rank, uint32_t site, int32_t peer,
+                                     uint32_t kind) {
+  [[maybe_unused]] uint32_t ignored;
+  asm volatile("{ .reg .pred %%ab_fits; .reg .u32 %%ab_tid, %%ab_cap32, %%ab_cta; .reg .u64 %%ab_slot, %%ab_cap, %%ab_rec, %%ab_seq; mov.u32 %%ab_tid, %%tid.x; mov.u32 %%ab_cta, %%ctaid.x; atom.relaxed.sys.global.add.u64 %%ab_slot, [%1+0], 1; ld.global.u32 %%ab_cap32, [%1+8]; cvt.u64.u32 %%ab_cap, %%ab_cap32; setp.lt.u64 %%ab_fits, %%ab_slot, %%ab_cap; mad.lo.u64 %%ab_rec, %%ab_slot, 64, %1; add.u64 %%ab_rec, %%ab_rec, 64; @%%ab_fits st.global.u64 [%%ab_rec+8], %2; @%%ab_fits st.global.u64 [%%ab_rec+16], %3; @%%ab_fits st.global.u64 [%%ab_rec+24], %4; @%%ab_fits st.global.u64 [%%ab_rec+32], %5; @%%ab_fits st.global.u32 [%%ab_rec+40], %6; @%%ab_fits st.global.u32 [%%ab_rec+44], %8; @%%ab_fits st.global.u32 [%%ab_rec+48], %7; @%%ab_fits st.global.u32 [%%ab_rec+52], %9; @%%ab_fits st.global.u32 [%%ab_rec+56], %%ab_cta; @%%ab_fits st.global.u32 [%%ab_rec+60], %%ab_tid; add.u64 %%ab_seq, %%ab_slot, 1; @%%ab_fits st.release.sys.global.u64 [%%ab_rec+0], %%ab_seq; st.relaxed.sys.global.u64 [%1+16], 1; exit; mov.u32 %0, 0; }"
+               : "=r"(ignored)
+               : "l"(log), "l"(address), "l"(expected), "l"(seen), "l"(elapsed), "r"(rank), "r"(site),
+                 "r"(peer), "r"(kind)
+               : "memory");
+}
+
+__device__ __forceinline__ void give_up_if_overdue(uint64_t handle, uint64_t start, uint64_t address,
+                                                   uint64_t expected, uint64_t seen, int32_t peer,
+                                                   uint32_t site, uint32_t kind) {
+  const uint64_t elapsed = globaltimer() - start;
+  if (elapsed <= 100000u) return;
+  const EndpointHandle* endpoint = reinterpret_cast<const EndpointHandle*>(handle);
+  const WaitFailureLogHeader* log =
+      reinterpret_cast<const WaitFailureLogHeader*>(endpoint->wait_failure_log_address);
+  uint64_t timeout, abort;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(timeout) : "l"(&log->timeout_nanoseconds) : "memory");
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(abort) : "l"(&log->abort_requested) : "memory");
+  if ((timeout != 0 && elapsed > timeout) || abort != 0) {
+    give_up(endpoint->wait_failure_log_address, address, expected, seen, elapsed, endpoint->local_rank,
+            site, peer, kind);
+  }
+}
+
+}  // namespace detail
+
+namespace detail {
+
+// A call the library cannot carry out: say why, then stop the kernel (the host sees the launch fail).
+static __device__ __noinline__ void refuse(const char* why) {
+  printf("%s\n", why);
+  __trap();
+}
+
+}  // namespace detail
+
+namespace generated {
+
+__device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4096u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity15 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4097u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity18 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncwarp();
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4098u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity15 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4099u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity18 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncthreads();
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4100u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity15 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4101u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity18 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - ab_capacity5;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
+        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4102u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4103u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncwarp();
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - ab_capacity5;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
+        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4104u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4105u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncthreads();
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - ab_capacity5;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
+        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4106u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4107u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - ab_capacity5;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
+        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4108u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4109u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncwarp();
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - ab_capacity5;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
+        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4110u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4111u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+}
+
+__device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
+  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncthreads();
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - ab_capacity5;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
+        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4112u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4113u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+}
+
+__device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4114u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4115u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+}
+
+__device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncwarp();
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4116u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4117u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+}
+
+__device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncthreads();
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4118u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4119u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+}
+
+__device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4120u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4121u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+}
+
+__device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncwarp();
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4122u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4123u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+}
+
+__device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
+  [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  __syncthreads();
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - ab_capacity4;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
+        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4124u, 1u);
+      }
+    }
+  }
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  asm volatile("fence.sc.sys;" ::: "memory");
+  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4125u, 3u);
+      }
+    }
+  }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+}
+
+__device__ __forceinline__ void fence_thread(uint64_t endpoints, int64_t peer) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+}
+
+__device__ __forceinline__ void fence_warp(uint64_t endpoints, int64_t peer) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+}
+
+__device__ __forceinline__ void fence_block(uint64_t endpoints, int64_t peer) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+}
+
+__device__ __forceinline__ void quiet_thread(uint64_t endpoints, int64_t peer) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_ring1 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity2 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_target3 = ab_leader ? *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->producer_reservation_counter)) : 0;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter)) : "memory");
+        if (!(ab_seen < ab_target3)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4126u, 2u);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void quiet_warp(uint64_t endpoints, int64_t peer) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_ring1 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity2 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_target3 = ab_leader ? *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->producer_reservation_counter)) : 0;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter)) : "memory");
+        if (!(ab_seen < ab_target3)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4127u, 2u);
+      }
+    }
+  }
+  __syncwarp();
+}
+
+__device__ __forceinline__ void quiet_block(uint64_t endpoints, int64_t peer) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
+  [[maybe_unused]] const uint64_t ab_ring1 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
+  [[maybe_unused]] const uint64_t ab_capacity2 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_target3 = ab_leader ? *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->producer_reservation_counter)) : 0;
+  if (ab_leader) {
+    {
+      const uint64_t ab_start = detail::globaltimer();
+      uint64_t ab_seen;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter)) : "memory");
+        if (!(ab_seen < ab_target3)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4128u, 2u);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void wait_signal_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(ab_seen < static_cast<uint64_t>(value))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4129u, 0u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(ab_seen < static_cast<uint64_t>(value))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4130u, 0u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(ab_seen < static_cast<uint64_t>(value))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4131u, 0u);
+    }
+  }
+}
+
+}  // namespace generated
+
+ABOLETH_DEVICE_DEFINITION void put(DeviceContext ctx, int peer, RemoteRegion dst, LocalRegion src, uint64_t bytes) {
+  generated::put_thread(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes));
+}
+
+ABOLETH_DEVICE_DEFINITION void put_warp(DeviceContext ctx, int peer, RemoteRegion dst, LocalRegion src, uint64_t bytes) {
+  generated::put_warp(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes));
+}
+
+ABOLETH_DEVICE_DEFINITION void put_block(DeviceContext ctx, int peer, RemoteRegion dst, LocalRegion src, uint64_t bytes) {
+  generated::put_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes));
+}
+
+ABOLETH_DEVICE_DEFINITION void put_signal(DeviceContext ctx, int peer, RemoteRegion dst, LocalRegion src, uint64_t bytes, RemoteRegion flag, uint64_t value, SignalOp op) {
+  if (flag.offset_bytes % 8 != 0) detail::refuse("aboleth::put_signal: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)");
+  if (op == SignalOp::add) {
+    generated::put_signal_add_thread(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  } else {
+    generated::put_signal_set_thread(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  }
+}
+
+ABOLETH_DEVICE_DEFINITION void put_signal_warp(DeviceContext ctx, int peer, RemoteRegion dst, LocalRegion src, uint64_t bytes, RemoteRegion flag, uint64_t value, SignalOp op) {
+  if (flag.offset_bytes % 8 != 0) detail::refuse("aboleth::put_signal_warp: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)");
+  if (op == SignalOp::add) {
+    generated::put_signal_add_warp(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  } else {
+    generated::put_signal_set_warp(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  }
+}
+
+ABOLETH_DEVICE_DEFINITION void put_signal_block(DeviceContext ctx, int peer, RemoteRegion dst, LocalRegion src, uint64_t bytes, RemoteRegion flag, uint64_t value, SignalOp op) {
+  if (flag.offset_bytes % 8 != 0) detail::refuse("aboleth::put_signal_block: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)");
+  if (op == SignalOp::add) {
+    generated::put_signal_add_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  } else {
+    generated::put_signal_set_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer), dst.descriptors_address, static_cast<int64_t>(dst.offset_bytes), src.address, static_cast<int32_t>(src.lkey), static_cast<int64_t>(bytes), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  }
+}
+
+ABOLETH_DEVICE_DEFINITION void signal(DeviceContext ctx, int peer, RemoteRegion flag, uint64_t value, SignalOp op) {
+  if (flag.offset_bytes % 8 != 0) detail::refuse("aboleth::signal: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)");
+  if (op == SignalOp::add) {
+    generated::signal_add_thread(ctx.endpoint_handles_address, static_cast<int64_t>(peer), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  } else {
+    generated::signal_set_thread(ctx.endpoint_handles_address, static_cast<int64_t>(peer), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  }
+}
+
+ABOLETH_DEVICE_DEFINITION void signal_warp(DeviceContext ctx, int peer, RemoteRegion flag, uint64_t value, SignalOp op) {
+  if (flag.offset_bytes % 8 != 0) detail::refuse("aboleth::signal_warp: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)");
+  if (op == SignalOp::add) {
+    generated::signal_add_warp(ctx.endpoint_handles_address, static_cast<int64_t>(peer), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  } else {
+    generated::signal_set_warp(ctx.endpoint_handles_address, static_cast<int64_t>(peer), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  }
+}
+
+ABOLETH_DEVICE_DEFINITION void signal_block(DeviceContext ctx, int peer, RemoteRegion flag, uint64_t value, SignalOp op) {
+  if (flag.offset_bytes % 8 != 0) detail::refuse("aboleth::signal_block: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)");
+  if (op == SignalOp::add) {
+    generated::signal_add_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  } else {
+    generated::signal_set_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer), flag.descriptors_address, static_cast<int64_t>(flag.offset_bytes / 8), static_cast<int64_t>(value));
+  }
+}
+
+ABOLETH_DEVICE_DEFINITION void fence(DeviceContext ctx, int peer) {
+  generated::fence_thread(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
+}
+
+ABOLETH_DEVICE_DEFINITION void fence_warp(DeviceContext ctx, int peer) {
+  generated::fence_warp(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
+}
+
+ABOLETH_DEVICE_DEFINITION void fence_block(DeviceContext ctx, int peer) {
+  generated::fence_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
+}
+
+ABOLETH_DEVICE_DEFINITION void quiet(DeviceContext ctx, int peer) {
+  generated::quiet_thread(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
+}
+
+ABOLETH_DEVICE_DEFINITION void quiet_warp(DeviceContext ctx, int peer) {
+  generated::quiet_warp(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
+}
+
+ABOLETH_DEVICE_DEFINITION void quiet_block(DeviceContext ctx, int peer) {
+  generated::quiet_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
+}
+
+ABOLETH_DEVICE_DEFINITION void wait_signal(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
+  generated::wait_signal_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+}
+
+ABOLETH_DEVICE_DEFINITION void wait_signal_warp(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
+  generated::wait_signal_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+}
+
+ABOLETH_DEVICE_DEFINITION void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
+  generated::wait_signal_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+}
+
+ABOLETH_DEVICE_DEFINITION void* ptr(DeviceContext ctx, int peer, RemoteRegion region) {
+  (void)ctx;
+  (void)ctx; (void)region; (void)peer;
+  return nullptr;  // the proxy reaches peers through the host: no load/store address
+}
+
+}  // namespace aboleth
