@@ -5,7 +5,8 @@ machine, written to OUT_DIR and to tests/gpu/results/.
 
 PREFIX names the rank files (OUT_DIR/PREFIX-rank*.json); the report is
 <date>-STEM[-TRANSPORT]-<machine>.json (no transport suffix for p2p). The environment gives
-TRANSPORT, STATUS (the launcher's exit status), STARTED, FINISHED, COMMAND, MACHINE_KIND, NPROC.
+TRANSPORT, STATUS (the launcher's exit status), STARTED, FINISHED, COMMAND, MACHINE_KIND, NPROC, and
+GIT_COMMIT (else `git rev-parse`: on the GPU machine the copy's HEAD may be stale).
 """
 
 import datetime
@@ -39,6 +40,7 @@ def main() -> int:
         "transport": transport,
         "command": os.environ["COMMAND"],
         "date": date.isoformat(timespec="seconds"),
+        "git_commit": os.environ.get("GIT_COMMIT") or run("git", "rev-parse", "--short", "HEAD"),
         "machine": {
             "kind": os.environ["MACHINE_KIND"],
             "host": platform.node(),
