@@ -3,7 +3,7 @@ CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test setup python-setup python-test stubs lint bless fuzz bench help
+.PHONY: demo test setup python-setup cuda-setup python-test stubs lint bless fuzz bench help
 VENV ?= .venv
 PYTHON ?= python3
 
@@ -62,7 +62,15 @@ python-setup:
 	  $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q --upgrade pip && \
 	  $(VENV)/bin/pip install -q "maturin>=1.9.4,<2" "pytest>=8" "triton==3.6.0"; }
 
-python-test: python-setup
+# nvcc for sm_90 from NVIDIA's wheels (CUDA 13.0, the GPU machine's version; about 110 MB), in
+# the venv: python/tests/test_device_library.py compiles the tier-1 library and the seed's CUDA
+# `exchange` kernel with it (no GPU needed). aboleth.device_library.find_nvcc() finds it there.
+CUDA_WHEELS = nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-nvvm==13.0.88
+cuda-setup: python-setup
+	@[ -x $(VENV)/lib/python*/site-packages/nvidia/cu13/bin/nvcc ] || { echo "installing nvcc 13.0 into $(VENV) ($(CUDA_WHEELS))"; \
+	  $(VENV)/bin/pip install -q $(CUDA_WHEELS); }
+
+python-test: python-setup cuda-setup
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
 	$(VENV)/bin/pytest -q python/tests
 
@@ -85,6 +93,7 @@ bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-passes --test filetests
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-cli --test command_line_goldens
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test codegen_goldens
+	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test device_library_goldens
 	$(MAKE) stubs
 
 fuzz:

@@ -64,6 +64,8 @@ def label(entry: Dict[str, Any]) -> str:
         return f"{entry['system']} {entry['transport']} {entry['variant']}"
     if entry["system"] == "aboleth":
         return f"aboleth {entry['transport']} {entry['variant']} w{entry['num_warps']}"
+    if entry["system"] == "aboleth-tier1":
+        return f"aboleth-tier1 {entry['transport']} {entry['variant']}"
     if entry["system"] == "hand-written-probe":
         return f"hand-written-probe {entry['variant']}"
     if entry.get("threads"):

@@ -11,7 +11,9 @@
 # With 2 ranks it also runs the pass-ablation suite (ablation.py) over the proxy and p2p; the
 # per-launch suite (per_launch.py) runs over each transport, NCCL's rows with the first.
 # BENCH_SIZES narrows the sizes; BENCH_ABLATE=1 adds each planning pass disabled in turn;
-# BENCH_SUITES (comma-separated, default alltoall,per-launch,ablation,baselines) picks suites.
+# BENCH_SUITES (comma-separated, default alltoall,tier1,per-launch,ablation,baselines) picks suites;
+# tier1 builds the device library per transport (the wheel's `aboleth device-library`) and
+# tier1_alltoall.cu against its archive, then runs tier1.py.
 set -u
 source "$(dirname "$0")/../../tests/gpu/common.sh"
 start_mps_if_ranks_share_gpus
@@ -19,11 +21,11 @@ here=experiments/bench
 build=$out_dir/build
 mkdir -p "$build"
 status=0
-suites=" $(echo "${BENCH_SUITES:-alltoall,per-launch,ablation,baselines}" | tr ',' ' ') "
+suites=" $(echo "${BENCH_SUITES:-alltoall,tier1,per-launch,ablation,baselines}" | tr ',' ' ') "
 wants() { case "$suites" in *" $1 "*) return 0 ;; esac; return 1; }
 for suite in $suites; do
-    case "$suite" in alltoall | per-launch | ablation | baselines) ;;
-        *) echo "BENCH_SUITES: unknown suite '$suite' (alltoall, per-launch, ablation, baselines)"; exit 2 ;;
+    case "$suite" in alltoall | tier1 | per-launch | ablation | baselines) ;;
+        *) echo "BENCH_SUITES: unknown suite '$suite' (alltoall, tier1, per-launch, ablation, baselines)"; exit 2 ;;
     esac
 done
 # The hand-written and NVSHMEM baselines, built with nvcc into $build.
@@ -51,6 +53,17 @@ run_ranks() {
 if wants alltoall; then
     for transport in ${BENCH_TRANSPORTS:-p2p proxy}; do
         run_ranks $here/tier2.py "$out_dir" --transport "$transport"
+    done
+fi
+if wants tier1; then
+    for transport in ${BENCH_TRANSPORTS:-p2p proxy}; do
+        library=$build/tier1-$transport
+        python3 -m aboleth device-library --target "$transport" --out "$library" --nvcc "$(command -v nvcc)" \
+            2>&1 | tee "$build/tier1-$transport.log" || status=1
+        nvcc -O3 -arch=sm_90 -std=c++17 -rdc=true -Xcompiler -fPIC -shared -DABOLETH_DEVICE_EXTERN \
+            -I"$library/include" -o "$build/libtier1_$transport.so" $here/tier1_alltoall.cu \
+            "$library/libaboleth_device.a" 2>&1 | tee -a "$build/tier1-$transport.log" || status=1
+        run_ranks $here/tier1.py "$out_dir" "$build" --transport "$transport"
     done
 fi
 if wants per-launch; then

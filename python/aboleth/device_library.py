@@ -123,8 +123,9 @@ def build(target: str, directory: Optional[os.PathLike] = None, *, archive: bool
     source = root / "src" / "aboleth_device.cu"
     if not output.exists() or output.stat().st_mtime < source.stat().st_mtime:
         obj = root / "aboleth_device.o"
-        _run([compiler, f"-arch={arch}", "-rdc=true", "-std=c++17", "-I", str(library.include_dir), "-c",
-              str(source), "-o", str(obj)])
+        # -fPIC: the archive links into shared libraries too (a torch extension, a ctypes library).
+        _run([compiler, f"-arch={arch}", "-rdc=true", "-std=c++17", "-Xcompiler", "-fPIC", "-I",
+              str(library.include_dir), "-c", str(source), "-o", str(obj)])
         _run([compiler, f"-arch={arch}", "-lib", str(obj), "-o", str(output)])
         obj.unlink()
     return DeviceLibrary(target=library.target, root=root, include_dir=library.include_dir, header=library.header,

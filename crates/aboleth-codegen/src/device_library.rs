@@ -474,6 +474,9 @@ pub fn archive_commands(directory: &str, architecture: &str) -> Vec<Vec<String>>
             format!("-arch={architecture}"),
             "-rdc=true".into(),
             "-std=c++17".into(),
+            // Position-independent host code, so the archive links into shared libraries too.
+            "-Xcompiler".into(),
+            "-fPIC".into(),
             "-I".into(),
             include,
             "-c".into(),

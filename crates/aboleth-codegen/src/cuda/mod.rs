@@ -707,22 +707,36 @@ __device__ __forceinline__ uint64_t globaltimer() {{
 
 // Thread `lane` of `lanes` stores its share of `bytes` from `source` to `destination` (plain,
 // weakly ordered stores, as tier 2's copies): 16-byte vectors when source, destination and
-// size are 16-byte aligned, words when 8-byte aligned, bytes otherwise.
+// size are 16-byte aligned, words when 8-byte aligned, bytes otherwise. Each thread loads
+// COPY_UNROLL elements before it stores them, so that a lone thread keeps that many loads in
+// flight instead of waiting for each (the source and the destination do not overlap).
+template <typename Element>
+__device__ __forceinline__ void copy_elements(Element* __restrict__ to, const Element* __restrict__ from,
+                                              uint64_t count, uint32_t lane, uint32_t lanes) {{
+  constexpr uint32_t COPY_UNROLL = 8;
+  uint64_t i = lane;
+  for (; i + (COPY_UNROLL - 1) * uint64_t(lanes) < count; i += COPY_UNROLL * uint64_t(lanes)) {{
+    Element staged[COPY_UNROLL];
+#pragma unroll
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) staged[k] = from[i + k * uint64_t(lanes)];
+#pragma unroll
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) to[i + k * uint64_t(lanes)] = staged[k];
+  }}
+  for (; i < count; i += lanes) to[i] = from[i];
+}}
+
 __device__ __forceinline__ void copy_to_peer(uint64_t destination, uint64_t source, uint64_t bytes,
                                              uint32_t lane, uint32_t lanes) {{
   const uint64_t all = destination | source | bytes;
   if ((all & 15) == 0) {{
-    const uint4* from = reinterpret_cast<const uint4*>(source);
-    uint4* to = reinterpret_cast<uint4*>(destination);
-    for (uint64_t i = lane; i < bytes / 16; i += lanes) to[i] = from[i];
+    copy_elements(reinterpret_cast<uint4*>(destination), reinterpret_cast<const uint4*>(source), bytes / 16, lane,
+                  lanes);
   }} else if ((all & 7) == 0) {{
-    const uint64_t* from = reinterpret_cast<const uint64_t*>(source);
-    uint64_t* to = reinterpret_cast<uint64_t*>(destination);
-    for (uint64_t i = lane; i < bytes / 8; i += lanes) to[i] = from[i];
+    copy_elements(reinterpret_cast<uint64_t*>(destination), reinterpret_cast<const uint64_t*>(source), bytes / 8,
+                  lane, lanes);
   }} else {{
-    const uint8_t* from = reinterpret_cast<const uint8_t*>(source);
-    uint8_t* to = reinterpret_cast<uint8_t*>(destination);
-    for (uint64_t i = lane; i < bytes; i += lanes) to[i] = from[i];
+    copy_elements(reinterpret_cast<uint8_t*>(destination), reinterpret_cast<const uint8_t*>(source), bytes, lane,
+                  lanes);
   }}
 }}
 
