@@ -470,7 +470,7 @@ impl CudaGenerator<'_> {
                 "base",
                 "uint64_t",
                 format!(
-                    "reinterpret_cast<const RemoteRegionDescriptor*>({descriptor})->base_address"
+                    "detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>({descriptor})->base_address)"
                 ),
             );
             self.remote_bases.insert(descriptor.clone(), base);
@@ -507,7 +507,7 @@ impl CudaGenerator<'_> {
         let base = match self.remote_bases.get(&descriptor) {
             Some(base) => base.clone(),
             None => format!(
-                "reinterpret_cast<const RemoteRegionDescriptor*>({descriptor})->base_address"
+                "detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>({descriptor})->base_address)"
             ),
         };
         Ok(self.assign("address", "uint64_t", format!("{base} + {offset}")))
@@ -668,7 +668,7 @@ impl CudaGenerator<'_> {
     /// The peer rank of an endpoint handle (a C++ expression).
     fn peer_of(&self, handle: &str) -> String {
         format!(
-            "static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>({handle})->peer_rank)"
+            "static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->peer_rank))"
         )
     }
 }
@@ -705,32 +705,95 @@ __device__ __forceinline__ uint64_t globaltimer() {{
   return now;
 }}
 
-// Thread `lane` of `lanes` stores its share of `bytes` from `source` to `destination` (plain,
-// weakly ordered stores, as tier 2's copies): 16-byte vectors when source, destination and
-// size are 16-byte aligned, words when 8-byte aligned, bytes otherwise. Each thread loads
-// COPY_UNROLL elements before it stores them, so that a lone thread keeps that many loads in
-// flight instead of waiting for each (the source and the destination do not overlap).
+// A field of an endpoint handle or a region descriptor: tables the host wrote before the
+// launch and nobody writes while kernels run, so a read-only, non-coherent global load
+// (ld.global.nc) is correct, and it stays in the read-only cache across the waits' acquires.
+__device__ __forceinline__ uint64_t table_load(const uint64_t* field) {{
+  uint64_t value;
+  asm("ld.global.nc.u64 %0, [%1];" : "=l"(value) : "l"(field));
+  return value;
+}}
+
+__device__ __forceinline__ int64_t table_load(const int64_t* field) {{
+  int64_t value;
+  asm("ld.global.nc.s64 %0, [%1];" : "=l"(value) : "l"(field));
+  return value;
+}}
+
+__device__ __forceinline__ uint32_t table_load(const uint32_t* field) {{
+  uint32_t value;
+  asm("ld.global.nc.u32 %0, [%1];" : "=r"(value) : "l"(field));
+  return value;
+}}
+
+// Global-space accesses of the copies (the addresses come from tables as integers, so C++
+// accesses would be generic ones): 16-byte vectors, words and bytes. Volatile: in program
+// order, before the signal's release.
+struct Vector16 {{
+  uint32_t word[4];
+}};
+
+__device__ __forceinline__ Vector16 load_element(const Vector16* from) {{
+  Vector16 value;
+  asm volatile("ld.global.v4.u32 {{%0, %1, %2, %3}}, [%4];"
+               : "=r"(value.word[0]), "=r"(value.word[1]), "=r"(value.word[2]), "=r"(value.word[3])
+               : "l"(from));
+  return value;
+}}
+
+__device__ __forceinline__ void store_element(Vector16* to, const Vector16& value) {{
+  asm volatile("st.global.v4.u32 [%0], {{%1, %2, %3, %4}};" ::"l"(to), "r"(value.word[0]), "r"(value.word[1]),
+               "r"(value.word[2]), "r"(value.word[3])
+               : "memory");
+}}
+
+__device__ __forceinline__ uint64_t load_element(const uint64_t* from) {{
+  uint64_t value;
+  asm volatile("ld.global.u64 %0, [%1];" : "=l"(value) : "l"(from));
+  return value;
+}}
+
+__device__ __forceinline__ void store_element(uint64_t* to, const uint64_t& value) {{
+  asm volatile("st.global.u64 [%0], %1;" ::"l"(to), "l"(value) : "memory");
+}}
+
+__device__ __forceinline__ uint8_t load_element(const uint8_t* from) {{
+  uint16_t value;
+  asm volatile("ld.global.u8 %0, [%1];" : "=h"(value) : "l"(from));
+  return static_cast<uint8_t>(value);
+}}
+
+__device__ __forceinline__ void store_element(uint8_t* to, const uint8_t& value) {{
+  asm volatile("st.global.u8 [%0], %1;" ::"l"(to), "h"(static_cast<uint16_t>(value)) : "memory");
+}}
+
+// Thread `lane` of `lanes` stores its share of `count` elements from `from` to `to` (plain,
+// weakly ordered stores, as tier 2's copies). Each thread loads COPY_UNROLL elements before it
+// stores them, so that a lone thread keeps that many loads in flight instead of waiting for
+// each.
 template <typename Element>
-__device__ __forceinline__ void copy_elements(Element* __restrict__ to, const Element* __restrict__ from,
-                                              uint64_t count, uint32_t lane, uint32_t lanes) {{
+__device__ __forceinline__ void copy_elements(Element* to, const Element* from, uint64_t count, uint32_t lane,
+                                              uint32_t lanes) {{
   constexpr uint32_t COPY_UNROLL = 8;
   uint64_t i = lane;
   for (; i + (COPY_UNROLL - 1) * uint64_t(lanes) < count; i += COPY_UNROLL * uint64_t(lanes)) {{
     Element staged[COPY_UNROLL];
 #pragma unroll
-    for (uint32_t k = 0; k < COPY_UNROLL; ++k) staged[k] = from[i + k * uint64_t(lanes)];
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) staged[k] = load_element(from + i + k * uint64_t(lanes));
 #pragma unroll
-    for (uint32_t k = 0; k < COPY_UNROLL; ++k) to[i + k * uint64_t(lanes)] = staged[k];
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) store_element(to + i + k * uint64_t(lanes), staged[k]);
   }}
-  for (; i < count; i += lanes) to[i] = from[i];
+  for (; i < count; i += lanes) store_element(to + i, load_element(from + i));
 }}
 
+// The copy of a put: 16-byte vectors when source, destination and size are 16-byte aligned,
+// words when 8-byte aligned, bytes otherwise.
 __device__ __forceinline__ void copy_to_peer(uint64_t destination, uint64_t source, uint64_t bytes,
                                              uint32_t lane, uint32_t lanes) {{
   const uint64_t all = destination | source | bytes;
   if ((all & 15) == 0) {{
-    copy_elements(reinterpret_cast<uint4*>(destination), reinterpret_cast<const uint4*>(source), bytes / 16, lane,
-                  lanes);
+    copy_elements(reinterpret_cast<Vector16*>(destination), reinterpret_cast<const Vector16*>(source), bytes / 16,
+                  lane, lanes);
   }} else if ((all & 7) == 0) {{
     copy_elements(reinterpret_cast<uint64_t*>(destination), reinterpret_cast<const uint64_t*>(source), bytes / 8,
                   lane, lanes);

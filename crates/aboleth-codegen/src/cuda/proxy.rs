@@ -21,13 +21,13 @@ impl CudaGenerator<'_> {
         let ring = self.assign(
             "ring",
             "uint64_t",
-            format!("reinterpret_cast<const EndpointHandle*>({handle})->proxy_ring_address"),
+            format!("detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->proxy_ring_address)"),
         );
         let capacity = self.assign(
             "capacity",
             "uint64_t",
             format!(
-                "reinterpret_cast<const EndpointHandle*>({handle})->proxy_ring_capacity_entries"
+                "detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->proxy_ring_capacity_entries)"
             ),
         );
         Ok((ring, capacity))
@@ -105,8 +105,9 @@ impl CudaGenerator<'_> {
                 "internal: a proxy command without a remote pointer",
             ));
         };
-        let region_index =
-            format!("reinterpret_cast<const RemoteRegionDescriptor*>({descriptor})->region_index");
+        let region_index = format!(
+            "detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>({descriptor})->region_index)"
+        );
         let completion = self.u64(self.operand(op, if signal { 4 } else { 7 }))?;
         let completion_flag =
             format!("({completion} != 0 ? {PROXY_FLAG_COMPLETION_REQUESTED}u : 0u)");
@@ -119,7 +120,9 @@ impl CudaGenerator<'_> {
         );
         let mut fields: Vec<(&str, String)> = vec![(
             "peer_rank",
-            format!("reinterpret_cast<const EndpointHandle*>({handle})->peer_rank"),
+            format!(
+                "detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->peer_rank)"
+            ),
         )];
         if signal {
             let add = attrs::get_typed::<SignalOperation>(self.ctx, op, "op")

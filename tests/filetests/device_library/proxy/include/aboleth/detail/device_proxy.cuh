@@ -70,32 +70,95 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return now;
 }
 
-// Thread `lane` of `lanes` stores its share of `bytes` from `source` to `destination` (plain,
-// weakly ordered stores, as tier 2's copies): 16-byte vectors when source, destination and
-// size are 16-byte aligned, words when 8-byte aligned, bytes otherwise. Each thread loads
-// COPY_UNROLL elements before it stores them, so that a lone thread keeps that many loads in
-// flight instead of waiting for each (the source and the destination do not overlap).
+// A field of an endpoint handle or a region descriptor: tables the host wrote before the
+// launch and nobody writes while kernels run, so a read-only, non-coherent global load
+// (ld.global.nc) is correct, and it stays in the read-only cache across the waits' acquires.
+__device__ __forceinline__ uint64_t table_load(const uint64_t* field) {
+  uint64_t value;
+  asm("ld.global.nc.u64 %0, [%1];" : "=l"(value) : "l"(field));
+  return value;
+}
+
+__device__ __forceinline__ int64_t table_load(const int64_t* field) {
+  int64_t value;
+  asm("ld.global.nc.s64 %0, [%1];" : "=l"(value) : "l"(field));
+  return value;
+}
+
+__device__ __forceinline__ uint32_t table_load(const uint32_t* field) {
+  uint32_t value;
+  asm("ld.global.nc.u32 %0, [%1];" : "=r"(value) : "l"(field));
+  return value;
+}
+
+// Global-space accesses of the copies (the addresses come from tables as integers, so C++
+// accesses would be generic ones): 16-byte vectors, words and bytes. Volatile: in program
+// order, before the signal's release.
+struct Vector16 {
+  uint32_t word[4];
+};
+
+__device__ __forceinline__ Vector16 load_element(const Vector16* from) {
+  Vector16 value;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(value.word[0]), "=r"(value.word[1]), "=r"(value.word[2]), "=r"(value.word[3])
+               : "l"(from));
+  return value;
+}
+
+__device__ __forceinline__ void store_element(Vector16* to, const Vector16& value) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(to), "r"(value.word[0]), "r"(value.word[1]),
+               "r"(value.word[2]), "r"(value.word[3])
+               : "memory");
+}
+
+__device__ __forceinline__ uint64_t load_element(const uint64_t* from) {
+  uint64_t value;
+  asm volatile("ld.global.u64 %0, [%1];" : "=l"(value) : "l"(from));
+  return value;
+}
+
+__device__ __forceinline__ void store_element(uint64_t* to, const uint64_t& value) {
+  asm volatile("st.global.u64 [%0], %1;" ::"l"(to), "l"(value) : "memory");
+}
+
+__device__ __forceinline__ uint8_t load_element(const uint8_t* from) {
+  uint16_t value;
+  asm volatile("ld.global.u8 %0, [%1];" : "=h"(value) : "l"(from));
+  return static_cast<uint8_t>(value);
+}
+
+__device__ __forceinline__ void store_element(uint8_t* to, const uint8_t& value) {
+  asm volatile("st.global.u8 [%0], %1;" ::"l"(to), "h"(static_cast<uint16_t>(value)) : "memory");
+}
+
+// Thread `lane` of `lanes` stores its share of `count` elements from `from` to `to` (plain,
+// weakly ordered stores, as tier 2's copies). Each thread loads COPY_UNROLL elements before it
+// stores them, so that a lone thread keeps that many loads in flight instead of waiting for
+// each.
 template <typename Element>
-__device__ __forceinline__ void copy_elements(Element* __restrict__ to, const Element* __restrict__ from,
-                                              uint64_t count, uint32_t lane, uint32_t lanes) {
+__device__ __forceinline__ void copy_elements(Element* to, const Element* from, uint64_t count, uint32_t lane,
+                                              uint32_t lanes) {
   constexpr uint32_t COPY_UNROLL = 8;
   uint64_t i = lane;
   for (; i + (COPY_UNROLL - 1) * uint64_t(lanes) < count; i += COPY_UNROLL * uint64_t(lanes)) {
     Element staged[COPY_UNROLL];
 #pragma unroll
-    for (uint32_t k = 0; k < COPY_UNROLL; ++k) staged[k] = from[i + k * uint64_t(lanes)];
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) staged[k] = load_element(from + i + k * uint64_t(lanes));
 #pragma unroll
-    for (uint32_t k = 0; k < COPY_UNROLL; ++k) to[i + k * uint64_t(lanes)] = staged[k];
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) store_element(to + i + k * uint64_t(lanes), staged[k]);
   }
-  for (; i < count; i += lanes) to[i] = from[i];
+  for (; i < count; i += lanes) store_element(to + i, load_element(from + i));
 }
 
+// The copy of a put: 16-byte vectors when source, destination and size are 16-byte aligned,
+// words when 8-byte aligned, bytes otherwise.
 __device__ __forceinline__ void copy_to_peer(uint64_t destination, uint64_t source, uint64_t bytes,
                                              uint32_t lane, uint32_t lanes) {
   const uint64_t all = destination | source | bytes;
   if ((all & 15) == 0) {
-    copy_elements(reinterpret_cast<uint4*>(destination), reinterpret_cast<const uint4*>(source), bytes / 16, lane,
-                  lanes);
+    copy_elements(reinterpret_cast<Vector16*>(destination), reinterpret_cast<const Vector16*>(source), bytes / 16,
+                  lane, lanes);
   } else if ((all & 7) == 0) {
     copy_elements(reinterpret_cast<uint64_t*>(destination), reinterpret_cast<const uint64_t*>(source), bytes / 8,
                   lane, lanes);
@@ -157,8 +220,8 @@ __device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uin
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
   [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
@@ -170,20 +233,20 @@ __device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uin
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4096u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4096u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity15 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -192,13 +255,13 @@ __device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uin
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4097u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4097u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity18 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
 }
 
@@ -209,8 +272,8 @@ __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint6
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncwarp();
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
@@ -223,20 +286,20 @@ __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint6
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4098u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4098u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity15 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -245,13 +308,13 @@ __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint6
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4099u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4099u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity18 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
 }
 
@@ -262,8 +325,8 @@ __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncthreads();
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
@@ -276,20 +339,20 @@ __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4100u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4100u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity15 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -298,13 +361,13 @@ __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4101u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4101u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity18 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
 }
 
@@ -316,8 +379,8 @@ __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   uint64_t ab_base6 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
   [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
@@ -329,26 +392,26 @@ __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
         if (!(ab_end7 - ab_seen > ab_capacity5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4102u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4102u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
   [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
   [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
@@ -357,13 +420,13 @@ __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4103u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4103u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
 }
 
@@ -375,8 +438,8 @@ __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t 
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncwarp();
   uint64_t ab_base6 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
@@ -389,26 +452,26 @@ __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t 
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
         if (!(ab_end7 - ab_seen > ab_capacity5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4104u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4104u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
   [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
   [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
@@ -417,13 +480,13 @@ __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t 
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4105u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4105u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
 }
 
@@ -435,8 +498,8 @@ __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncthreads();
   uint64_t ab_base6 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
@@ -449,26 +512,26 @@ __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
         if (!(ab_end7 - ab_seen > ab_capacity5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4106u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4106u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
   [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
   [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
@@ -477,13 +540,13 @@ __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4107u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4107u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
 }
 
@@ -495,8 +558,8 @@ __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   uint64_t ab_base6 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
   [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
@@ -508,26 +571,26 @@ __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
         if (!(ab_end7 - ab_seen > ab_capacity5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4108u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4108u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
   [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
   [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
@@ -536,13 +599,13 @@ __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4109u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4109u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
 }
 
@@ -554,8 +617,8 @@ __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t 
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncwarp();
   uint64_t ab_base6 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
@@ -568,26 +631,26 @@ __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t 
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
         if (!(ab_end7 - ab_seen > ab_capacity5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4110u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4110u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
   [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
   [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
@@ -596,13 +659,13 @@ __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t 
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4111u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4111u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
 }
 
@@ -614,8 +677,8 @@ __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t
   [[maybe_unused]] const uint64_t ab_descriptor1 = dst_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_descriptor2 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
-  [[maybe_unused]] const uint64_t ab_ring4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity5 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncthreads();
   uint64_t ab_base6 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
@@ -628,26 +691,26 @@ __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
         if (!(ab_end7 - ab_seen > ab_capacity5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4112u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4112u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity12 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
   [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
   [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity21 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
@@ -656,13 +719,13 @@ __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4113u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4113u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity24 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
 }
 
@@ -673,8 +736,8 @@ __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t pe
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
   [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
@@ -686,19 +749,19 @@ __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t pe
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4114u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4114u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -707,13 +770,13 @@ __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t pe
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4115u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4115u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
 }
 
@@ -724,8 +787,8 @@ __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncwarp();
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
@@ -738,19 +801,19 @@ __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4116u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4116u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -759,13 +822,13 @@ __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4117u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4117u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
 }
 
@@ -776,8 +839,8 @@ __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t pee
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncthreads();
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
@@ -790,19 +853,19 @@ __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t pee
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4118u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4118u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -811,13 +874,13 @@ __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t pee
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4119u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4119u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
 }
 
@@ -828,8 +891,8 @@ __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t pe
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
   [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
@@ -841,19 +904,19 @@ __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t pe
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4120u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4120u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -862,13 +925,13 @@ __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t pe
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4121u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4121u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
 }
 
@@ -879,8 +942,8 @@ __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncwarp();
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
@@ -893,19 +956,19 @@ __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4122u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4122u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -914,13 +977,13 @@ __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4123u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4123u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
 }
 
@@ -931,8 +994,8 @@ __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t pee
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
   [[maybe_unused]] const uint64_t ab_descriptor1 = flag_table + static_cast<uint64_t>(peer) * sizeof(RemoteRegionDescriptor);
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const uint64_t ab_ring3 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity4 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   __syncthreads();
   uint64_t ab_base5 = 0;
   if (ab_leader) { asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_reservation_counter)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
@@ -945,19 +1008,19 @@ __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t pee
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
         if (!(ab_end6 - ab_seen > ab_capacity4)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4124u, 1u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4124u, 1u);
       }
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity10 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank; ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index; ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
   [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity14 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
@@ -966,13 +1029,13 @@ __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t pee
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4125u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4125u, 3u);
       }
     }
   }
   if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity17 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
 }
 
@@ -1002,8 +1065,8 @@ __device__ __forceinline__ void quiet_thread(uint64_t endpoints, int64_t peer) {
   [[maybe_unused]] const uint32_t ab_lanes = 1u;
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
-  [[maybe_unused]] const uint64_t ab_ring1 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity2 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring1 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity2 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_target3 = ab_leader ? *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->producer_reservation_counter)) : 0;
   if (ab_leader) {
     {
@@ -1012,7 +1075,7 @@ __device__ __forceinline__ void quiet_thread(uint64_t endpoints, int64_t peer) {
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter)) : "memory");
         if (!(ab_seen < ab_target3)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4126u, 2u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4126u, 2u);
       }
     }
   }
@@ -1023,8 +1086,8 @@ __device__ __forceinline__ void quiet_warp(uint64_t endpoints, int64_t peer) {
   [[maybe_unused]] const uint32_t ab_lanes = 32u;
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
-  [[maybe_unused]] const uint64_t ab_ring1 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity2 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring1 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity2 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_target3 = ab_leader ? *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->producer_reservation_counter)) : 0;
   if (ab_leader) {
     {
@@ -1033,7 +1096,7 @@ __device__ __forceinline__ void quiet_warp(uint64_t endpoints, int64_t peer) {
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter)) : "memory");
         if (!(ab_seen < ab_target3)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4127u, 2u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4127u, 2u);
       }
     }
   }
@@ -1045,8 +1108,8 @@ __device__ __forceinline__ void quiet_block(uint64_t endpoints, int64_t peer) {
   [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
   [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(peer) * sizeof(EndpointHandle);
-  [[maybe_unused]] const uint64_t ab_ring1 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address;
-  [[maybe_unused]] const uint64_t ab_capacity2 = reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries;
+  [[maybe_unused]] const uint64_t ab_ring1 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
+  [[maybe_unused]] const uint64_t ab_capacity2 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
   [[maybe_unused]] const uint64_t ab_target3 = ab_leader ? *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->producer_reservation_counter)) : 0;
   if (ab_leader) {
     {
@@ -1055,7 +1118,7 @@ __device__ __forceinline__ void quiet_block(uint64_t endpoints, int64_t peer) {
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter)) : "memory");
         if (!(ab_seen < ab_target3)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank), 4128u, 2u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring1)->completion_counter), ab_target3, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4128u, 2u);
       }
     }
   }
