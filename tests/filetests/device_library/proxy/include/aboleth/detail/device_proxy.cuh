@@ -91,64 +91,25 @@ __device__ __forceinline__ uint32_t table_load(const uint32_t* field) {
   return value;
 }
 
-// Global-space accesses of the copies (the addresses come from tables as integers, so C++
-// accesses would be generic ones): 16-byte vectors, words and bytes. Volatile: in program
-// order, before the signal's release.
-struct Vector16 {
-  uint32_t word[4];
-};
-
-__device__ __forceinline__ Vector16 load_element(const Vector16* from) {
-  Vector16 value;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(value.word[0]), "=r"(value.word[1]), "=r"(value.word[2]), "=r"(value.word[3])
-               : "l"(from));
-  return value;
-}
-
-__device__ __forceinline__ void store_element(Vector16* to, const Vector16& value) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(to), "r"(value.word[0]), "r"(value.word[1]),
-               "r"(value.word[2]), "r"(value.word[3])
-               : "memory");
-}
-
-__device__ __forceinline__ uint64_t load_element(const uint64_t* from) {
-  uint64_t value;
-  asm volatile("ld.global.u64 %0, [%1];" : "=l"(value) : "l"(from));
-  return value;
-}
-
-__device__ __forceinline__ void store_element(uint64_t* to, const uint64_t& value) {
-  asm volatile("st.global.u64 [%0], %1;" ::"l"(to), "l"(value) : "memory");
-}
-
-__device__ __forceinline__ uint8_t load_element(const uint8_t* from) {
-  uint16_t value;
-  asm volatile("ld.global.u8 %0, [%1];" : "=h"(value) : "l"(from));
-  return static_cast<uint8_t>(value);
-}
-
-__device__ __forceinline__ void store_element(uint8_t* to, const uint8_t& value) {
-  asm volatile("st.global.u8 [%0], %1;" ::"l"(to), "h"(static_cast<uint16_t>(value)) : "memory");
-}
-
 // Thread `lane` of `lanes` stores its share of `count` elements from `from` to `to` (plain,
 // weakly ordered stores, as tier 2's copies). Each thread loads COPY_UNROLL elements before it
 // stores them, so that a lone thread keeps that many loads in flight instead of waiting for
-// each.
+// each; source and destination do not overlap (__restrict__), so the compiler may also start
+// the next loads before the stores. (Global-space PTX accesses in program order measured
+// slower at 16 KiB-1 MiB: 2026-12-02-bench-nvidia-h200-2ranks-mps-tier1-nc.)
 template <typename Element>
-__device__ __forceinline__ void copy_elements(Element* to, const Element* from, uint64_t count, uint32_t lane,
-                                              uint32_t lanes) {
+__device__ __forceinline__ void copy_elements(Element* __restrict__ to, const Element* __restrict__ from,
+                                              uint64_t count, uint32_t lane, uint32_t lanes) {
   constexpr uint32_t COPY_UNROLL = 8;
   uint64_t i = lane;
   for (; i + (COPY_UNROLL - 1) * uint64_t(lanes) < count; i += COPY_UNROLL * uint64_t(lanes)) {
     Element staged[COPY_UNROLL];
 #pragma unroll
-    for (uint32_t k = 0; k < COPY_UNROLL; ++k) staged[k] = load_element(from + i + k * uint64_t(lanes));
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) staged[k] = from[i + k * uint64_t(lanes)];
 #pragma unroll
-    for (uint32_t k = 0; k < COPY_UNROLL; ++k) store_element(to + i + k * uint64_t(lanes), staged[k]);
+    for (uint32_t k = 0; k < COPY_UNROLL; ++k) to[i + k * uint64_t(lanes)] = staged[k];
   }
-  for (; i < count; i += lanes) store_element(to + i, load_element(from + i));
+  for (; i < count; i += lanes) to[i] = from[i];
 }
 
 // The copy of a put: 16-byte vectors when source, destination and size are 16-byte aligned,
@@ -157,8 +118,8 @@ __device__ __forceinline__ void copy_to_peer(uint64_t destination, uint64_t sour
                                              uint32_t lane, uint32_t lanes) {
   const uint64_t all = destination | source | bytes;
   if ((all & 15) == 0) {
-    copy_elements(reinterpret_cast<Vector16*>(destination), reinterpret_cast<const Vector16*>(source), bytes / 16,
-                  lane, lanes);
+    copy_elements(reinterpret_cast<uint4*>(destination), reinterpret_cast<const uint4*>(source), bytes / 16, lane,
+                  lanes);
   } else if ((all & 7) == 0) {
     copy_elements(reinterpret_cast<uint64_t*>(destination), reinterpret_cast<const uint64_t*>(source), bytes / 8,
                   lane, lanes);
