@@ -10,15 +10,17 @@ PYTHON ?= python3
 help:
 	@echo "make demo   - compile the seed's Triton all-to-all on the CPU, run it on 8 simulated ranks per transport, library-style vs Aboleth"
 	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-check, fuzz)"
-	@echo "make bless  - rewrite golden .out files from the current compiler, and the extension's stubs (review the diff!)"
+	@echo "make bless  - rewrite golden .out files, the tier-1 bitcode and the extension's stubs from the current compiler (review the diff!)"
 	@echo "make stubs  - regenerate python/aboleth/_aboleth.pyi from crates/aboleth-python"
 	@echo "make bench  - how to run the benchmark suites on the GPU machine (experiments/bench)"
 
-# Debian packages the tests need: rdma-core's mlx5dv.h for the WQE cross-check.
+# Debian packages the tests need: rdma-core's mlx5dv.h for the WQE cross-check, and clang 16
+# (CUDA device compilation to LLVM bitcode) for the check that the packaged tier-1 bitcode is
+# what the compiler generates.
 setup:
-	@dpkg -s libibverbs-dev >/dev/null 2>&1 || { \
-	  echo "installing libibverbs-dev (rdma-core headers for the mlx5 cross-check)"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev; }
+	@dpkg -s libibverbs-dev clang-16 >/dev/null 2>&1 || { \
+	  echo "installing libibverbs-dev (rdma-core headers for the mlx5 cross-check) and clang-16 (tier-1 bitcode)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev clang-16; }
 
 SEED_LAUNCH = --kernel alltoall --grid ranks-1 --rank-constexpr RANK --constexpr BYTES=256 \
   --signature endpoints=*i64,recv=*i64,flags=*i64,send=i64,send_key=i32,my_flags=*i64,epoch=i64 \
@@ -94,6 +96,11 @@ bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-cli --test command_line_goldens
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test codegen_goldens
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test device_library_goldens
+	@for transport in p2p proxy; do \
+	  rm -rf target/bless-bitcode-$$transport && \
+	  $(CARGO) run -q -p aboleth-cli -- device-library --target $$transport --out target/bless-bitcode-$$transport \
+	    --header-only --bitcode && \
+	  cp target/bless-bitcode-$$transport/bitcode/*.bc python/aboleth/frontends/triton/bitcode/$$transport/ || exit 1; done
 	$(MAKE) stubs
 
 fuzz:

@@ -24,7 +24,10 @@ Steps:
 2. ``rounds``: ``exchange_rounds`` (and ``_warp``): ROUNDS_IN_KERNEL rounds inside one launch,
    timed with CUDA events (median of TIMED_LAUNCHES launches): the tier-1 round latency the
    benchmark reports; data and flag checked after each launch.
-3. ``bounded``: rank 0 of each pair launches ``exchange`` for an epoch its peer never signals (the
+3. ``triton``: the same exchange from a stock Triton kernel through
+   ``aboleth.frontends.triton.tier1`` (the bitcode linked with ``extern_libs``, no
+   ``world.compilation()``), ROUNDS_PER_CASE rounds per size, checked the same way.
+4. ``bounded``: rank 0 of each pair launches ``exchange`` for an epoch its peer never signals (the
    peer does not launch); its ``wait_signal`` must give up after ABOLETH_WAIT_TIMEOUT_MS and
    ``World.check_waits()`` must report it (this rank, the flag, the library's wait site); then
    the log is cleared and the ranks realign the flags.
@@ -47,9 +50,11 @@ import traceback
 from typing import Any, Dict, List
 
 import torch
+import triton
 
 import aboleth
 from aboleth import device_library
+from aboleth.frontends.triton import tier1
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "tier1", "exchange.cu")
@@ -191,9 +196,30 @@ class Exchange:
         return values
 
 
-def checked_rounds(exchange: Exchange, module: Module, kernel: str, threads: int, bytes_per_peer: int,
+@triton.jit
+def triton_exchange(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags, flag_offset,
+                    my_flag, epoch):
+    """The seed's exchange from a stock Triton kernel, through the tier-1 bitcode."""
+    tier1.put_signal(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags, flag_offset,
+                     epoch)
+    tier1.quiet(handles, rank, world_size, peer)
+    tier1.wait_signal(handles, rank, world_size, my_flag, epoch)
+
+
+def launch_triton(exchange: "Exchange", bytes_per_peer: int, epoch: int) -> None:
+    table, rank, peer, capacity = exchange.table, exchange.rank, exchange.peer, exchange.capacity
+    send = table.local("send")
+    triton_exchange[(1,)](table.endpoint_handles, rank, exchange.n, peer, table.regions("recv"), rank * capacity,
+                          send.address + peer * capacity, send.lkey, bytes_per_peer, table.regions("flags"), rank * 8,
+                          exchange.my_flags[peer:], epoch, num_warps=4,
+                          extern_libs=tier1.extern_libs(exchange.world.compilation_target()))
+
+
+def checked_rounds(exchange: Exchange, module: Any, kernel: str, threads: int, bytes_per_peer: int,
                    rounds: int, epoch: int, seed_base: int) -> Dict[str, Any]:
-    function = module.kernel(kernel)
+    """``rounds`` checked exchanges through ``module.kernel(kernel)`` (or, with module None, the
+    Triton kernel)."""
+    function = module.kernel(kernel) if module is not None else None
     failures: List[str] = []
     world = exchange.world
     for index in range(rounds):
@@ -202,7 +228,10 @@ def checked_rounds(exchange: Exchange, module: Module, kernel: str, threads: int
         exchange.received_slice().fill_(0xEE)
         torch.cuda.synchronize()
         world.barrier(f"tier1/{kernel}/{bytes_per_peer}/{index}")
-        module.launch(function, threads, exchange.arguments(bytes_per_peer, epoch))
+        if module is None:
+            launch_triton(exchange, bytes_per_peer, epoch)
+        else:
+            module.launch(function, threads, exchange.arguments(bytes_per_peer, epoch))
         event = torch.cuda.Event()
         event.record()
         wait_for(event, f"{kernel} {bytes_per_peer} B round {index}")
@@ -341,6 +370,14 @@ def main() -> int:
                     epoch = row.pop("next_epoch")
                     timings.append(row)
             report["steps"]["rounds"] = {"passed": all(row["checked"] for row in timings), "rows": timings}
+            triton_cases = []
+            for size in SIZES:
+                case = checked_rounds(exchange, None, "triton_exchange", 128, size, ROUNDS_PER_CASE, epoch,
+                                      200_000 + epoch)
+                epoch = case.pop("next_epoch")
+                triton_cases.append(case)
+            report["steps"]["triton"] = {"passed": all(case["passed"] for case in triton_cases),
+                                         "cases": triton_cases}
             report["steps"]["bounded"] = bounded_wait(exchange, header_only, library, epoch)
         passed = all(step.get("passed", True) for step in report["steps"].values() if isinstance(step, dict))
         world.close()

@@ -265,6 +265,13 @@ enum Command {
         /// The GPU architecture to build the archive for.
         #[arg(long, default_value = "sm_90")]
         arch: String,
+        /// Also build each operation's LLVM bitcode (bitcode/<operation>.bc, for Triton's
+        /// extern_libs and CuTe DSL) with clang 16 or later.
+        #[arg(long)]
+        bitcode: bool,
+        /// The clang++ to build the bitcode with (default: $ABOLETH_CLANG, clang++-16, clang++).
+        #[arg(long)]
+        clang: Option<String>,
     },
 }
 
@@ -360,7 +367,15 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             header_only,
             nvcc,
             arch,
-        } => emit(&device_library(target, &out, header_only, nvcc, &arch)?),
+            bitcode,
+            clang,
+        } => {
+            let mut report = device_library(target, &out, header_only, nvcc, &arch)?;
+            if bitcode {
+                report.push_str(&device_library_bitcode(&out, clang)?);
+            }
+            emit(&report)
+        }
         Command::Plan { file } => {
             refuse_python_input(&file, "plan")?;
             let text = read(&file)?;
@@ -544,6 +559,56 @@ fn device_library(
         root.join(ARCHIVE_NAME).display()
     ));
     Ok(report)
+}
+
+/// `aboleth device-library --bitcode`: each operation's bitcode with clang, in `out`.
+fn device_library_bitcode(out: &str, clang: Option<String>) -> anyhow::Result<String> {
+    use aboleth_codegen::device_library::bitcode_commands;
+    let clang = clang
+        .or_else(|| std::env::var("ABOLETH_CLANG").ok())
+        .or_else(|| {
+            ["clang++-16", "clang++"].into_iter().find_map(|name| {
+                std::env::var_os("PATH").and_then(|path| {
+                    std::env::split_paths(&path)
+                        .map(|directory| directory.join(name))
+                        .find(|candidate| candidate.is_file())
+                        .map(|found| found.display().to_string())
+                })
+            })
+        })
+        .ok_or_else(|| {
+            command_line_error(
+                "no clang++ to build the bitcode: pass --clang PATH or set ABOLETH_CLANG (clang 16 or later, with its CUDA support), or leave out --bitcode",
+            )
+        })?;
+    let root = std::path::Path::new(out);
+    std::fs::create_dir_all(root.join("bitcode")).map_err(|error| {
+        anyhow::anyhow!(
+            "{}: error: cannot create the directory: {error}",
+            root.join("bitcode").display()
+        )
+    })?;
+    let commands = bitcode_commands();
+    for (operation, arguments) in &commands {
+        let output = std::process::Command::new(&clang)
+            .args(arguments)
+            .current_dir(root)
+            .output()
+            .map_err(|error| command_line_error(format!("cannot run {clang}: {error}")))?;
+        if !output.status.success() {
+            return Err(command_line_error(format!(
+                "{clang} failed on the bitcode of {operation} ({}):\n{}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+    }
+    Ok(format!(
+        "built {} bitcode files in {} with {clang}\n",
+        commands.len(),
+        root.join("bitcode").display()
+    ))
 }
 
 /// nvcc from $NVCC, $CUDA_HOME/bin, PATH or /usr/local/cuda/bin.

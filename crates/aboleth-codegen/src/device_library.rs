@@ -40,6 +40,10 @@ struct Argument {
     public: &'static str,
     /// The generated function's parameters it becomes: (C++ type, name, expression).
     lowered: &'static [(&'static str, &'static str, &'static str)],
+    /// The scalars a bitcode entry point takes for it (what a Triton or CuTe call passes), and
+    /// the C++ expression that makes the public argument from them.
+    scalars: &'static [(&'static str, &'static str)],
+    from_scalars: &'static str,
 }
 
 /// One operation of the library.
@@ -59,10 +63,17 @@ struct Operation {
 
 const PEER: Argument = Argument {
     public: "int peer",
+    scalars: &[("int32_t", "peer")],
+    from_scalars: "peer",
     lowered: &[("int64_t", "peer", "static_cast<int64_t>(peer)")],
 };
 const DESTINATION: Argument = Argument {
     public: "RemoteRegion dst",
+    scalars: &[
+        ("uint64_t", "dst_descriptors"),
+        ("uint64_t", "dst_offset_bytes"),
+    ],
+    from_scalars: "aboleth::RemoteRegion{dst_descriptors, dst_offset_bytes}",
     lowered: &[
         ("uint64_t", "dst_table", "dst.descriptors_address"),
         (
@@ -74,6 +85,8 @@ const DESTINATION: Argument = Argument {
 };
 const SOURCE: Argument = Argument {
     public: "LocalRegion src",
+    scalars: &[("uint64_t", "src_address"), ("uint32_t", "src_key")],
+    from_scalars: "aboleth::LocalRegion{src_address, src_key, 0}",
     lowered: &[
         ("uint64_t", "src", "src.address"),
         ("int32_t", "src_key", "static_cast<int32_t>(src.lkey)"),
@@ -81,10 +94,17 @@ const SOURCE: Argument = Argument {
 };
 const BYTES: Argument = Argument {
     public: "uint64_t bytes",
+    scalars: &[("uint64_t", "bytes")],
+    from_scalars: "bytes",
     lowered: &[("int64_t", "bytes", "static_cast<int64_t>(bytes)")],
 };
 const FLAG: Argument = Argument {
     public: "RemoteRegion flag",
+    scalars: &[
+        ("uint64_t", "flag_descriptors"),
+        ("uint64_t", "flag_offset_bytes"),
+    ],
+    from_scalars: "aboleth::RemoteRegion{flag_descriptors, flag_offset_bytes}",
     lowered: &[
         ("uint64_t", "flag_table", "flag.descriptors_address"),
         (
@@ -96,10 +116,14 @@ const FLAG: Argument = Argument {
 };
 const VALUE: Argument = Argument {
     public: "uint64_t value",
+    scalars: &[("uint64_t", "value")],
+    from_scalars: "value",
     lowered: &[("int64_t", "value", "static_cast<int64_t>(value)")],
 };
 const MY_FLAG: Argument = Argument {
     public: "const uint64_t* my_flag",
+    scalars: &[("uint64_t", "my_flag")],
+    from_scalars: "reinterpret_cast<const uint64_t*>(my_flag)",
     lowered: &[
         ("int64_t", "rank", "static_cast<int64_t>(ctx.rank)"),
         ("uint64_t", "my_flag", "reinterpret_cast<uint64_t>(my_flag)"),
@@ -444,13 +468,21 @@ namespace generated {{
     );
     let archive_source = "// The archive's translation unit: every operation of aboleth/device.cuh defined once, with\n// external linkage (nvcc -rdc=true -c, then nvcc -lib).\n#define ABOLETH_DEVICE_ARCHIVE_BUILD\n#include <aboleth/device.cuh>\n"
     .to_string();
+    let mut files = vec![
+        (HEADER_PATH.to_string(), header),
+        (format!("include/aboleth/detail/device_{name}.cuh"), detail),
+        (ARCHIVE_SOURCE_PATH.to_string(), archive_source),
+        (CLANG_PRELUDE_PATH.to_string(), CLANG_PRELUDE.to_string()),
+    ];
+    for operation in OPERATIONS {
+        files.push((
+            bitcode_source_path(operation.name),
+            bitcode_source(operation),
+        ));
+    }
     Ok(DeviceLibrary {
         target,
-        files: vec![
-            (HEADER_PATH.to_string(), header),
-            (format!("include/aboleth/detail/device_{name}.cuh"), detail),
-            (ARCHIVE_SOURCE_PATH.to_string(), archive_source),
-        ],
+        files,
         wait_sites,
         operations: OPERATIONS.iter().map(|operation| operation.name).collect(),
     })
@@ -492,4 +524,113 @@ pub fn archive_commands(directory: &str, architecture: &str) -> Vec<Vec<String>>
             format!("{directory}/{ARCHIVE_NAME}"),
         ],
     ]
+}
+
+/// What nvcc's headers give the library, for clang's CUDA device compilation without them (the
+/// bitcode build: `-nocudainc`, this file `-include`d).
+pub const CLANG_PRELUDE_PATH: &str = "include/aboleth/detail/clang_device_prelude.h";
+const CLANG_PRELUDE: &str = r#"// aboleth/detail/clang_device_prelude.h: what nvcc's headers give aboleth/device.cuh, for
+// clang's CUDA device compilation without the CUDA headers (the per-operation bitcode build,
+// `clang++ -x cuda --cuda-device-only -nocudainc -include` this file). Generated; do not edit.
+#pragma once
+#define __device__ __attribute__((device))
+#define __global__ __attribute__((global))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#include <__clang_cuda_builtin_vars.h>
+extern "C" __device__ int printf(const char*, ...);
+static __device__ __forceinline__ void __syncwarp(unsigned mask = 0xffffffffu) {
+  asm volatile("bar.warp.sync %0;" ::"r"(mask) : "memory");
+}
+static __device__ __forceinline__ void __trap() { __builtin_trap(); }
+struct __attribute__((aligned(16))) uint4 {
+  unsigned int x, y, z, w;
+};
+"#;
+
+/// Where the bitcode of `operation` is written, under the library's directory.
+pub fn bitcode_path(operation: &str) -> String {
+    format!("bitcode/{operation}.bc")
+}
+
+fn bitcode_source_path(operation: &str) -> String {
+    format!("src/bitcode/{operation}.cu")
+}
+
+/// The bitcode entry points of one operation: `aboleth_tier1_<name>[_warp|_block]`, taking
+/// scalars (the context's fields, then each argument's scalars, then the signal operation as a
+/// `uint32_t` where there is one) and returning 0, as Triton's and CuTe's extern calls want.
+fn bitcode_source(operation: &Operation) -> String {
+    let mut text = format!(
+        "// The bitcode entry points of aboleth::{} (generated; do not edit): scalar arguments, an int\n// result, C linkage, for Triton's extern_libs and CuTe DSL.\n#include <aboleth/device.cuh>\n\n",
+        operation.name
+    );
+    for scope in ProgramScope::ALL {
+        let mut parameters = vec![
+            "uint64_t endpoint_handles".to_string(),
+            "uint32_t rank".to_string(),
+            "uint32_t world_size".to_string(),
+        ];
+        let mut arguments = vec!["ctx".to_string()];
+        for argument in operation.arguments {
+            parameters.extend(
+                argument
+                    .scalars
+                    .iter()
+                    .map(|(c_type, name)| format!("{c_type} {name}")),
+            );
+            arguments.push(argument.from_scalars.to_string());
+        }
+        if operation.signal_operation {
+            parameters.push("uint32_t op".into());
+            arguments.push("static_cast<aboleth::SignalOp>(op)".into());
+        }
+        let _ = write!(
+            text,
+            "extern \"C\" __device__ int aboleth_tier1_{name}{suffix}({parameters}) {{\n  const aboleth::DeviceContext ctx{{endpoint_handles, rank, world_size}};\n  aboleth::{name}{suffix}({arguments});\n  return 0;\n}}\n\n",
+            name = operation.name,
+            suffix = scope.suffix(),
+            parameters = parameters.join(", "),
+            arguments = arguments.join(", "),
+        );
+    }
+    text
+}
+
+/// The clang steps that build every operation's bitcode from a library written to a directory,
+/// each `(operation, arguments)` run there (relative paths, so the bitcode does not depend on
+/// where): `clang++ -x cuda --cuda-device-only -emit-llvm` of the operation's entry points with
+/// the prelude, for sm_90, denormals flushed as Triton's modules want (`nvvm-reflect-ftz` 1).
+pub fn bitcode_commands() -> Vec<(&'static str, Vec<String>)> {
+    OPERATIONS
+        .iter()
+        .map(|operation| {
+            let arguments = [
+                "-x",
+                "cuda",
+                "--cuda-device-only",
+                "--cuda-gpu-arch=sm_90",
+                "-nocudainc",
+                "-nocudalib",
+                "-fgpu-flush-denormals-to-zero",
+                "-std=c++17",
+                "-O2",
+                "-emit-llvm",
+                "-c",
+                "-include",
+                "aboleth/detail/clang_device_prelude.h",
+                "-I",
+                "include",
+            ]
+            .iter()
+            .map(|argument| argument.to_string())
+            .chain([
+                bitcode_source_path(operation.name),
+                "-o".to_string(),
+                bitcode_path(operation.name),
+            ])
+            .collect();
+            (operation.name, arguments)
+        })
+        .collect()
 }
