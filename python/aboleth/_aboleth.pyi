@@ -7,7 +7,7 @@ The Rust side of aboleth's Triton bridge (see `docs/TRITON_BRIDGE.md`) and host 
 from _typeshed import SupportsGetItem
 from typing import SupportsIndex, final
 
-__all__ = ["DeviceTable", "ExchangedRegions", "LocalRegion", "PipelineOptions", "Region", "Registration", "TcpStoreBootstrap", "World", "connect_kinds", "packet_staging_bytes", "run_command_line", "run_stage", "transports", "version"]
+__all__ = ["DeviceTable", "ExchangedRegions", "LocalRegion", "PipelineOptions", "Region", "Registration", "TcpStoreBootstrap", "World", "connect_kinds", "device_context_bytes", "device_library", "local_region_bytes", "packet_staging_bytes", "remote_region_bytes", "run_command_line", "run_stage", "transports", "version"]
 
 @final
 class DeviceTable:
@@ -314,10 +314,36 @@ def connect_kinds() -> list[str]:
     (`aboleth_runtime::TransportRequest::names`).
     """
 
+def device_context_bytes(endpoint_handles_address: SupportsIndex, rank: SupportsIndex, world_size: SupportsIndex) -> bytes:
+    """
+    device_context_bytes(endpoint_handles_address, rank, world_size) -> bytes: an
+    `aboleth::DeviceContext` ([`aboleth_abi::device_library::DeviceContext`]).
+    """
+
+def device_library(target: str) -> tuple[list[tuple[str, str]], list[tuple[int, str, str]], list[str]]:
+    """
+    device_library(target) -> (files, wait_sites, operations): the tier-1 CUDA library for
+    transport `target` ("p2p" or "proxy"): `(relative path, contents)` of every file, `(site id,
+    operation variant, what it waits for)` of every bounded wait, and the operations' names.
+    `ValueError` for an unknown transport, `NotImplementedError` for one without a CUDA encoding.
+    """
+
+def local_region_bytes(address: SupportsIndex, lkey: SupportsIndex) -> bytes:
+    """
+    local_region_bytes(address, lkey) -> bytes: an `aboleth::LocalRegion`
+    ([`aboleth_abi::LocalRegionDescriptor`]).
+    """
+
 def packet_staging_bytes(length: SupportsIndex) -> int:
     """
     packet_staging_bytes(length) -> int: the bytes a flag region of `length` bytes needs after
     it for packet slots (`world.region(..., packet_slots=True)`).
+    """
+
+def remote_region_bytes(descriptors_address: SupportsIndex, offset_bytes: SupportsIndex) -> bytes:
+    """
+    remote_region_bytes(descriptors_address, offset_bytes) -> bytes: an `aboleth::RemoteRegion`
+    ([`aboleth_abi::device_library::RemoteRegion`]).
     """
 
 def run_command_line(arguments: SupportsGetItem[int, str], python_interpreter: str) -> int:
