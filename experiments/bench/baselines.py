@@ -32,7 +32,8 @@ HANDWRITTEN_THREADS = {32: "hand-written-warp", 128: "hand-written-cta", 1024: "
 NVSHMEM_VARIANTS = {0: "nvshmem-thread", 1: "nvshmem-warp", 2: "nvshmem-block"}
 # handwritten.cu's PollStyle: the probe rows (32 threads, like num_warps=1).
 PROBE_POLL_STYLES = {0: "thread-zero-polls", 1: "every-thread-polls", 2: "every-thread-polls-timed",
-                     3: "thread-zero-polls-timed"}
+                     3: "thread-zero-polls-timed", 4: "thread-zero-polls-quiet-sc",
+                     5: "thread-zero-polls-quiet-acq-rel"}
 PROBE_TIMEOUT_NANOSECONDS = 10_000_000_000
 FLAG_ROUND_TRIPS = 20000
 

@@ -71,12 +71,16 @@ __global__ void alltoall_rounds(const unsigned long long *peer_recv, const unsig
 // How the flag wait polls, for the probe rows (`handwritten_alltoall_probe`): what the
 // hand-written kernel does (thread 0 polls, a barrier releases the CTA), what Aboleth's bounded
 // wait does (every thread polls, and reads %globaltimer after each poll to test the bound, loaded
-// from memory once per round as Aboleth's wait-failure log's timeout is), and the two halves apart.
+// from memory once per round as Aboleth's wait-failure log's timeout is), and the two halves apart;
+// and thread 0's poll followed by a system fence each round, as a quiet after the wait does
+// (tier 1's p2p quiet is fence.sc.sys): what the fence costs, SC or acquire-release.
 enum PollStyle : int {
     POLL_THREAD_ZERO = 0,
     POLL_EVERY_THREAD = 1,
     POLL_EVERY_THREAD_TIMED = 2,
     POLL_THREAD_ZERO_TIMED = 3,
+    POLL_THREAD_ZERO_QUIET_SC = 4,
+    POLL_THREAD_ZERO_QUIET_ACQ_REL = 5,
 };
 
 __device__ __forceinline__ unsigned long long global_timer() {
@@ -125,6 +129,10 @@ __global__ void alltoall_rounds_probe(const unsigned long long *peer_recv, const
             }
         } else {
             if (threadIdx.x == 0 && !poll_flag(my_flags + peer, epoch, timed, timeout_ns)) atomicExch(gave_up, 1);
+            if (threadIdx.x == 0 && poll_style == POLL_THREAD_ZERO_QUIET_SC) asm volatile("fence.sc.sys;" ::: "memory");
+            if (threadIdx.x == 0 && poll_style == POLL_THREAD_ZERO_QUIET_ACQ_REL) {
+                asm volatile("fence.acq_rel.sys;" ::: "memory");
+            }
             __syncthreads();
             if (timed && *static_cast<volatile int *>(gave_up) != 0) return;
         }
