@@ -67,10 +67,14 @@ python-setup:
 # nvcc for sm_90 from NVIDIA's wheels (CUDA 13.0, the GPU machine's version; about 110 MB), in
 # the venv: python/tests/test_device_library.py compiles the tier-1 library and the seed's CUDA
 # `exchange` kernel with it (no GPU needed). aboleth.device_library.find_nvcc() finds it there.
+# CuTe DSL (about 105 MB) compiles python/tests/test_tier1_cute.py's kernel for sm_90a on the CPU.
 CUDA_WHEELS = nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-nvvm==13.0.88
+CUTE_DSL = nvidia-cutlass-dsl==4.8.1
 cuda-setup: python-setup
 	@[ -x $(VENV)/lib/python*/site-packages/nvidia/cu13/bin/nvcc ] || { echo "installing nvcc 13.0 into $(VENV) ($(CUDA_WHEELS))"; \
 	  $(VENV)/bin/pip install -q $(CUDA_WHEELS); }
+	@$(VENV)/bin/python -c "import cutlass.cute" 2>/dev/null || { echo "installing CuTe DSL into $(VENV) ($(CUTE_DSL))"; \
+	  $(VENV)/bin/pip install -q $(CUTE_DSL); }
 
 python-test: python-setup cuda-setup
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
@@ -100,7 +104,7 @@ bless:
 	  rm -rf target/bless-bitcode-$$transport && \
 	  $(CARGO) run -q -p aboleth-cli -- device-library --target $$transport --out target/bless-bitcode-$$transport \
 	    --header-only --bitcode && \
-	  cp target/bless-bitcode-$$transport/bitcode/*.bc python/aboleth/frontends/triton/bitcode/$$transport/ || exit 1; done
+	  cp target/bless-bitcode-$$transport/bitcode/*.bc python/aboleth/frontends/bitcode/$$transport/ || exit 1; done
 	$(MAKE) stubs
 
 fuzz:

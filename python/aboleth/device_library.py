@@ -62,11 +62,13 @@ def _default_directory(target: str, files: Any) -> Path:
     return Path(base) / "device-library" / f"{_aboleth.version()}-{target}-{digest.hexdigest()[:16]}"
 
 
-def write(target: str, directory: Optional[os.PathLike] = None) -> DeviceLibrary:
+def write(target: str, directory: Optional[os.PathLike] = None, *, mutation: Optional[str] = None) -> DeviceLibrary:
     """Writes the library's files for ``target`` under ``directory`` (default: the cache) and
     returns it without an archive. ``ValueError`` for an unknown transport,
-    ``NotImplementedError`` for one without a CUDA encoding (mlx5, efa, ionic)."""
-    files, wait_sites, operations = _aboleth.device_library(target)
+    ``NotImplementedError`` for one without a CUDA encoding (mlx5, efa, ionic). ``mutation``
+    (``"signal-before-copy"``) writes a deliberately broken library instead: for tests that must
+    catch it, never for use."""
+    files, wait_sites, operations = _aboleth.device_library(target, mutation)
     root = Path(directory) if directory is not None else _default_directory(target, files)
     for path, contents in files:
         file = root / path
@@ -105,11 +107,11 @@ def _run(command: list) -> None:
 
 
 def build(target: str, directory: Optional[os.PathLike] = None, *, archive: bool = True,
-          nvcc: Optional[str] = None, arch: str = "sm_90") -> DeviceLibrary:
+          nvcc: Optional[str] = None, arch: str = "sm_90", mutation: Optional[str] = None) -> DeviceLibrary:
     """:func:`write`, then (with ``archive``) ``libaboleth_device.a`` for ``arch`` with nvcc.
     ``FileNotFoundError`` naming the places looked in when there is no nvcc; ``RuntimeError``
     with nvcc's output when it fails."""
-    library = write(target, directory)
+    library = write(target, directory, mutation=mutation)
     if not archive:
         return library
     compiler = nvcc or find_nvcc()

@@ -27,7 +27,11 @@ Steps:
 3. ``triton``: the same exchange from a stock Triton kernel through
    ``aboleth.frontends.triton.tier1`` (the bitcode linked with ``extern_libs``, no
    ``world.compilation()``), ROUNDS_PER_CASE rounds per size, checked the same way.
-4. ``bounded``: rank 0 of each pair launches ``exchange`` for an epoch its peer never signals (the
+4. ``mutation`` (p2p): ``exchange_snapshot`` copies what arrived right after the wait; against
+   the library it must equal the peer's payload every round, and against a deliberately broken
+   library (``mutation="signal-before-copy"``: each signal stored before its copy) the snapshot
+   must be caught stale in some round (1 MiB from one thread: the copy takes milliseconds).
+5. ``bounded``: rank 0 of each pair launches ``exchange`` for an epoch its peer never signals (the
    peer does not launch); its ``wait_signal`` must give up after ABOLETH_WAIT_TIMEOUT_MS and
    ``World.check_waits()`` must report it (this rank, the flag, the library's wait site); then
    the log is cleared and the ranks realign the flags.
@@ -286,6 +290,34 @@ def timed_rounds(exchange: Exchange, module: Module, kernel: str, threads: int, 
             "next_epoch": epoch}
 
 
+def snapshot_rounds(exchange: Exchange, module: Module, rounds: int, epoch: int) -> Dict[str, Any]:
+    """``rounds`` exchanges of 1 MiB through ``exchange_snapshot``: how many snapshots differ
+    from the peer's payload."""
+    function = module.kernel("exchange_snapshot")
+    size = 1 << 20
+    snapshot = torch.empty(size, dtype=torch.uint8, device="cuda")
+    stale = 0
+    for index in range(rounds):
+        seed = 300_000 + epoch
+        exchange.send_slice()[:size].copy_(payload(seed, exchange.rank, size))
+        exchange.received_slice().fill_(0xEE)
+        snapshot.fill_(0)
+        torch.cuda.synchronize()
+        exchange.world.barrier(f"tier1/snapshot/{epoch}")
+        arguments = exchange.arguments(size, epoch) + [
+            ctypes.c_uint64(exchange.received_slice().data_ptr()), ctypes.c_uint64(snapshot.data_ptr())]
+        module.launch(function, 256, arguments)
+        event = torch.cuda.Event()
+        event.record()
+        wait_for(event, f"exchange_snapshot round {index}")
+        exchange.world.check_waits()
+        if not torch.equal(snapshot, payload(seed, exchange.peer, size)):
+            stale += 1
+        epoch += 1
+    exchange.world.barrier("tier1/snapshot/end")
+    return {"rounds": rounds, "stale_snapshots": stale, "next_epoch": epoch}
+
+
 def bounded_wait(exchange: Exchange, module: Module, library: Any, epoch: int) -> Dict[str, Any]:
     """Rank 0 of the pair waits for an epoch its peer never signals."""
     world = exchange.world
@@ -378,6 +410,20 @@ def main() -> int:
                 triton_cases.append(case)
             report["steps"]["triton"] = {"passed": all(case["passed"] for case in triton_cases),
                                          "cases": triton_cases}
+            if library.target == "p2p":
+                correct = snapshot_rounds(exchange, header_only, 10, epoch)
+                epoch = correct.pop("next_epoch")
+                mutated_library = device_library.write("p2p", os.path.join(work, "mutated"),
+                                                       mutation="signal-before-copy")
+                mutated_cubin = os.path.join(work, "exchange_mutated.cubin")
+                run([nvcc, f"-arch={ARCH}", "-std=c++17", "-I", str(mutated_library.include_dir), "-cubin", SOURCE,
+                     "-o", mutated_cubin])
+                mutated = snapshot_rounds(exchange, Module(driver, open(mutated_cubin, "rb").read(),
+                                                           modules["entries"]), 10, epoch)
+                epoch = mutated.pop("next_epoch")
+                report["steps"]["mutation"] = {
+                    "library": correct, "signal_before_copy": mutated,
+                    "passed": correct["stale_snapshots"] == 0 and mutated["stale_snapshots"] > 0}
             report["steps"]["bounded"] = bounded_wait(exchange, header_only, library, epoch)
         passed = all(step.get("passed", True) for step in report["steps"].values() if isinstance(step, dict))
         world.close()

@@ -272,6 +272,10 @@ enum Command {
         /// The clang++ to build the bitcode with (default: $ABOLETH_CLANG, clang++-16, clang++).
         #[arg(long)]
         clang: Option<String>,
+        /// Write a deliberately broken library (signal-before-copy): for the GPU check that
+        /// catches it, never for use.
+        #[arg(long, value_name = "MUTATION")]
+        mutate: Option<String>,
     },
 }
 
@@ -369,8 +373,22 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             arch,
             bitcode,
             clang,
+            mutate,
         } => {
-            let mut report = device_library(target, &out, header_only, nvcc, &arch)?;
+            let mutation = match mutate {
+                None => None,
+                Some(name) => Some(
+                    aboleth_codegen::cuda::CudaMutation::from_name(&name).ok_or_else(|| {
+                        command_line_error(format!(
+                            "unknown device-library mutation '{name}'; known: {}",
+                            aboleth_codegen::cuda::CudaMutation::ALL
+                                .map(|mutation| mutation.name())
+                                .join(", ")
+                        ))
+                    })?,
+                ),
+            };
+            let mut report = device_library(target, &out, header_only, nvcc, &arch, mutation)?;
             if bitcode {
                 report.push_str(&device_library_bitcode(&out, clang)?);
             }
@@ -504,9 +522,12 @@ fn device_library(
     header_only: bool,
     nvcc: Option<String>,
     arch: &str,
+    mutation: Option<aboleth_codegen::cuda::CudaMutation>,
 ) -> anyhow::Result<String> {
-    use aboleth_codegen::device_library::{ARCHIVE_NAME, HEADER_PATH, archive_commands, generate};
-    let library = generate(target)
+    use aboleth_codegen::device_library::{
+        ARCHIVE_NAME, HEADER_PATH, archive_commands, generate_mutated,
+    };
+    let library = generate_mutated(target, mutation)
         .map_err(|error| command_line_error(error.message.trim_start_matches("error: ")))?;
     let root = std::path::Path::new(out);
     for (path, contents) in &library.files {

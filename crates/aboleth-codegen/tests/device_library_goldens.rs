@@ -117,3 +117,26 @@ fn every_variant_of_every_operation_is_declared_and_defined() {
         );
     }
 }
+
+#[test]
+fn the_signal_before_copy_mutation_moves_each_copy_after_its_signal() {
+    use aboleth_codegen::cuda::CudaMutation;
+    use aboleth_codegen::device_library::generate_mutated;
+    let mutated = generate_mutated(Transport::P2p, Some(CudaMutation::SignalBeforeCopy)).unwrap();
+    let header = &mutated.files[0].1;
+    assert!(header.starts_with("// DELIBERATELY BROKEN (signal-before-copy)"));
+    let detail = &mutated.files[1].1;
+    let body = detail
+        .split("void put_signal_set_thread(")
+        .nth(1)
+        .expect("the thread form of put_signal");
+    let signal = body.find("st.release.sys.global.u64").expect("the signal");
+    let copy = body.find("detail::copy_to_peer(").expect("the copy");
+    assert!(signal < copy, "the mutation stores the signal first");
+    let correct = &generate(Transport::P2p).unwrap().files[1].1;
+    let body = correct.split("void put_signal_set_thread(").nth(1).unwrap();
+    assert!(
+        body.find("detail::copy_to_peer(").unwrap()
+            < body.find("st.release.sys.global.u64").unwrap()
+    );
+}

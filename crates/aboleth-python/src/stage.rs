@@ -256,8 +256,9 @@ mod tests {
     }
 }
 
-/// device_library(target) -> (files, wait_sites, operations): the tier-1 CUDA library for
-/// transport `target` ("p2p" or "proxy"): `(relative path, contents)` of every file, `(site id,
+/// device_library(target, mutation=None) -> (files, wait_sites, operations): the tier-1 CUDA
+/// library for transport `target` ("p2p" or "proxy"), deliberately broken by `mutation` when
+/// one is named (a GPU test's check that it is caught): `(relative path, contents)` of every file, `(site id,
 /// operation variant, what it waits for)` of every bounded wait, and the operations' names.
 /// `ValueError` for an unknown transport, `NotImplementedError` for one without a CUDA encoding.
 #[pyfunction]
@@ -265,8 +266,10 @@ mod tests {
     clippy::type_complexity,
     reason = "the tuple is what Python unpacks; aboleth.device_library names its parts"
 )]
+#[pyo3(signature = (target, mutation=None))]
 pub fn device_library(
     target: &str,
+    mutation: Option<&str>,
 ) -> PyResult<(
     Vec<(String, String)>,
     Vec<(u32, String, &'static str)>,
@@ -277,13 +280,28 @@ pub fn device_library(
             "aboleth: unknown transport {target:?}; the device library is generated for \"p2p\" and \"proxy\""
         ))
     })?;
-    let library = aboleth_codegen::device_library::generate(transport).map_err(|error| {
-        let message = format!("aboleth: {}", error.message.trim_start_matches("error: "));
-        if error.not_built {
-            PyNotImplementedError::new_err(message)
-        } else {
-            PyValueError::new_err(message)
-        }
-    })?;
+    let mutation = match mutation {
+        None => None,
+        Some(name) => Some(
+            aboleth_codegen::cuda::CudaMutation::from_name(name).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "aboleth: unknown device-library mutation {name:?}; known: {}",
+                    aboleth_codegen::cuda::CudaMutation::ALL
+                        .map(|mutation| mutation.name())
+                        .join(", ")
+                ))
+            })?,
+        ),
+    };
+    let library = aboleth_codegen::device_library::generate_mutated(transport, mutation).map_err(
+        |error| {
+            let message = format!("aboleth: {}", error.message.trim_start_matches("error: "));
+            if error.not_built {
+                PyNotImplementedError::new_err(message)
+            } else {
+                PyValueError::new_err(message)
+            }
+        },
+    )?;
     Ok((library.files, library.wait_sites, library.operations))
 }

@@ -55,3 +55,21 @@ __global__ void exchange_rounds_warp(aboleth::DeviceContext ctx, int peer, abole
     aboleth::wait_signal_warp(ctx, my_flag, epoch + round);
   }
 }
+
+// The exchange, then the block copies what arrived into `snapshot` right after the wait: what a
+// receiver reads once it has seen the flag. The mutation check (tier1_exchange.py) builds a
+// deliberately broken library (signal before copy) and must see stale bytes here.
+__global__ void exchange_snapshot(aboleth::DeviceContext ctx, int peer, aboleth::RemoteRegion dst,
+                                  aboleth::LocalRegion src, uint32_t bytes, aboleth::RemoteRegion flag,
+                                  const uint64_t* my_flag, uint64_t epoch, const uint8_t* received,
+                                  uint8_t* snapshot) {
+  if (threadIdx.x == 0) {
+    aboleth::put_signal(ctx, peer, dst, src, bytes, flag, epoch);
+    aboleth::wait_signal(ctx, my_flag, epoch);
+  }
+  __syncthreads();
+  const volatile uint8_t* arrived = received;
+  for (uint32_t i = threadIdx.x; i < bytes; i += blockDim.x) snapshot[i] = arrived[i];
+  __syncthreads();
+  if (threadIdx.x == 0) aboleth::quiet(ctx, peer);
+}

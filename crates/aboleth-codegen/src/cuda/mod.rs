@@ -104,6 +104,34 @@ impl ProgramScope {
     }
 }
 
+/// A deliberately broken encoding, for the GPU check that the tests catch what it breaks
+/// (`tests/gpu/tier1_exchange.py`, "mutation"): never used to build a library users get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CudaMutation {
+    /// p2p: every signal is stored before the copy that precedes it, so a receiver can see the
+    /// flag before the data.
+    SignalBeforeCopy,
+}
+
+impl CudaMutation {
+    /// Every mutation.
+    pub const ALL: [CudaMutation; 1] = [Self::SignalBeforeCopy];
+
+    /// Its name on the command line (`aboleth device-library --mutate NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SignalBeforeCopy => "signal-before-copy",
+        }
+    }
+
+    /// The mutation named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|mutation| mutation.name() == name)
+    }
+}
+
 /// One parameter of the generated function: its C++ name and type, in the lowered function's
 /// argument order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,6 +169,7 @@ pub fn generate_function(
     scope: ProgramScope,
     target: Transport,
     first_site: u32,
+    mutation: Option<CudaMutation>,
 ) -> Result<GeneratedFunction, BridgeError> {
     let entry = region_block(ctx, function, 0);
     let arguments = entry.deref(ctx).get_num_arguments();
@@ -162,6 +191,8 @@ pub fn generate_function(
         remote_bases: HashMap::new(),
         first_site,
         wait_sites: Vec::new(),
+        mutation,
+        deferred_copy: None,
     };
     let (lane, lanes) = scope.lane_and_lanes();
     generator.line(format!("[[maybe_unused]] const uint32_t ab_lane = {lane};"));
@@ -207,6 +238,9 @@ struct CudaGenerator<'a> {
     remote_bases: HashMap<String, String>,
     first_site: u32,
     wait_sites: Vec<&'static str>,
+    mutation: Option<CudaMutation>,
+    /// Under [`CudaMutation::SignalBeforeCopy`]: a copy's lines, emitted after the next signal.
+    deferred_copy: Option<Vec<String>>,
 }
 
 /// How one lowered op becomes C++.
@@ -554,6 +588,7 @@ impl CudaGenerator<'_> {
         let bytes = self.u64(self.operand(op, 3))?;
         let predicate_value = self.operand(op, 4);
         let always = aboleth_ir::scalar::constant_value(self.ctx, predicate_value) == Some(1);
+        let start = self.lines.len();
         if !always {
             let predicate = self.i64(predicate_value)?;
             self.line(format!("if ({predicate} != 0) {{"));
@@ -565,6 +600,9 @@ impl CudaGenerator<'_> {
         if !always {
             self.depth -= 1;
             self.line("}".into());
+        }
+        if self.mutation == Some(CudaMutation::SignalBeforeCopy) {
+            self.deferred_copy = Some(self.lines.split_off(start));
         }
         Ok(())
     }
@@ -581,6 +619,9 @@ impl CudaGenerator<'_> {
         self.leader_only(format!(
             "asm volatile(\"{ptx}\" :: \"l\"({address}), \"l\"({value}) : \"memory\");"
         ));
+        if let Some(copy) = self.deferred_copy.take() {
+            self.lines.extend(copy);
+        }
         Ok(())
     }
 

@@ -5,7 +5,7 @@ program is a block: every thread runs the call with the same arguments), calling
 operation's bitcode entry point ``aboleth_tier1_<operation>_block`` with ``extern_elementwise``.
 The bitcode is the device library's, built by clang from the same generated C++
 (``aboleth device-library --bitcode``) and shipped in this package per transport
-(``bitcode/<transport>/<operation>.bc``); ``python/tests/test_tier1_triton.py`` checks that it
+(``aboleth/frontends/bitcode/<transport>/<operation>.bc``); ``python/tests/test_tier1_triton.py`` checks that it
 is what the current compiler generates. Triton links what the launch's ``extern_libs`` names,
 so a launch passes ``extern_libs=tier1.extern_libs(transport)`` (``world.compilation_target()``
 gives the transport), and no ``world.compilation()`` block is needed::
@@ -40,13 +40,11 @@ import triton
 import triton.language as tl
 from triton.language import core
 
+from .. import BITCODE_DIRECTORY, OPERATIONS, TRANSPORTS, bitcode_paths
+
 __all__ = ["extern_libs", "TRANSPORTS", "put", "put_signal", "put_signal_add", "signal", "signal_add", "fence",
            "quiet", "wait_signal"]
 
-BITCODE_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bitcode")
-OPERATIONS = ("put", "put_signal", "signal", "fence", "quiet", "wait_signal")
-#: The transports whose bitcode this package carries.
-TRANSPORTS = ("p2p", "proxy")
 #: `aboleth::SignalOp` values.
 _SET, _ADD = 0, 1
 
@@ -54,11 +52,7 @@ _SET, _ADD = 0, 1
 def extern_libs(transport: str) -> Dict[str, str]:
     """The ``extern_libs`` launch option that links ``transport``'s bitcode (every operation's).
     ``ValueError`` for a transport without it."""
-    if transport not in TRANSPORTS:
-        raise ValueError(f"aboleth: the tier-1 bitcode exists for {', '.join(TRANSPORTS)}, not {transport!r} "
-                         "(mlx5, efa and ionic have no CUDA encoding yet)")
-    return {f"aboleth_tier1_{operation}": os.path.join(BITCODE_DIRECTORY, transport, f"{operation}.bc")
-            for operation in OPERATIONS}
+    return {f"aboleth_tier1_{operation}": path for operation, path in bitcode_paths(transport).items()}
 
 
 def _entry(operation: str, argument_types: tuple):
