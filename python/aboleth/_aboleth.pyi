@@ -320,10 +320,11 @@ def device_context_bytes(endpoint_handles_address: SupportsIndex, rank: Supports
     `aboleth::DeviceContext` ([`aboleth_abi::device_library::DeviceContext`]).
     """
 
-def device_library(target: str) -> tuple[list[tuple[str, str]], list[tuple[int, str, str]], list[str]]:
+def device_library(target: str, mutation: str | None = None) -> tuple[list[tuple[str, str]], list[tuple[int, str, str]], list[str]]:
     """
-    device_library(target) -> (files, wait_sites, operations): the tier-1 CUDA library for
-    transport `target` ("p2p" or "proxy"): `(relative path, contents)` of every file, `(site id,
+    device_library(target, mutation=None) -> (files, wait_sites, operations): the tier-1 CUDA
+    library for transport `target` ("p2p" or "proxy"), deliberately broken by `mutation` when
+    one is named (a GPU test's check that it is caught): `(relative path, contents)` of every file, `(site id,
     operation variant, what it waits for)` of every bounded wait, and the operations' names.
     `ValueError` for an unknown transport, `NotImplementedError` for one without a CUDA encoding.
     """
