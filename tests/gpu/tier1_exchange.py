@@ -27,7 +27,8 @@ Steps:
 3. ``triton``: the same exchange from a stock Triton kernel through
    ``aboleth.frontends.triton.tier1`` (the bitcode linked with ``extern_libs``, no
    ``world.compilation()``), ROUNDS_PER_CASE rounds per size, checked the same way.
-4. ``mutation`` (p2p): ``exchange_snapshot`` copies what arrived right after the wait; against
+4. ``mutation`` (p2p): ``exchange_snapshot`` (one block puts, another waits) copies what
+   arrived right after the wait; against
    the library it must equal the peer's payload every round, and against a deliberately broken
    library (``mutation="signal-before-copy"``: each signal stored before its copy) the snapshot
    must be caught stale in some round (1 MiB from one thread: the copy takes milliseconds).
@@ -115,13 +116,13 @@ class Module:
                                                           matches[0].encode()), f"cuModuleGetFunction({name})")
         return function
 
-    def launch(self, function: Any, threads: int, arguments: List[Any]) -> None:
-        """One block of ``threads`` on torch's current stream; ``arguments`` are ctypes objects
-        (the by-value structs as byte buffers)."""
+    def launch(self, function: Any, threads: int, arguments: List[Any], blocks: int = 1) -> None:
+        """``blocks`` blocks of ``threads`` on torch's current stream; ``arguments`` are ctypes
+        objects (the by-value structs as byte buffers)."""
         pointers = (ctypes.c_void_p * len(arguments))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                          for a in arguments])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self.driver.check(self.driver.cuLaunchKernel(function, 1, 1, 1, threads, 1, 1, 0, stream, pointers, None),
+        self.driver.check(self.driver.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, pointers, None),
                           "cuLaunchKernel")
 
 
@@ -306,7 +307,7 @@ def snapshot_rounds(exchange: Exchange, module: Module, rounds: int, epoch: int)
         exchange.world.barrier(f"tier1/snapshot/{epoch}")
         arguments = exchange.arguments(size, epoch) + [
             ctypes.c_uint64(exchange.received_slice().data_ptr()), ctypes.c_uint64(snapshot.data_ptr())]
-        module.launch(function, 256, arguments)
+        module.launch(function, 256, arguments, blocks=2)
         event = torch.cuda.Event()
         event.record()
         wait_for(event, f"exchange_snapshot round {index}")

@@ -56,20 +56,23 @@ __global__ void exchange_rounds_warp(aboleth::DeviceContext ctx, int peer, abole
   }
 }
 
-// The exchange, then the block copies what arrived into `snapshot` right after the wait: what a
-// receiver reads once it has seen the flag. The mutation check (tier1_exchange.py) builds a
-// deliberately broken library (signal before copy) and must see stale bytes here.
+// The exchange split over two blocks: block 0 puts and signals, block 1 waits and at once copies
+// what arrived into `snapshot` (what a receiver reads once it has seen the flag, while this
+// rank's own put may still run). The mutation check (tier1_exchange.py) builds a deliberately
+// broken library (signal before copy) and must see stale bytes here. Launch with 2 blocks.
 __global__ void exchange_snapshot(aboleth::DeviceContext ctx, int peer, aboleth::RemoteRegion dst,
                                   aboleth::LocalRegion src, uint32_t bytes, aboleth::RemoteRegion flag,
                                   const uint64_t* my_flag, uint64_t epoch, const uint8_t* received,
                                   uint8_t* snapshot) {
-  if (threadIdx.x == 0) {
-    aboleth::put_signal(ctx, peer, dst, src, bytes, flag, epoch);
-    aboleth::wait_signal(ctx, my_flag, epoch);
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) {
+      aboleth::put_signal(ctx, peer, dst, src, bytes, flag, epoch);
+      aboleth::quiet(ctx, peer);
+    }
+    return;
   }
+  if (threadIdx.x == 0) aboleth::wait_signal(ctx, my_flag, epoch);
   __syncthreads();
   const volatile uint8_t* arrived = received;
   for (uint32_t i = threadIdx.x; i < bytes; i += blockDim.x) snapshot[i] = arrived[i];
-  __syncthreads();
-  if (threadIdx.x == 0) aboleth::quiet(ctx, peer);
 }
