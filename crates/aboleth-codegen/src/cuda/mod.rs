@@ -34,7 +34,6 @@ use aboleth_ir::pliron::{
     basic_block::BasicBlock,
     context::{Context, Ptr},
     operation::Operation,
-    r#type::Typed,
     value::Value,
 };
 use aboleth_ir::transport::{
@@ -520,13 +519,7 @@ impl CudaGenerator<'_> {
         else {
             return Err(BridgeError::plain("internal: ab.at of a non-region"));
         };
-        let element_bytes = op
-            .deref(self.ctx)
-            .get_result(0)
-            .get_type(self.ctx)
-            .deref(self.ctx)
-            .downcast_ref::<aboleth_ir::ab::types::RemotePointerType>()
-            .map_or(1, |t| u64::from(t.element_bytes));
+        let element_bytes = crate::emit::at_element_bytes(self.ctx, op);
         let index = self.u64(self.operand(op, 1))?;
         let offset = self.assign("offset", "uint64_t", format!("{index} * {element_bytes}u"));
         self.define(op, Repr::RemotePointer { descriptor, offset });

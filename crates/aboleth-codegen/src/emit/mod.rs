@@ -161,6 +161,7 @@ pub(crate) fn signal_ptx(
     }
 }
 
+pub(crate) use scalar::at_element_bytes;
 pub(crate) use waits::wait_failure_record_ptx;
 
 fn first_operation(

@@ -324,17 +324,25 @@ impl Generator<'_> {
         else {
             return Err(BridgeError::plain("internal: ab.at of a non-region"));
         };
-        let element_bytes = op
-            .deref(self.ctx)
-            .get_result(0)
-            .get_type(self.ctx)
-            .deref(self.ctx)
-            .downcast_ref::<aboleth_ir::ab::types::RemotePointerType>()
-            .map_or(1, |t| i64::from(t.element_bytes));
+        let element_bytes = at_element_bytes(self.ctx, op) as i64;
         let index = self.i64(self.operand(op, 1))?;
         let scale = self.constant_i64(element_bytes);
         let offset = self.binary_i64("arith.muli", &index, &scale);
         self.define(op, Repr::RemotePointer { descriptor, offset });
         Ok(())
     }
+}
+
+/// The element size in bytes of the remote pointer an `ab.at` makes (1 when untyped): what its
+/// index is scaled by, in both encodings.
+pub(crate) fn at_element_bytes(
+    ctx: &aboleth_ir::pliron::context::Context,
+    op: Ptr<Operation>,
+) -> u64 {
+    op.deref(ctx)
+        .get_result(0)
+        .get_type(ctx)
+        .deref(ctx)
+        .downcast_ref::<aboleth_ir::ab::types::RemotePointerType>()
+        .map_or(1, |t| u64::from(t.element_bytes))
 }
