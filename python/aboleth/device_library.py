@@ -74,9 +74,17 @@ def write(target: str, directory: Optional[os.PathLike] = None, *, mutation: Opt
         file = root / path
         file.parent.mkdir(parents=True, exist_ok=True)
         if not file.exists() or file.read_text() != contents:
-            file.write_text(contents)
+            _replace(file, contents.encode())
     return DeviceLibrary(target=target, root=root, include_dir=root / "include", header=root / HEADER_PATH,
                          archive=None, operations=tuple(operations), wait_sites=tuple(wait_sites))
+
+
+def _replace(file: Path, contents: bytes) -> None:
+    """Writes ``file`` whole or not at all (a temporary beside it, then a rename): the ranks of
+    one machine may build the same cached library at once."""
+    temporary = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(contents)
+    os.replace(temporary, file)
 
 
 def find_nvcc() -> Optional[str]:
@@ -124,12 +132,15 @@ def build(target: str, directory: Optional[os.PathLike] = None, *, archive: bool
     output = root / ARCHIVE_NAME
     source = root / "src" / "aboleth_device.cu"
     if not output.exists() or output.stat().st_mtime < source.stat().st_mtime:
-        obj = root / "aboleth_device.o"
+        # Per-process intermediate names and a rename at the end: ranks may build at once.
+        obj = root / f"aboleth_device.{os.getpid()}.o"
+        partial = root / f".{ARCHIVE_NAME}.{os.getpid()}.tmp"
         # -fPIC: the archive links into shared libraries too (a torch extension, a ctypes library).
         _run([compiler, f"-arch={arch}", "-rdc=true", "-std=c++17", "-Xcompiler", "-fPIC", "-I",
               str(library.include_dir), "-c", str(source), "-o", str(obj)])
-        _run([compiler, f"-arch={arch}", "-lib", str(obj), "-o", str(output)])
+        _run([compiler, f"-arch={arch}", "-lib", str(obj), "-o", str(partial)])
         obj.unlink()
+        os.replace(partial, output)
     return DeviceLibrary(target=library.target, root=root, include_dir=library.include_dir, header=library.header,
                          archive=output, operations=library.operations, wait_sites=library.wait_sites)
 

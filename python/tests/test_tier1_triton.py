@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import triton
-import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 from aboleth.frontends.triton import tier1

@@ -42,7 +42,7 @@ from triton.language import core
 
 from .. import BITCODE_DIRECTORY, OPERATIONS, TRANSPORTS, bitcode_paths
 
-__all__ = ["extern_libs", "TRANSPORTS", "put", "put_signal", "put_signal_add", "signal", "signal_add", "fence",
+__all__ = ["extern_libs", "OPERATIONS", "TRANSPORTS", "put", "put_signal", "put_signal_add", "signal", "signal_add", "fence",
            "quiet", "wait_signal"]
 
 #: `aboleth::SignalOp` values.
