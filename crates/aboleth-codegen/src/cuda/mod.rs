@@ -188,6 +188,7 @@ pub fn generate_function(
         depth: 1,
         wait_handle: None,
         remote_bases: HashMap::new(),
+        rings: HashMap::new(),
         first_site,
         wait_sites: Vec::new(),
         mutation,
@@ -235,6 +236,8 @@ struct CudaGenerator<'a> {
     wait_handle: Option<String>,
     /// p2p: the peer region's base address read at its `ab.remote`, by descriptor variable.
     remote_bases: HashMap<String, String>,
+    /// proxy: each endpoint handle's ring address and capacity, read at the body's top level.
+    rings: HashMap<String, (String, String)>,
     first_site: u32,
     wait_sites: Vec<&'static str>,
     mutation: Option<CudaMutation>,

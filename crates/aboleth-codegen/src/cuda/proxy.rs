@@ -15,9 +15,13 @@ use super::{CudaGenerator, Repr};
 use crate::BridgeError;
 
 impl CudaGenerator<'_> {
-    /// The ring header and its capacity, from the endpoint handle (C++ expressions).
+    /// The ring header and its capacity, from the endpoint handle (C++ variables), read once per
+    /// handle in the function's body (every later op of that ring reuses them).
     fn ring_of(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {
         let handle = self.u64(endpoint)?;
+        if let Some(ring) = self.rings.get(&handle) {
+            return Ok(ring.clone());
+        }
         let ring = self.assign(
             "ring",
             "uint64_t",
@@ -30,6 +34,9 @@ impl CudaGenerator<'_> {
                 "detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->proxy_ring_capacity_entries)"
             ),
         );
+        if self.depth == 1 {
+            self.rings.insert(handle, (ring.clone(), capacity.clone()));
+        }
         Ok((ring, capacity))
     }
 

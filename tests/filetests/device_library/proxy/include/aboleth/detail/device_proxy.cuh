@@ -200,30 +200,24 @@ __device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uin
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry10 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry10); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end12 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4097u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4097u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end12) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v11)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes) {
@@ -253,30 +247,24 @@ __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint6
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry10 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry10); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end12 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4099u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4099u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end12) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v11)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes) {
@@ -306,30 +294,24 @@ __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry12 = ab_ring10 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity11) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry12); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry10 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry10); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset2; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end16 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end12 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4101u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4101u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring14)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring17)->producer_head)), "l"(static_cast<uint64_t>(ab_v13)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end12) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v11)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -359,36 +341,28 @@ __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
-  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset12 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry14 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v13) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry14); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset12); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v13) + 1; }
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4103u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4103u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_head)), "l"(static_cast<uint64_t>(ab_v15)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -419,36 +393,28 @@ __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t 
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
-  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset12 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry14 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v13) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry14); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset12); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v13) + 1; }
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4105u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4105u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_head)), "l"(static_cast<uint64_t>(ab_v15)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -479,36 +445,28 @@ __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
-  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset12 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry14 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v13) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry14); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset12); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v13) + 1; }
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4107u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4107u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_head)), "l"(static_cast<uint64_t>(ab_v15)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -538,36 +496,28 @@ __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
-  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset12 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry14 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v13) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry14); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset12); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v13) + 1; }
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4109u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4109u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_head)), "l"(static_cast<uint64_t>(ab_v15)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -598,36 +548,28 @@ __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t 
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
-  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset12 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry14 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v13) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry14); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset12); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v13) + 1; }
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4111u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4111u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_head)), "l"(static_cast<uint64_t>(ab_v15)) : "memory"); }
 }
 
 __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t peer, uint64_t dst_table, int64_t dst_offset, uint64_t src, int32_t src_key, int64_t bytes, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -658,36 +600,28 @@ __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t
   }
   [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
   [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_ring11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry13 = ab_ring11 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity12) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry13); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
-  [[maybe_unused]] const uint64_t ab_offset14 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry18 = ab_ring16 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v15) % ab_capacity17) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry18); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset14); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v15) + 1; }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base6) + INT64_C(2);
+  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v9) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = (INT64_C(1) != 0 ? 1u : 0u); ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(0)) != 0 ? 1u : 0u)); ab_e->source_key = static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)); ab_e->destination_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->source_address = src; ab_e->signal_region_index = 0u; ab_e->signal_offset_bytes = 0u; ab_e->destination_offset_bytes = ab_offset3; ab_e->length_bytes = static_cast<uint64_t>(bytes); ab_e->signal_value = 0u; ab_e->sequence = static_cast<uint64_t>(ab_v9) + 1; }
+  [[maybe_unused]] const uint64_t ab_offset12 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v13 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry14 = ab_ring4 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v13) % ab_capacity5) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry14); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset12); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v13) + 1; }
+  [[maybe_unused]] const int64_t ab_v15 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end22 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end16 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base6)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4113u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4113u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring20)->producer_ready_counter)), "l"(ab_end22) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring23)->producer_head)), "l"(static_cast<uint64_t>(ab_v19)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_ready_counter)), "l"(ab_end16) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->producer_head)), "l"(static_cast<uint64_t>(ab_v15)) : "memory"); }
 }
 
 __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -715,30 +649,24 @@ __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t pe
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry9 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry9); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end11 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4115u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4115u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end11) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v10)) : "memory"); }
 }
 
 __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -767,30 +695,24 @@ __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry9 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry9); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end11 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4117u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4117u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end11) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v10)) : "memory"); }
 }
 
 __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -819,30 +741,24 @@ __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t pee
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry9 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry9); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 0u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end11 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4119u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4119u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end11) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v10)) : "memory"); }
 }
 
 __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -870,30 +786,24 @@ __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t pe
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry9 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry9); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end11 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4121u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4121u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end11) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v10)) : "memory"); }
 }
 
 __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -922,30 +832,24 @@ __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry9 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry9); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end11 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4123u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4123u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end11) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v10)) : "memory"); }
 }
 
 __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t peer, uint64_t flag_table, int64_t flag_index, int64_t value) {
@@ -974,30 +878,24 @@ __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t pee
     }
   }
   [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_ring9 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity10 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_entry11 = ab_ring9 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity10) * sizeof(ProxyRingEntry);
-  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry11); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(ab_base5) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_entry9 = ab_ring3 + sizeof(ProxyRingHeader) + (static_cast<uint64_t>(ab_v8) % ab_capacity4) * sizeof(ProxyRingEntry);
+  if (ab_leader) { ProxyRingEntry* ab_e = reinterpret_cast<ProxyRingEntry*>(ab_entry9); ab_e->peer_rank = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank); ab_e->opcode = 2u; ab_e->flags = static_cast<uint16_t>((static_cast<uint64_t>(INT64_C(1)) != 0 ? 1u : 0u) | 2u); ab_e->source_key = 0u; ab_e->destination_region_index = 0u; ab_e->source_address = 0u; ab_e->signal_region_index = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->region_index); ab_e->signal_offset_bytes = static_cast<uint32_t>(ab_offset2); ab_e->destination_offset_bytes = 0u; ab_e->length_bytes = 0u; ab_e->signal_value = static_cast<uint64_t>(value); ab_e->sequence = static_cast<uint64_t>(ab_v8) + 1; }
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.sc.sys;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_ring13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  [[maybe_unused]] const uint64_t ab_end15 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end11 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)) : "memory");
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)) : "memory");
         if (!(ab_seen != ab_base5)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4125u, 3u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4125u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring13)->producer_ready_counter)), "l"(ab_end15) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_ring16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_address);
-  [[maybe_unused]] const uint64_t ab_capacity17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->proxy_ring_capacity_entries);
-  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring16)->producer_head)), "l"(static_cast<uint64_t>(ab_v12)) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_ready_counter)), "l"(ab_end11) : "memory"); }
+  if (ab_leader) { [[maybe_unused]] uint64_t ab_old; asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;" : "=l"(ab_old) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->producer_head)), "l"(static_cast<uint64_t>(ab_v10)) : "memory"); }
 }
 
 __device__ __forceinline__ void fence_thread(uint64_t endpoints, int64_t peer) {
