@@ -100,7 +100,7 @@ bless:
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-cli --test command_line_goldens
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test codegen_goldens
 	ABOLETH_BLESS=1 $(CARGO) test -p aboleth-codegen --test device_library_goldens
-	@for transport in p2p proxy; do \
+	@for transport in p2p proxy mlx5; do \
 	  rm -rf target/bless-bitcode-$$transport && \
 	  $(CARGO) run -q -p aboleth-cli -- device-library --target $$transport --out target/bless-bitcode-$$transport \
 	    --header-only --bitcode && \

@@ -7,7 +7,7 @@ The Rust side of aboleth's Triton bridge (see `docs/TRITON_BRIDGE.md`) and host 
 from _typeshed import SupportsGetItem
 from typing import SupportsIndex, final
 
-__all__ = ["DeviceTable", "ExchangedRegions", "LocalRegion", "PipelineOptions", "Region", "Registration", "TcpStoreBootstrap", "World", "connect_kinds", "device_context_bytes", "device_library", "local_region_bytes", "packet_staging_bytes", "remote_region_bytes", "run_command_line", "run_stage", "transports", "version"]
+__all__ = ["DeviceTable", "ExchangedRegions", "LocalRegion", "PipelineOptions", "Region", "Registration", "TcpStoreBootstrap", "World", "connect_kinds", "decode_mlx5_wqe_in_ring", "device_context_bytes", "device_library", "layout_bytes", "layout_fields", "local_region_bytes", "packet_staging_bytes", "remote_region_bytes", "run_command_line", "run_stage", "transports", "version"]
 
 @final
 class DeviceTable:
@@ -314,6 +314,16 @@ def connect_kinds() -> list[str]:
     (`aboleth_runtime::TransportRequest::names`).
     """
 
+def decode_mlx5_wqe_in_ring(ring: bytes, ring_basic_block_count: SupportsIndex, basic_block_index: SupportsIndex) -> tuple[str, dict[str, int]]:
+    """
+    decode_mlx5_wqe_in_ring(ring, ring_basic_block_count, basic_block_index) -> (operation,
+    fields): the WQE at that basic block of a send ring, decoded by `aboleth-abi`
+    ([`aboleth_abi::mlx5::wqe::decode_wqe_in_ring`]): the operation's name (`Nop`, `RdmaWrite`,
+    `RdmaWriteImmediate`, `AtomicFetchAdd`, `MaskedCompareSwap64`, or the decoder's name of any
+    other) and its control and operand fields as integers. `ValueError` for bytes that are no
+    WQE.
+    """
+
 def device_context_bytes(endpoint_handles_address: SupportsIndex, rank: SupportsIndex, world_size: SupportsIndex) -> bytes:
     """
     device_context_bytes(endpoint_handles_address, rank, world_size) -> bytes: an
@@ -327,6 +337,22 @@ def device_library(target: str, mutation: str | None = None) -> tuple[list[tuple
     one is named (a GPU test's check that it is caught): `(relative path, contents)` of every file, `(site id,
     operation variant, what it waits for)` of every bounded wait, and the operations' names.
     `ValueError` for an unknown transport, `NotImplementedError` for one without a CUDA encoding.
+    """
+
+def layout_bytes(name: str, fields: dict[str, SupportsIndex]) -> bytes:
+    """
+    layout_bytes(name, fields) -> bytes: the bytes of layout `name` (an `aboleth-abi` struct:
+    `EndpointHandle`, `RemoteRegionDescriptor`, `WaitFailureLogHeader`, ...) with the integer
+    fields in `fields` set (by their names) and every other byte zero: for GPU checks that stand
+    in for a runtime this machine lacks (an mlx5 endpoint without a NIC,
+    `tests/gpu/tier1_mlx5_wqes.py`).
+    """
+
+def layout_fields(name: str, data: bytes) -> dict[str, int]:
+    """
+    layout_fields(name, data) -> dict: the integer fields of layout `name` (see `layout_bytes`)
+    read from `data` (little-endian, or big-endian for the `Be*` fields of mlx5 layouts); byte
+    arrays are left out. `ValueError` when `data` is not the layout's size.
     """
 
 def local_region_bytes(address: SupportsIndex, lkey: SupportsIndex) -> bytes:

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 import aboleth
-from aboleth import device_library
+from aboleth import _aboleth, device_library
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 EXCHANGE = REPOSITORY / "tests" / "gpu" / "tier1" / "exchange.cu"
 SEED = REPOSITORY.parent / "shared" / "seed" / "aboleth-overview.txt"
-TRANSPORTS = ["p2p", "proxy"]
+TRANSPORTS = ["p2p", "proxy", "mlx5"]
 
 
 def nvcc_or_skip() -> str:
@@ -51,9 +51,9 @@ def test_the_library_has_its_header_implementation_and_archive_source(tmp_path: 
     assert all(variant.startswith(library.operations) for _, variant, _ in library.wait_sites)
 
 
-def test_a_transport_without_a_cuda_encoding_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(NotImplementedError, match="--target mlx5"):
-        device_library.write("mlx5", tmp_path)
+def test_a_transport_without_a_lowering_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(NotImplementedError, match="--target efa has no lowering yet"):
+        device_library.write("efa", tmp_path)
     with pytest.raises(ValueError, match='unknown transport "nvlink"'):
         device_library.write("nvlink", tmp_path)
 
@@ -159,3 +159,25 @@ def test_the_benchmarks_tier1_kernel_compiles_against_the_archive(tmp_path: Path
          str(REPOSITORY / "experiments" / "bench" / "tier1_alltoall.cu"), "-o", str(tmp_path / "tier1.o")],
         capture_output=True, text=True)
     assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_layouts_for_gpu_checks_round_trip_and_name_bad_fields() -> None:
+    # What tests/gpu/tier1_mlx5_wqes.py builds its stand-in NIC with: aboleth-abi's layouts.
+    handle = _aboleth.layout_bytes("EndpointHandle", {"transport": 1, "qpn": 0x1234, "sq_buffer_address": 1 << 40})
+    assert len(handle) == 128
+    fields = _aboleth.layout_fields("EndpointHandle", handle)
+    assert (fields["transport"], fields["qpn"], fields["sq_buffer_address"], fields["peer_rank"]) == (1, 0x1234,
+                                                                                                    1 << 40, 0)
+    # Big-endian mlx5 fields read as numbers.
+    record = _aboleth.layout_fields("Mlx5DoorbellRecord", bytes([0, 0, 0, 0, 0, 0, 0, 5]))
+    assert record == {"receive_counter": 0, "send_counter": 5}
+    with pytest.raises(ValueError, match='no layout "Nope"'):
+        _aboleth.layout_bytes("Nope", {})
+    with pytest.raises(ValueError, match='EndpointHandle has no field "qpm"'):
+        _aboleth.layout_bytes("EndpointHandle", {"qpm": 1})
+    with pytest.raises(ValueError, match="does not fit 32 bits"):
+        _aboleth.layout_bytes("EndpointHandle", {"qpn": 1 << 40})
+    with pytest.raises(ValueError, match="is 8 bytes, not 7"):
+        _aboleth.layout_fields("Mlx5DoorbellRecord", bytes(7))
+    with pytest.raises(ValueError, match="no WQE at basic block 0: ds 0"):
+        _aboleth.decode_mlx5_wqe_in_ring(bytes(64 * 64), 64, 0)

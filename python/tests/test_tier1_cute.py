@@ -60,7 +60,8 @@ def test_a_cute_kernel_calling_tier1_compiles_with_the_bitcode_linked(tmp_path, 
                             options=f"--gpu-arch sm_90a --keep-ptx --keep-cubin --dump-dir {tmp_path}")
     ptx, cubin = compiled.__ptx__, compiled.__cubin__
     assert ".target sm_90a" in ptx
-    # The proxy's fence is empty (its ring executes in order), so nothing of it is left.
+    # The proxy's and mlx5's fences are empty (their queues execute in order), so nothing of
+    # them is left.
     linked = ("put", "put_signal", "signal", "quiet", "wait_signal") + (("fence",) if transport == "p2p" else ())
     for operation in linked:
         assert f".func aboleth_tier1_{operation}_block(" in ptx, operation
@@ -70,11 +71,14 @@ def test_a_cute_kernel_calling_tier1_compiles_with_the_bitcode_linked(tmp_path, 
     if transport == "p2p":
         assert "st.release.sys.global.u64" in body(ptx, "aboleth_tier1_put_signal_block")
         assert "red.release.sys.global.add.u64" in body(ptx, "aboleth_tier1_signal_block")
-    else:
+    elif transport == "proxy":
         assert "atom.release.sys.global.max.u64" in body(ptx, "aboleth_tier1_put_signal_block")
+    else:
+        # mlx5: the doorbell record, then the UAR's MMIO store.
+        assert "st.mmio.relaxed.sys.global.b64" in body(ptx, "aboleth_tier1_put_signal_block")
     assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
 
 
 def test_a_transport_without_bitcode_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="not 'mlx5'"):
-        tier1_cute.library("mlx5")
+    with pytest.raises(ValueError, match="not 'efa'"):
+        tier1_cute.library("efa")

@@ -53,12 +53,15 @@ def ptx(kernel, transport: str) -> str:
 
 
 def test_the_seeds_exchange_pattern_compiles_with_each_transports_bitcode() -> None:
-    p2p, proxy = ptx(exchange, "p2p"), ptx(exchange, "proxy")
-    # p2p: the flag is a release store to the peer; the proxy: a ring entry and its doorbell.
+    p2p, proxy, mlx5 = ptx(exchange, "p2p"), ptx(exchange, "proxy"), ptx(exchange, "mlx5")
+    # p2p: the flag is a release store to the peer; the proxy: a ring entry and its doorbell;
+    # mlx5: WQEs, the doorbell record and the UAR's MMIO store.
     assert "st.release.sys.global.u64" in p2p and "atom.release.sys.global.max.u64" not in p2p
     assert "atom.release.sys.global.max.u64" in proxy
+    assert "st.mmio.relaxed.sys.global.b64" in mlx5 and "st.release.sys.global.b32" in mlx5
+    assert "st.mmio" not in p2p + proxy
     # The wait polls with acquire and can give up (the wait-failure record's exit).
-    for text in (p2p, proxy):
+    for text in (p2p, proxy, mlx5):
         assert "ld.acquire.sys.global.u64" in text and "%globaltimer" in text and "exit;" in text
 
 
@@ -69,8 +72,8 @@ def test_every_operation_compiles(transport: str) -> None:
 
 
 def test_a_transport_without_bitcode_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="not 'mlx5'"):
-        tier1.extern_libs("mlx5")
+    with pytest.raises(ValueError, match="not 'efa'"):
+        tier1.extern_libs("efa")
 
 
 def clang_or_skip() -> str:

@@ -249,7 +249,7 @@ enum Command {
     /// Write the tier-1 CUDA device library for a transport: include/aboleth/device.cuh (and its
     /// implementation), and libaboleth_device.a built with nvcc (docs/TIERS.md).
     DeviceLibrary {
-        /// The transport the library is specialized to (p2p or proxy).
+        /// The transport the library is specialized to (p2p, proxy or mlx5).
         #[arg(long, value_parser = target_parser())]
         target: Transport,
         /// The directory to write (created if missing; the library's files are replaced).

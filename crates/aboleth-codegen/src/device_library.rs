@@ -252,9 +252,19 @@ pub fn generate_mutated(
     target: Transport,
     mutation: Option<CudaMutation>,
 ) -> Result<DeviceLibrary, BridgeError> {
-    if !matches!(target, Transport::P2p | Transport::Proxy) {
+    if !matches!(target, Transport::P2p | Transport::Proxy | Transport::Mlx5) {
         return Err(BridgeError::not_built(format!(
-            "the device library is generated for --target p2p and proxy; --target {} compiles tier-2 kernels to the Aboleth IR but has no CUDA encoding yet",
+            "the device library is generated for --target p2p, proxy and mlx5; --target {} has no lowering yet",
+            target.name()
+        )));
+    }
+    if let Some(mutation) = mutation
+        && mutation.target() != target
+    {
+        return Err(BridgeError::plain(format!(
+            "--mutate {} breaks the {} library, not the {} one",
+            mutation.name(),
+            mutation.target().name(),
             target.name()
         )));
     }
@@ -379,14 +389,20 @@ pub fn generate_mutated(
             );
         }
     }
-    let pointer_body = if target == Transport::P2p {
-        "  const RemoteRegionDescriptor* descriptor =\n      reinterpret_cast<const RemoteRegionDescriptor*>(region.descriptors_address) + peer;\n  return reinterpret_cast<void*>(descriptor->base_address + region.offset_bytes);\n"
-    } else {
-        "  (void)ctx; (void)region; (void)peer;\n  return nullptr;  // the proxy reaches peers through the host: no load/store address\n"
+    let pointer_body = match target {
+        Transport::P2p => {
+            "  const RemoteRegionDescriptor* descriptor =\n      reinterpret_cast<const RemoteRegionDescriptor*>(region.descriptors_address) + peer;\n  return reinterpret_cast<void*>(descriptor->base_address + region.offset_bytes);\n"
+        }
+        Transport::Mlx5 => {
+            "  (void)ctx; (void)region; (void)peer;\n  return nullptr;  // the NIC reaches peers: no load/store address\n"
+        }
+        _ => {
+            "  (void)ctx; (void)region; (void)peer;\n  return nullptr;  // the proxy reaches peers through the host: no load/store address\n"
+        }
     };
     let _ = write!(
         declarations,
-        "// The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy: nullptr).\nABOLETH_DEVICE_API void* ptr(DeviceContext ctx, int peer, RemoteRegion region);\n\n"
+        "// The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy and mlx5: nullptr).\nABOLETH_DEVICE_API void* ptr(DeviceContext ctx, int peer, RemoteRegion region);\n\n"
     );
     let _ = write!(
         wrappers,
@@ -396,7 +412,7 @@ pub fn generate_mutated(
     let mut types = String::new();
     for declaration in device_library_declarations()
         .iter()
-        .chain(ring_declarations().iter())
+        .chain(transport_declarations(target).iter())
     {
         types.push_str(&struct_text(declaration));
         types.push('\n');
@@ -487,7 +503,15 @@ namespace generated {{
 
 {wrappers}}}  // namespace aboleth
 "#,
-        helpers = crate::cuda::helpers(),
+        helpers = if target == Transport::Mlx5 {
+            format!(
+                "{}\n{}",
+                crate::cuda::helpers(),
+                crate::cuda::mlx5_helpers(mutation)
+            )
+        } else {
+            crate::cuda::helpers()
+        },
     );
     let archive_source = "// The archive's translation unit: every operation of aboleth/device.cuh defined once, with\n// external linkage (nvcc -rdc=true -c, then nvcc -lib).\n#define ABOLETH_DEVICE_ARCHIVE_BUILD\n#include <aboleth/device.cuh>\n"
     .to_string();
@@ -511,12 +535,17 @@ namespace generated {{
     })
 }
 
-/// The proxy ring's layouts, which the proxy bodies write.
-fn ring_declarations() -> Vec<Declaration> {
-    vec![
-        aboleth_abi::declaration!(aboleth_abi::ProxyRingHeader, "ProxyRingHeader"),
-        aboleth_abi::declaration!(aboleth_abi::ProxyRingEntry, "ProxyRingEntry"),
-    ]
+/// The layouts the bodies of `target` write besides the tables: the proxy ring's, or the mlx5
+/// queue's and WQE segments'.
+fn transport_declarations(target: Transport) -> Vec<Declaration> {
+    match target {
+        Transport::Proxy => vec![
+            aboleth_abi::declaration!(aboleth_abi::ProxyRingHeader, "ProxyRingHeader"),
+            aboleth_abi::declaration!(aboleth_abi::ProxyRingEntry, "ProxyRingEntry"),
+        ],
+        Transport::Mlx5 => crate::cuda::mlx5_declarations(),
+        _ => Vec::new(),
+    }
 }
 
 /// The `nvcc` commands that build the archive from a library written to `directory`: compile

@@ -29,8 +29,8 @@ use pyo3::prelude::*;
 mod python_module {
     #[pymodule_export]
     use crate::abi::{
-        device_context_bytes, local_region_bytes, packet_staging_bytes, remote_region_bytes,
-        transports,
+        decode_mlx5_wqe_in_ring, device_context_bytes, layout_bytes, layout_fields,
+        local_region_bytes, packet_staging_bytes, remote_region_bytes, transports,
     };
     #[pymodule_export]
     use crate::command_line::run_command_line;

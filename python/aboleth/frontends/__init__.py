@@ -12,12 +12,12 @@ BITCODE_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bi
 #: The operations, in the order of aboleth/device.cuh.
 OPERATIONS = ("put", "put_signal", "signal", "fence", "quiet", "wait_signal")
 #: The transports whose bitcode this package carries.
-TRANSPORTS = ("p2p", "proxy")
+TRANSPORTS = ("p2p", "proxy", "mlx5")
 
 
 def bitcode_paths(transport: str) -> Dict[str, str]:
     """Each operation's bitcode file for ``transport``. ``ValueError`` for a transport without it."""
     if transport not in TRANSPORTS:
         raise ValueError(f"aboleth: the tier-1 bitcode exists for {', '.join(TRANSPORTS)}, not {transport!r} "
-                         "(mlx5, efa and ionic have no CUDA encoding yet)")
+                         "(efa and ionic have no lowering yet)")
     return {operation: os.path.join(BITCODE_DIRECTORY, transport, f"{operation}.bc") for operation in OPERATIONS}

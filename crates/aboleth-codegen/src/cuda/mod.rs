@@ -14,10 +14,13 @@
 //! bound and the abort word (host memory) only once it has polled for
 //! [`ABORT_POLL_AFTER_NANOSECONDS`], never on its fast path. Field offsets come from the C++
 //! declarations written from `aboleth-abi` (`aboleth_abi::c_declarations`): the generated code
-//! names fields, never offsets. Nothing here decides anything; ops without a translation (mlx5,
-//! packets, receive queues, loops) are refused with an error naming them.
+//! names fields, never offsets. Nothing here decides anything; ops without a translation
+//! (packets, receive queues, loops, inline mlx5 puts) are refused with an error naming them.
 
+mod mlx5;
 mod proxy;
+
+pub use mlx5::{declarations as mlx5_declarations, helpers as mlx5_helpers};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -37,8 +40,10 @@ use aboleth_ir::pliron::{
     value::Value,
 };
 use aboleth_ir::transport::{
-    GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, P2pCopyOp, P2pSignalOp, ProxyDoorbellOp,
-    ProxyPublishOp, ProxyPutOp, ProxyReserveOp, ProxySignalOp, ProxyWaitCompletionOp,
+    GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp,
+    Mlx5LockOp, Mlx5PublishOp, Mlx5ReserveOp, Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp,
+    P2pCopyOp, P2pSignalOp, ProxyDoorbellOp, ProxyPublishOp, ProxyPutOp, ProxyReserveOp,
+    ProxySignalOp, ProxyWaitCompletionOp,
 };
 use aboleth_ir::{
     attrs, scalar::integer_width, text::op_name, walk::block_ops, walk::region_block,
@@ -110,16 +115,28 @@ pub enum CudaMutation {
     /// p2p: every signal is stored before the copy that precedes it, so a receiver can see the
     /// flag before the data.
     SignalBeforeCopy,
+    /// mlx5: WQE fields are stored in the GPU's byte order instead of big-endian, so a NIC
+    /// reads other addresses, keys and lengths (`tests/gpu/tier1_mlx5_wqes.py` must catch it).
+    HostOrderWqes,
 }
 
 impl CudaMutation {
     /// Every mutation.
-    pub const ALL: [CudaMutation; 1] = [Self::SignalBeforeCopy];
+    pub const ALL: [CudaMutation; 2] = [Self::SignalBeforeCopy, Self::HostOrderWqes];
 
     /// Its name on the command line (`aboleth device-library --mutate NAME`).
     pub fn name(self) -> &'static str {
         match self {
             Self::SignalBeforeCopy => "signal-before-copy",
+            Self::HostOrderWqes => "host-order-wqes",
+        }
+    }
+
+    /// The transport whose encoding it breaks.
+    pub fn target(self) -> Transport {
+        match self {
+            Self::SignalBeforeCopy => Transport::P2p,
+            Self::HostOrderWqes => Transport::Mlx5,
         }
     }
 
@@ -189,6 +206,7 @@ pub fn generate_function(
         wait_handle: None,
         remote_bases: HashMap::new(),
         rings: HashMap::new(),
+        handle_fields: HashMap::new(),
         first_site,
         wait_sites: Vec::new(),
         mutation,
@@ -238,11 +256,33 @@ struct CudaGenerator<'a> {
     remote_bases: HashMap<String, String>,
     /// proxy: each endpoint handle's ring address and capacity, read at the body's top level.
     rings: HashMap<String, (String, String)>,
+    /// mlx5: endpoint handle fields read at the body's top level, by handle and field.
+    handle_fields: HashMap<(String, &'static str), String>,
     first_site: u32,
     wait_sites: Vec<&'static str>,
     mutation: Option<CudaMutation>,
     /// Under [`CudaMutation::SignalBeforeCopy`]: a copy's lines, emitted after the next signal.
     deferred_copy: Option<Vec<String>>,
+}
+
+/// What a bounded wait polls, until when, and what it reports when it gives up.
+struct Wait<'a> {
+    /// The address it reports.
+    address: &'a str,
+    /// A C++ condition on `ab_seen`: true while the wait goes on.
+    keep_waiting: &'a str,
+    /// The value it reports as expected.
+    expected: &'a str,
+    /// The C++ expression of what it reports as seen (from `ab_seen`).
+    seen: &'a str,
+    /// The peer it reports (a C++ expression; -1: none).
+    peer: &'a str,
+    /// `WAIT_KIND_*`.
+    kind: u32,
+    /// What it waits for, in the header's list of wait sites.
+    what: &'static str,
+    /// Only the scope's leader polls.
+    leader_only: bool,
 }
 
 /// How one lowered op becomes C++.
@@ -280,6 +320,15 @@ fn translation<'a>(id: &OpId) -> Option<Translation<'a>> {
         ProxyPublishOp => CudaGenerator::proxy_publish,
         ProxyDoorbellOp => CudaGenerator::proxy_doorbell,
         ProxyWaitCompletionOp => CudaGenerator::proxy_wait_completion,
+        Mlx5ReserveOp => CudaGenerator::mlx5_reserve,
+        Mlx5WriteOp => CudaGenerator::mlx5_write,
+        Mlx5AtomicOp => CudaGenerator::mlx5_atomic,
+        Mlx5PublishOp => CudaGenerator::mlx5_publish,
+        Mlx5LockOp => CudaGenerator::mlx5_lock,
+        Mlx5UnlockOp => CudaGenerator::mlx5_unlock,
+        Mlx5DoorbellRecordOp => CudaGenerator::mlx5_doorbell_record,
+        Mlx5DoorbellOp => CudaGenerator::mlx5_doorbell,
+        Mlx5WaitCompletionOp => CudaGenerator::mlx5_wait_completion,
     );
     None
 }
@@ -487,6 +536,9 @@ impl CudaGenerator<'_> {
         if self.depth == 1 && self.wait_handle.is_none() {
             self.wait_handle = Some(handle.clone());
         }
+        if self.target == Transport::Mlx5 {
+            self.exit_unless_supported_mlx5_endpoint(&handle);
+        }
         self.define_scalar(op, handle, "uint64_t".into());
         Ok(())
     }
@@ -650,10 +702,7 @@ impl CudaGenerator<'_> {
     }
 
     /// A loop polling the 64-bit word at `address` with `load` (into `ab_seen`) while
-    /// `keep_waiting` holds, bounded: after [`ABORT_POLL_AFTER_NANOSECONDS`] it reads the bound
-    /// and the abort word and, past the bound or once asked to, records `expected`, `peer` and
-    /// `kind` in the wait-failure log and exits (the tier-2 record, `detail::give_up`). With
-    /// `leader_only` only the leader polls (the others pass).
+    /// `keep_waiting` holds, bounded ([`Self::bounded_poll`]).
     #[allow(
         clippy::too_many_arguments,
         reason = "what a wait polls, until when, and what it reports"
@@ -669,10 +718,34 @@ impl CudaGenerator<'_> {
         what: &'static str,
         leader_only: bool,
     ) {
+        let poll = format!(
+            "asm volatile(\"{load} %0, [%1];\" : \"=l\"(ab_seen) : \"l\"({address}) : \"memory\");"
+        );
+        self.bounded_poll(
+            &poll,
+            Wait {
+                address,
+                keep_waiting,
+                expected,
+                seen: "ab_seen",
+                peer,
+                kind,
+                what,
+                leader_only,
+            },
+        );
+    }
+
+    /// A loop running `poll` (a statement that sets `uint64_t ab_seen`) while
+    /// `wait.keep_waiting` holds, bounded: after [`ABORT_POLL_AFTER_NANOSECONDS`] it reads the
+    /// bound and the abort word and, past the bound or once asked to, records what `wait` says
+    /// in the wait-failure log and exits (the tier-2 record, `detail::give_up`). With
+    /// `leader_only` only the leader polls (the others pass).
+    fn bounded_poll(&mut self, poll: &str, wait: Wait<'_>) {
         let site = self.first_site + self.wait_sites.len() as u32;
-        self.wait_sites.push(what);
+        self.wait_sites.push(wait.what);
         let handle = self.wait_handle.clone();
-        if leader_only {
+        if wait.leader_only {
             self.line("if (ab_leader) {".into());
             self.depth += 1;
         }
@@ -682,13 +755,12 @@ impl CudaGenerator<'_> {
         self.line("uint64_t ab_seen;".into());
         self.line("for (;;) {".into());
         self.depth += 1;
-        self.line(format!(
-            "asm volatile(\"{load} %0, [%1];\" : \"=l\"(ab_seen) : \"l\"({address}) : \"memory\");"
-        ));
-        self.line(format!("if (!({keep_waiting})) break;"));
+        self.line(poll.to_string());
+        self.line(format!("if (!({})) break;", wait.keep_waiting));
         match handle {
             Some(handle) => self.line(format!(
-                "detail::give_up_if_overdue({handle}, ab_start, {address}, {expected}, ab_seen, {peer}, {site}u, {kind}u);"
+                "detail::give_up_if_overdue({handle}, ab_start, {}, {}, {}, {}, {site}u, {}u);",
+                wait.address, wait.expected, wait.seen, wait.peer, wait.kind
             )),
             None => self.line("// unbounded: no endpoint handle gave the wait-failure log".into()),
         }
@@ -696,10 +768,113 @@ impl CudaGenerator<'_> {
         self.line("}".into());
         self.depth -= 1;
         self.line("}".into());
-        if leader_only {
+        if wait.leader_only {
             self.depth -= 1;
             self.line("}".into());
         }
+    }
+
+    /// Queue slots (operand 1 of `op`) taken by the leader after the scope's barrier (its
+    /// threads' source stores come first): `atom.add` at `scope` on `counter` when the queue is
+    /// shared, a plain read-modify-write for one owner; then the leader waits, running `poll`
+    /// (which sets `ab_seen` to the consumer position), until `capacity` covers them. The
+    /// proxy ring's and the mlx5 send queue's reservation; returns the base slot's variable.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a queue's counter, consumer, capacity and how each is read"
+    )]
+    fn reserve_slots(
+        &mut self,
+        op: Ptr<Operation>,
+        counter: &str,
+        consumer: &str,
+        capacity: &str,
+        scope: &str,
+        poll: &str,
+        what: &'static str,
+    ) -> Result<String, BridgeError> {
+        let endpoint = self.operand(op, 0);
+        let count = self.u64(self.operand(op, 1))?;
+        if let Some(barrier) = self.scope.barrier() {
+            self.line(barrier.into());
+        }
+        let base = self.fresh("base");
+        self.line(format!("uint64_t {base} = 0;"));
+        if attrs::get_bool(self.ctx, op, "atomic") {
+            self.leader_only(format!(
+                "asm volatile(\"atom.relaxed.{scope}.global.add.u64 %0, [%1], %2;\" : \"=l\"({base}) : \"l\"({counter}), \"l\"({count}) : \"memory\");"
+            ));
+        } else {
+            self.leader_only(format!(
+                "{base} = *reinterpret_cast<volatile uint64_t*>({counter}); *reinterpret_cast<volatile uint64_t*>({counter}) = {base} + {count};"
+            ));
+        }
+        let end = self.assign("end", "uint64_t", format!("{base} + {count}"));
+        let needed = self.assign("needed", "uint64_t", format!("{end} - {capacity}"));
+        let handle = self.u64(endpoint)?;
+        let peer = self.peer_of(&handle);
+        // Signed, as tier 2's: the slots in use past the consumer position.
+        let keep_waiting =
+            format!("static_cast<int64_t>({end} - ab_seen) > static_cast<int64_t>({capacity})");
+        self.bounded_poll(
+            poll,
+            Wait {
+                address: consumer,
+                keep_waiting: &keep_waiting,
+                expected: &needed,
+                seen: "ab_seen",
+                peer: &peer,
+                kind: aboleth_abi::wait_failure::WAIT_KIND_QUEUE_SPACE,
+                what,
+                leader_only: true,
+            },
+        );
+        if attrs::get_bool(self.ctx, op, "broadcast") {
+            return Err(BridgeError::not_built(
+                "CUDA code generation (the device library) has no translation of a reservation whose entries every thread writes",
+            ));
+        }
+        Ok(base)
+    }
+
+    /// `*.publish` of a batch (operands 1 and 2: base and count) whose ready counter is at
+    /// `ready`: in ticket order on a shared queue (the leader waits with an acquire at `scope`
+    /// until the counter equals its base, then release-stores its end), or the one-owner
+    /// store. Proxy rings are host memory (`sys`); an mlx5 queue's management block is this
+    /// GPU's (`gpu`).
+    fn publish_in_order(
+        &mut self,
+        op: Ptr<Operation>,
+        ready: &str,
+        scope: &str,
+        what: &'static str,
+    ) -> Result<(), BridgeError> {
+        let endpoint = self.operand(op, 0);
+        let base = self.u64(self.operand(op, 1))?;
+        let count = self.u64(self.operand(op, 2))?;
+        let end = self.assign("end", "uint64_t", format!("{base} + {count}"));
+        if attrs::get_bool(self.ctx, op, "owner_only") {
+            self.leader_only(format!(
+                "*reinterpret_cast<volatile uint64_t*>({ready}) = {end};"
+            ));
+            return Ok(());
+        }
+        let handle = self.u64(endpoint)?;
+        let peer = self.peer_of(&handle);
+        self.bounded_wait(
+            ready,
+            &format!("ld.acquire.{scope}.global.u64"),
+            &format!("ab_seen != {base}"),
+            &base,
+            &peer,
+            aboleth_abi::wait_failure::WAIT_KIND_PUBLICATION_TURN,
+            what,
+            true,
+        );
+        self.leader_only(format!(
+            "asm volatile(\"st.release.{scope}.global.u64 [%0], %1;\" :: \"l\"({ready}), \"l\"({end}) : \"memory\");"
+        ));
+        Ok(())
     }
 
     /// The peer rank of an endpoint handle (a C++ expression).

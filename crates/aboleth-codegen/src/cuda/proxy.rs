@@ -47,44 +47,21 @@ impl CudaGenerator<'_> {
     /// `proxy.reserve`: after the scope's barrier (its threads' source stores come first), the
     /// leader takes the entries and waits until the ring has room for them.
     pub(super) fn proxy_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let endpoint = self.operand(op, 0);
-        let (ring, capacity) = self.ring_of(endpoint)?;
-        let count = self.u64(self.operand(op, 1))?;
-        if let Some(barrier) = self.scope.barrier() {
-            self.line(barrier.into());
-        }
+        let (ring, capacity) = self.ring_of(self.operand(op, 0))?;
         let counter = Self::header_field(&ring, "producer_reservation_counter");
         let consumer = Self::header_field(&ring, "consumer_head");
-        let base = self.fresh("base");
-        self.line(format!("uint64_t {base} = 0;"));
-        if attrs::get_bool(self.ctx, op, "atomic") {
-            self.leader_only(format!(
-                "asm volatile(\"atom.relaxed.sys.global.add.u64 %0, [%1], %2;\" : \"=l\"({base}) : \"l\"({counter}), \"l\"({count}) : \"memory\");"
-            ));
-        } else {
-            self.leader_only(format!(
-                "{base} = *reinterpret_cast<volatile uint64_t*>({counter}); *reinterpret_cast<volatile uint64_t*>({counter}) = {base} + {count};"
-            ));
-        }
-        let end = self.assign("end", "uint64_t", format!("{base} + {count}"));
-        let needed = self.assign("needed", "uint64_t", format!("{end} - {capacity}"));
-        let handle = self.u64(endpoint)?;
-        let peer = self.peer_of(&handle);
-        self.bounded_wait(
-            &consumer,
-            "ld.acquire.sys.global.u64",
-            &format!("{end} - ab_seen > {capacity}"),
-            &needed,
-            &peer,
-            aboleth_abi::wait_failure::WAIT_KIND_QUEUE_SPACE,
-            "free entries in the proxy ring",
-            true,
+        let poll = format!(
+            "asm volatile(\"ld.acquire.sys.global.u64 %0, [%1];\" : \"=l\"(ab_seen) : \"l\"({consumer}) : \"memory\");"
         );
-        if attrs::get_bool(self.ctx, op, "broadcast") {
-            return Err(BridgeError::not_built(
-                "CUDA code generation (the device library) has no translation of a reservation whose entries every thread writes",
-            ));
-        }
+        let base = self.reserve_slots(
+            op,
+            &counter,
+            &consumer,
+            &capacity,
+            "sys",
+            &poll,
+            "free entries in the proxy ring",
+        )?;
         self.define_scalar(op, base, "uint64_t".into());
         Ok(())
     }
@@ -189,37 +166,11 @@ impl CudaGenerator<'_> {
         Ok(())
     }
 
-    /// `proxy.publish`: in ticket order on a shared ring (the leader waits until the ready
-    /// counter equals its base, then release-stores its end), or the one-owner store.
+    /// `proxy.publish`: in ticket order on a shared ring, or the one-owner store.
     pub(super) fn proxy_publish(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let endpoint = self.operand(op, 0);
-        let (ring, _) = self.ring_of(endpoint)?;
-        let base = self.u64(self.operand(op, 1))?;
-        let count = self.u64(self.operand(op, 2))?;
+        let (ring, _) = self.ring_of(self.operand(op, 0))?;
         let ready = Self::header_field(&ring, "producer_ready_counter");
-        let end = self.assign("end", "uint64_t", format!("{base} + {count}"));
-        if attrs::get_bool(self.ctx, op, "owner_only") {
-            self.leader_only(format!(
-                "*reinterpret_cast<volatile uint64_t*>({ready}) = {end};"
-            ));
-            return Ok(());
-        }
-        let handle = self.u64(endpoint)?;
-        let peer = self.peer_of(&handle);
-        self.bounded_wait(
-            &ready,
-            "ld.acquire.sys.global.u64",
-            &format!("ab_seen != {base}"),
-            &base,
-            &peer,
-            aboleth_abi::wait_failure::WAIT_KIND_PUBLICATION_TURN,
-            "the turn to publish on the proxy ring",
-            true,
-        );
-        self.leader_only(format!(
-            "asm volatile(\"st.release.sys.global.u64 [%0], %1;\" :: \"l\"({ready}), \"l\"({end}) : \"memory\");"
-        ));
-        Ok(())
+        self.publish_in_order(op, &ready, "sys", "the turn to publish on the proxy ring")
     }
 
     /// `proxy.doorbell`: the producer head the proxy thread polls (an atomic max on a shared

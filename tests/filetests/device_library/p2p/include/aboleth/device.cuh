@@ -140,62 +140,6 @@ static_assert(offsetof(WaitFailureLogHeader, abort_requested) == 16, "aboleth AB
 static_assert(offsetof(WaitFailureLogHeader, timeout_nanoseconds) == 24, "aboleth ABI: WaitFailureLogHeader::timeout_nanoseconds");
 static_assert(offsetof(WaitFailureLogHeader, reserved_1) == 32, "aboleth ABI: WaitFailureLogHeader::reserved_1");
 
-// aboleth_abi::aboleth_abi::ProxyRingHeader (256 bytes).
-struct alignas(64) ProxyRingHeader {
-  uint64_t producer_reservation_counter;
-  uint8_t reserved_0[56];
-  uint64_t consumer_head;
-  uint8_t reserved_1[56];
-  uint64_t completion_counter;
-  uint8_t reserved_2[56];
-  uint32_t capacity_entries;
-  uint32_t reserved_3;
-  uint64_t producer_ready_counter;
-  uint64_t producer_head;
-  uint8_t reserved_4[40];
-};
-static_assert(sizeof(ProxyRingHeader) == 256, "aboleth ABI: ProxyRingHeader size");
-static_assert(offsetof(ProxyRingHeader, producer_reservation_counter) == 0, "aboleth ABI: ProxyRingHeader::producer_reservation_counter");
-static_assert(offsetof(ProxyRingHeader, reserved_0) == 8, "aboleth ABI: ProxyRingHeader::reserved_0");
-static_assert(offsetof(ProxyRingHeader, consumer_head) == 64, "aboleth ABI: ProxyRingHeader::consumer_head");
-static_assert(offsetof(ProxyRingHeader, reserved_1) == 72, "aboleth ABI: ProxyRingHeader::reserved_1");
-static_assert(offsetof(ProxyRingHeader, completion_counter) == 128, "aboleth ABI: ProxyRingHeader::completion_counter");
-static_assert(offsetof(ProxyRingHeader, reserved_2) == 136, "aboleth ABI: ProxyRingHeader::reserved_2");
-static_assert(offsetof(ProxyRingHeader, capacity_entries) == 192, "aboleth ABI: ProxyRingHeader::capacity_entries");
-static_assert(offsetof(ProxyRingHeader, reserved_3) == 196, "aboleth ABI: ProxyRingHeader::reserved_3");
-static_assert(offsetof(ProxyRingHeader, producer_ready_counter) == 200, "aboleth ABI: ProxyRingHeader::producer_ready_counter");
-static_assert(offsetof(ProxyRingHeader, producer_head) == 208, "aboleth ABI: ProxyRingHeader::producer_head");
-static_assert(offsetof(ProxyRingHeader, reserved_4) == 216, "aboleth ABI: ProxyRingHeader::reserved_4");
-
-// aboleth_abi::aboleth_abi::ProxyRingEntry (64 bytes).
-struct alignas(64) ProxyRingEntry {
-  uint64_t sequence;
-  uint16_t opcode;
-  uint16_t flags;
-  uint32_t peer_rank;
-  uint32_t source_key;
-  uint32_t destination_region_index;
-  uint64_t source_address;
-  uint32_t signal_region_index;
-  uint32_t signal_offset_bytes;
-  uint64_t destination_offset_bytes;
-  uint64_t length_bytes;
-  uint64_t signal_value;
-};
-static_assert(sizeof(ProxyRingEntry) == 64, "aboleth ABI: ProxyRingEntry size");
-static_assert(offsetof(ProxyRingEntry, sequence) == 0, "aboleth ABI: ProxyRingEntry::sequence");
-static_assert(offsetof(ProxyRingEntry, opcode) == 8, "aboleth ABI: ProxyRingEntry::opcode");
-static_assert(offsetof(ProxyRingEntry, flags) == 10, "aboleth ABI: ProxyRingEntry::flags");
-static_assert(offsetof(ProxyRingEntry, peer_rank) == 12, "aboleth ABI: ProxyRingEntry::peer_rank");
-static_assert(offsetof(ProxyRingEntry, source_key) == 16, "aboleth ABI: ProxyRingEntry::source_key");
-static_assert(offsetof(ProxyRingEntry, destination_region_index) == 20, "aboleth ABI: ProxyRingEntry::destination_region_index");
-static_assert(offsetof(ProxyRingEntry, source_address) == 24, "aboleth ABI: ProxyRingEntry::source_address");
-static_assert(offsetof(ProxyRingEntry, signal_region_index) == 32, "aboleth ABI: ProxyRingEntry::signal_region_index");
-static_assert(offsetof(ProxyRingEntry, signal_offset_bytes) == 36, "aboleth ABI: ProxyRingEntry::signal_offset_bytes");
-static_assert(offsetof(ProxyRingEntry, destination_offset_bytes) == 40, "aboleth ABI: ProxyRingEntry::destination_offset_bytes");
-static_assert(offsetof(ProxyRingEntry, length_bytes) == 48, "aboleth ABI: ProxyRingEntry::length_bytes");
-static_assert(offsetof(ProxyRingEntry, signal_value) == 56, "aboleth ABI: ProxyRingEntry::signal_value");
-
 // ---- Operations. Each exists for a thread (`name`), a warp (`name_warp`) and a block
 // (`name_block`). Waits are bounded and report through World.check_waits(). ----
 
@@ -253,7 +197,7 @@ ABOLETH_DEVICE_API void wait_signal_warp(DeviceContext ctx, const uint64_t* my_f
 // Returns once `*my_flag >= value`; later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (block scope: every thread of the block calls it with the same arguments)
 ABOLETH_DEVICE_API void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value);
 
-// The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy: nullptr).
+// The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy and mlx5: nullptr).
 ABOLETH_DEVICE_API void* ptr(DeviceContext ctx, int peer, RemoteRegion region);
 
 }  // namespace aboleth

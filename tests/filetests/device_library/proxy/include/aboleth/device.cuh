@@ -253,7 +253,7 @@ ABOLETH_DEVICE_API void wait_signal_warp(DeviceContext ctx, const uint64_t* my_f
 // Returns once `*my_flag >= value`; later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (block scope: every thread of the block calls it with the same arguments)
 ABOLETH_DEVICE_API void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value);
 
-// The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy: nullptr).
+// The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy and mlx5: nullptr).
 ABOLETH_DEVICE_API void* ptr(DeviceContext ctx, int peer, RemoteRegion region);
 
 }  // namespace aboleth

@@ -193,7 +193,7 @@ __device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uin
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4096u, 1u);
       }
     }
@@ -240,7 +240,7 @@ __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint6
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4098u, 1u);
       }
     }
@@ -287,7 +287,7 @@ __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4100u, 1u);
       }
     }
@@ -334,7 +334,7 @@ __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
-        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(ab_capacity5))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4102u, 1u);
       }
     }
@@ -386,7 +386,7 @@ __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t 
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
-        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(ab_capacity5))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4104u, 1u);
       }
     }
@@ -438,7 +438,7 @@ __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
-        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(ab_capacity5))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4106u, 1u);
       }
     }
@@ -489,7 +489,7 @@ __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
-        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(ab_capacity5))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4108u, 1u);
       }
     }
@@ -541,7 +541,7 @@ __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t 
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
-        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(ab_capacity5))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4110u, 1u);
       }
     }
@@ -593,7 +593,7 @@ __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head)) : "memory");
-        if (!(ab_end7 - ab_seen > ab_capacity5)) break;
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(ab_capacity5))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring4)->consumer_head), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4112u, 1u);
       }
     }
@@ -643,7 +643,7 @@ __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t pe
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4114u, 1u);
       }
     }
@@ -689,7 +689,7 @@ __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4116u, 1u);
       }
     }
@@ -735,7 +735,7 @@ __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t pee
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4118u, 1u);
       }
     }
@@ -780,7 +780,7 @@ __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t pe
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4120u, 1u);
       }
     }
@@ -826,7 +826,7 @@ __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4122u, 1u);
       }
     }
@@ -872,7 +872,7 @@ __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t pee
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head)) : "memory");
-        if (!(ab_end6 - ab_seen > ab_capacity4)) break;
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(ab_capacity4))) break;
         detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<ProxyRingHeader*>(ab_ring3)->consumer_head), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4124u, 1u);
       }
     }
