@@ -220,10 +220,54 @@ def launch_triton(exchange: "Exchange", bytes_per_peer: int, epoch: int) -> None
                           extern_libs=tier1.extern_libs(exchange.world.compilation_target()))
 
 
+class CuteExchange:
+    """The same exchange from a CuTe DSL kernel through ``aboleth.frontends.cute`` (compiled once
+    with cute.compile, for this GPU; launched on the default stream, torch's current one here).
+    Only where nvidia-cutlass-dsl is importable (``CUTE_SITE`` on the GPU machine)."""
+
+    def __init__(self, transport: str) -> None:
+        import cutlass.cute as cute
+        from cutlass import Int32, Uint32, Uint64
+        from aboleth.frontends import cute as tier1_cute
+
+        lib = tier1_cute.library(transport)
+        self.types = (Uint64, Uint32, Uint32, Int32, Uint64, Uint64, Uint64, Uint32, Uint64, Uint64, Uint64, Uint64,
+                      Uint64)
+
+        @cute.kernel
+        def exchange(handles: Uint64, rank: Uint32, world_size: Uint32, peer: Int32, recv: Uint64,
+                     dst_offset: Uint64, send: Uint64, send_key: Uint32, nbytes: Uint64, flags: Uint64,
+                     flag_offset: Uint64, my_flag: Uint64, epoch: Uint64):
+            lib.put_signal(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags,
+                           flag_offset, epoch)
+            lib.quiet(handles, rank, world_size, peer)
+            lib.wait_signal(handles, rank, world_size, my_flag, epoch)
+
+        @cute.jit
+        def launch(handles: Uint64, rank: Uint32, world_size: Uint32, peer: Int32, recv: Uint64, dst_offset: Uint64,
+                   send: Uint64, send_key: Uint32, nbytes: Uint64, flags: Uint64, flag_offset: Uint64,
+                   my_flag: Uint64, epoch: Uint64):
+            exchange(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags, flag_offset,
+                     my_flag, epoch).launch(grid=(1, 1, 1), block=(128, 1, 1))
+
+        major, minor = torch.cuda.get_device_capability()
+        self.compiled = cute.compile(launch, *self.typed([0] * 13), options=f"--gpu-arch sm_{major}{minor}a")
+
+    def typed(self, values: List[int]) -> List[Any]:
+        return [kind(value) for kind, value in zip(self.types, values)]
+
+    def __call__(self, exchange: "Exchange", bytes_per_peer: int, epoch: int) -> None:
+        table, rank, peer, capacity = exchange.table, exchange.rank, exchange.peer, exchange.capacity
+        send = table.local("send")
+        self.compiled(*self.typed([table.endpoint_handles, rank, exchange.n, peer, table.regions("recv"),
+                                   rank * capacity, send.address + peer * capacity, send.lkey, bytes_per_peer,
+                                   table.regions("flags"), rank * 8, exchange.my_flags[peer:].data_ptr(), epoch]))
+
+
 def checked_rounds(exchange: Exchange, module: Any, kernel: str, threads: int, bytes_per_peer: int,
-                   rounds: int, epoch: int, seed_base: int) -> Dict[str, Any]:
+                   rounds: int, epoch: int, seed_base: int, launcher: Any = None) -> Dict[str, Any]:
     """``rounds`` checked exchanges through ``module.kernel(kernel)`` (or, with module None, the
-    Triton kernel)."""
+    Triton kernel, or ``launcher(exchange, bytes_per_peer, epoch)`` when given)."""
     function = module.kernel(kernel) if module is not None else None
     failures: List[str] = []
     world = exchange.world
@@ -233,7 +277,9 @@ def checked_rounds(exchange: Exchange, module: Any, kernel: str, threads: int, b
         exchange.received_slice().fill_(0xEE)
         torch.cuda.synchronize()
         world.barrier(f"tier1/{kernel}/{bytes_per_peer}/{index}")
-        if module is None:
+        if launcher is not None:
+            launcher(exchange, bytes_per_peer, epoch)
+        elif module is None:
             launch_triton(exchange, bytes_per_peer, epoch)
         else:
             module.launch(function, threads, exchange.arguments(bytes_per_peer, epoch))
@@ -411,6 +457,18 @@ def main() -> int:
                 triton_cases.append(case)
             report["steps"]["triton"] = {"passed": all(case["passed"] for case in triton_cases),
                                          "cases": triton_cases}
+            if os.environ.get("TIER1_CUTE") == "1":
+                started = time.monotonic()
+                cute_exchange = CuteExchange(library.target)
+                compile_seconds = round(time.monotonic() - started, 2)
+                cute_cases = []
+                for size in SIZES:
+                    case = checked_rounds(exchange, None, "cute_exchange", 128, size, ROUNDS_PER_CASE, epoch,
+                                          300_000 + epoch, launcher=cute_exchange)
+                    epoch = case.pop("next_epoch")
+                    cute_cases.append(case)
+                report["steps"]["cute"] = {"passed": all(case["passed"] for case in cute_cases),
+                                           "compile_seconds": compile_seconds, "cases": cute_cases}
             if library.target == "p2p":
                 correct = snapshot_rounds(exchange, header_only, 10, epoch)
                 epoch = correct.pop("next_epoch")
