@@ -226,42 +226,22 @@ class CuteExchange:
     Only where nvidia-cutlass-dsl is importable (``CUTE_SITE`` on the GPU machine)."""
 
     def __init__(self, transport: str) -> None:
-        import cutlass.cute as cute
-        from cutlass import Int32, Uint32, Uint64
-        from aboleth.frontends import cute as tier1_cute
+        sys.path.insert(0, os.path.join(HERE, "tier1"))
+        import cute_exchange
 
-        lib = tier1_cute.library(transport)
-        self.types = (Uint64, Uint32, Uint32, Int32, Uint64, Uint64, Uint64, Uint32, Uint64, Uint64, Uint64, Uint64,
-                      Uint64)
-
-        @cute.kernel
-        def exchange(handles: Uint64, rank: Uint32, world_size: Uint32, peer: Int32, recv: Uint64,
-                     dst_offset: Uint64, send: Uint64, send_key: Uint32, nbytes: Uint64, flags: Uint64,
-                     flag_offset: Uint64, my_flag: Uint64, epoch: Uint64):
-            lib.put_signal(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags,
-                           flag_offset, epoch)
-            lib.quiet(handles, rank, world_size, peer)
-            lib.wait_signal(handles, rank, world_size, my_flag, epoch)
-
-        @cute.jit
-        def launch(handles: Uint64, rank: Uint32, world_size: Uint32, peer: Int32, recv: Uint64, dst_offset: Uint64,
-                   send: Uint64, send_key: Uint32, nbytes: Uint64, flags: Uint64, flag_offset: Uint64,
-                   my_flag: Uint64, epoch: Uint64):
-            exchange(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags, flag_offset,
-                     my_flag, epoch).launch(grid=(1, 1, 1), block=(128, 1, 1))
-
+        self.typed = cute_exchange.typed
         major, minor = torch.cuda.get_device_capability()
-        self.compiled = cute.compile(launch, *self.typed([0] * 13), options=f"--gpu-arch sm_{major}{minor}a")
-
-    def typed(self, values: List[int]) -> List[Any]:
-        return [kind(value) for kind, value in zip(self.types, values)]
+        self.compiled = cute_exchange.compile_exchange(transport, f"sm_{major}{minor}a")
 
     def __call__(self, exchange: "Exchange", bytes_per_peer: int, epoch: int) -> None:
         table, rank, peer, capacity = exchange.table, exchange.rank, exchange.peer, exchange.capacity
         send = table.local("send")
-        self.compiled(*self.typed([table.endpoint_handles, rank, exchange.n, peer, table.regions("recv"),
-                                   rank * capacity, send.address + peer * capacity, send.lkey, bytes_per_peer,
-                                   table.regions("flags"), rank * 8, exchange.my_flags[peer:].data_ptr(), epoch]))
+        def address(value: Any) -> int:  # a device table (a tensor) or an address
+            return value.data_ptr() if hasattr(value, "data_ptr") else int(value)
+        self.compiled(*self.typed([address(table.endpoint_handles), rank, exchange.n, peer,
+                                   address(table.regions("recv")), rank * capacity, send.address + peer * capacity,
+                                   send.lkey, bytes_per_peer, address(table.regions("flags")), rank * 8,
+                                   exchange.my_flags[peer:].data_ptr(), epoch]))
 
 
 def checked_rounds(exchange: Exchange, module: Any, kernel: str, threads: int, bytes_per_peer: int,
