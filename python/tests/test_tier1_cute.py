@@ -2,8 +2,8 @@
 cuda-setup` installs; required when CI is set) calling the tier-1 operations compiles for sm_90a
 with each transport's bitcode linked: every operation is defined in the PTX (nothing external but
 vprintf), the kernel calls them in order, the transport's code is there, and ptxas made a cubin.
-A transport without bitcode is refused by name. No CuTe kernel of this binding has run on a GPU
-(CuTe DSL is not on the GPU machine)."""
+A transport without bitcode is refused by name. On the GPU machine, `tests/gpu/tier1_exchange.py`'s
+`cute` step runs such a kernel (TIER1_CUTE=1, tests/gpu/README.md)."""
 
 import os
 

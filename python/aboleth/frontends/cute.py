@@ -23,8 +23,8 @@ Arguments are DSL integers, Python ints or ``cute.Pointer`` values (passed as th
 the endpoint handle table, this rank and the world size, then each operation's as in
 ``aboleth.frontends.triton.tier1``. Importing this module needs CuTe DSL; nothing else of
 aboleth does. Compiling for sm_90a works without a GPU (``python/tests/test_tier1_cute.py``);
-running needs one, and CuTe DSL is not installed on the GPU machine here, so no CuTe kernel of
-this binding has run.
+running needs one: the seed's exchange through this binding ran bit-exact on the GPU machine
+(``tests/gpu/tier1_exchange.py``, its ``cute`` step).
 """
 
 # No `from __future__ import annotations`: cute.extern reads the stubs' annotations as types.
