@@ -333,10 +333,11 @@ def device_context_bytes(endpoint_handles_address: SupportsIndex, rank: Supports
 def device_library(target: str, mutation: str | None = None) -> tuple[list[tuple[str, str]], list[tuple[int, str, str]], list[str]]:
     """
     device_library(target, mutation=None) -> (files, wait_sites, operations): the tier-1 CUDA
-    library for transport `target` ("p2p" or "proxy"), deliberately broken by `mutation` when
+    library for transport `target` ("p2p", "proxy" or "mlx5"), deliberately broken by `mutation` when
     one is named (a GPU test's check that it is caught): `(relative path, contents)` of every file, `(site id,
     operation variant, what it waits for)` of every bounded wait, and the operations' names.
-    `ValueError` for an unknown transport, `NotImplementedError` for one without a CUDA encoding.
+    `ValueError` for an unknown transport or a mutation of another transport's library,
+    `NotImplementedError` for a transport without a lowering (efa, ionic).
     """
 
 def layout_bytes(name: str, fields: dict[str, SupportsIndex]) -> bytes:

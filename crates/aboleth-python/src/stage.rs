@@ -257,10 +257,11 @@ mod tests {
 }
 
 /// device_library(target, mutation=None) -> (files, wait_sites, operations): the tier-1 CUDA
-/// library for transport `target` ("p2p" or "proxy"), deliberately broken by `mutation` when
+/// library for transport `target` ("p2p", "proxy" or "mlx5"), deliberately broken by `mutation` when
 /// one is named (a GPU test's check that it is caught): `(relative path, contents)` of every file, `(site id,
 /// operation variant, what it waits for)` of every bounded wait, and the operations' names.
-/// `ValueError` for an unknown transport, `NotImplementedError` for one without a CUDA encoding.
+/// `ValueError` for an unknown transport or a mutation of another transport's library,
+/// `NotImplementedError` for a transport without a lowering (efa, ionic).
 #[pyfunction]
 #[allow(
     clippy::type_complexity,
@@ -277,7 +278,7 @@ pub fn device_library(
 )> {
     let transport = aboleth_abi::Transport::from_name(target).ok_or_else(|| {
         PyValueError::new_err(format!(
-            "aboleth: unknown transport {target:?}; the device library is generated for \"p2p\" and \"proxy\""
+            "aboleth: unknown transport {target:?}; the device library is generated for \"p2p\", \"proxy\" and \"mlx5\""
         ))
     })?;
     let mutation = match mutation {

@@ -46,30 +46,10 @@ const fn basic_blocks(end: usize) -> usize {
 }
 
 impl CudaGenerator<'_> {
-    /// A field of the endpoint handle at `handle` (a table load), read once per handle and
-    /// field in the body's top level.
-    fn handle_field(&mut self, handle: &str, field: &'static str, c_type: &str) -> String {
-        if let Some(name) = self.handle_fields.get(&(handle.to_string(), field)) {
-            return name.clone();
-        }
-        let name = self.assign(
-            field.split('_').next().unwrap_or("field"),
-            c_type,
-            format!(
-                "detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->{field})"
-            ),
-        );
-        if self.depth == 1 {
-            self.handle_fields
-                .insert((handle.to_string(), field), name.clone());
-        }
-        name
-    }
-
     /// The endpoint's handle and its queue management block (C++ variables).
     fn mlx5_queue(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {
         let handle = self.u64(endpoint)?;
-        let management = self.handle_field(&handle, "management_address", "uint64_t");
+        let management = self.handle_field(&handle, "management", "management_address", "uint64_t");
         Ok((handle, management))
     }
 
@@ -79,9 +59,22 @@ impl CudaGenerator<'_> {
         )
     }
 
+    /// The address of the collapsed CQ's CQE word that completion polls and ring reclaims read
+    /// (`wqe_counter` and, in its top byte, `op_own`).
+    fn cqe_counter_word(&mut self, handle: &str) -> String {
+        let cq = self.handle_field(handle, "cq", "cq_buffer_address", "uint64_t");
+        self.assign(
+            "cqe",
+            "uint64_t",
+            format!(
+                "reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>({cq})->wqe_counter)"
+            ),
+        )
+    }
+
     /// The send ring's size in basic blocks (a `uint64_t` variable).
     fn ring_blocks(&mut self, handle: &str) -> String {
-        let count = self.handle_field(handle, "sq_wqe_basic_block_count", "uint32_t");
+        let count = self.handle_field(handle, "sq", "sq_wqe_basic_block_count", "uint32_t");
         format!("static_cast<uint64_t>({count})")
     }
 
@@ -104,14 +97,7 @@ impl CudaGenerator<'_> {
         let ring = self.ring_blocks(&handle);
         let head = Self::management_field(&management, "reserved_head");
         let consumer = Self::management_field(&management, "consumer_index");
-        let cq = self.handle_field(&handle, "cq_buffer_address", "uint64_t");
-        let counter_word = self.assign(
-            "cqe",
-            "uint64_t",
-            format!(
-                "reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>({cq})->wqe_counter)"
-            ),
-        );
+        let counter_word = self.cqe_counter_word(&handle);
         // The management block is device memory used by this GPU's programs only: GPU scope.
         let poll = format!(
             "detail::mlx5_reclaim_from_cq({counter_word}, {consumer}); asm volatile(\"ld.volatile.global.u64 %0, [%1];\" : \"=l\"(ab_seen) : \"l\"({consumer}) : \"memory\");"
@@ -131,7 +117,7 @@ impl CudaGenerator<'_> {
 
     /// The addresses of basic blocks `slot .. slot + blocks` of the send ring (it wraps).
     fn basic_blocks(&mut self, handle: &str, slot: &str, blocks: usize) -> Vec<String> {
-        let sq = self.handle_field(handle, "sq_buffer_address", "uint64_t");
+        let sq = self.handle_field(handle, "sq", "sq_buffer_address", "uint64_t");
         let ring = self.ring_blocks(handle);
         (0..blocks)
             .map(|index| {
@@ -169,7 +155,7 @@ impl CudaGenerator<'_> {
         opmod: &str,
         ds: usize,
     ) -> (String, String) {
-        let qpn = self.handle_field(handle, "qpn", "uint32_t");
+        let qpn = self.handle_field(handle, "qpn", "qpn", "uint32_t");
         (
             format!(
                 "(({opmod} << 24) | ((static_cast<uint32_t>({slot}) & 0xffffu) << 8) | {opcode})"
@@ -319,8 +305,9 @@ impl CudaGenerator<'_> {
         let blocks = self.basic_blocks(&handle, &slot, basic_blocks(end));
         let completion = self.effective_completion(op, &handle, &slot, blocks.len(), &completion);
         let flags = Self::completion_flags(&completion, attrs::get_bool(self.ctx, op, "fence"));
-        let result_address = self.handle_field(&handle, "atomic_result_address", "uint64_t");
-        let result_key = self.handle_field(&handle, "atomic_result_lkey", "uint32_t");
+        let result_address =
+            self.handle_field(&handle, "atomic", "atomic_result_address", "uint64_t");
+        let result_key = self.handle_field(&handle, "atomic", "atomic_result_lkey", "uint32_t");
         let (opcode, opmod, operands, result_offset) = if add {
             (
                 "mlx5::OPCODE_ATOMIC_FA",
@@ -407,7 +394,7 @@ impl CudaGenerator<'_> {
     pub(super) fn mlx5_doorbell_record(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
         let end = self.u64(self.operand(op, 1))?;
-        let record = self.handle_field(&handle, "doorbell_record_address", "uint64_t");
+        let record = self.handle_field(&handle, "doorbell", "doorbell_record_address", "uint64_t");
         let producer = Self::management_field(&management, "producer_index");
         let relaxed = attrs::get_string(self.ctx, op, "order").as_deref() == Some("relaxed");
         let atomic_max = attrs::get_bool(self.ctx, op, "atomic_max");
@@ -422,8 +409,8 @@ impl CudaGenerator<'_> {
     pub(super) fn mlx5_doorbell(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
         let end = self.u64(self.operand(op, 1))?;
-        let uar = self.handle_field(&handle, "uar_doorbell_address", "uint64_t");
-        let qpn = self.handle_field(&handle, "qpn", "uint32_t");
+        let uar = self.handle_field(&handle, "uar", "uar_doorbell_address", "uint64_t");
+        let qpn = self.handle_field(&handle, "qpn", "qpn", "uint32_t");
         let producer = Self::management_field(&management, "producer_index");
         self.leader_only(format!(
             "detail::mlx5_ring_doorbell({uar}, {producer}, {end}, {qpn});"
@@ -457,14 +444,7 @@ impl CudaGenerator<'_> {
                 ),
             )
         };
-        let cq = self.handle_field(&handle, "cq_buffer_address", "uint64_t");
-        let counter_word = self.assign(
-            "cqe",
-            "uint64_t",
-            format!(
-                "reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>({cq})->wqe_counter)"
-            ),
-        );
+        let counter_word = self.cqe_counter_word(&handle);
         let peer = self.peer_of(&handle);
         let poll = format!(
             "{{ uint32_t ab_word; asm volatile(\"ld.acquire.sys.global.u32 %0, [%1];\" : \"=r\"(ab_word) : \"l\"({counter_word}) : \"memory\"); ab_seen = ab_word; }}"

@@ -205,7 +205,6 @@ pub fn generate_function(
         depth: 1,
         wait_handle: None,
         remote_bases: HashMap::new(),
-        rings: HashMap::new(),
         handle_fields: HashMap::new(),
         first_site,
         wait_sites: Vec::new(),
@@ -254,9 +253,8 @@ struct CudaGenerator<'a> {
     wait_handle: Option<String>,
     /// p2p: the peer region's base address read at its `ab.remote`, by descriptor variable.
     remote_bases: HashMap<String, String>,
-    /// proxy: each endpoint handle's ring address and capacity, read at the body's top level.
-    rings: HashMap<String, (String, String)>,
-    /// mlx5: endpoint handle fields read at the body's top level, by handle and field.
+    /// Endpoint handle fields read at the body's top level, by handle and field (the proxy's
+    /// ring, the mlx5 queue's buffers and counters).
     handle_fields: HashMap<(String, &'static str), String>,
     first_site: u32,
     wait_sites: Vec<&'static str>,
@@ -875,6 +873,32 @@ impl CudaGenerator<'_> {
             "asm volatile(\"st.release.{scope}.global.u64 [%0], %1;\" :: \"l\"({ready}), \"l\"({end}) : \"memory\");"
         ));
         Ok(())
+    }
+
+    /// A field of the endpoint handle at `handle` (a table load, into `ab_<stem>N`), read once
+    /// per handle and field in the body's top level (every later op reuses it).
+    fn handle_field(
+        &mut self,
+        handle: &str,
+        stem: &str,
+        field: &'static str,
+        c_type: &str,
+    ) -> String {
+        if let Some(name) = self.handle_fields.get(&(handle.to_string(), field)) {
+            return name.clone();
+        }
+        let name = self.assign(
+            stem,
+            c_type,
+            format!(
+                "detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->{field})"
+            ),
+        );
+        if self.depth == 1 {
+            self.handle_fields
+                .insert((handle.to_string(), field), name.clone());
+        }
+        name
     }
 
     /// The peer rank of an endpoint handle (a C++ expression).

@@ -19,24 +19,13 @@ impl CudaGenerator<'_> {
     /// handle in the function's body (every later op of that ring reuses them).
     fn ring_of(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {
         let handle = self.u64(endpoint)?;
-        if let Some(ring) = self.rings.get(&handle) {
-            return Ok(ring.clone());
-        }
-        let ring = self.assign(
-            "ring",
-            "uint64_t",
-            format!("detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->proxy_ring_address)"),
-        );
-        let capacity = self.assign(
+        let ring = self.handle_field(&handle, "ring", "proxy_ring_address", "uint64_t");
+        let capacity = self.handle_field(
+            &handle,
             "capacity",
+            "proxy_ring_capacity_entries",
             "uint64_t",
-            format!(
-                "detail::table_load(&reinterpret_cast<const EndpointHandle*>({handle})->proxy_ring_capacity_entries)"
-            ),
         );
-        if self.depth == 1 {
-            self.rings.insert(handle, (ring.clone(), capacity.clone()));
-        }
         Ok((ring, capacity))
     }
 
