@@ -70,6 +70,7 @@ from triton.language import core
 
 __all__ = [
     "ABOLETH_LIBNAME",
+    "COMPARISONS",
     "SYMBOL_PREFIX",
     "Endpoint",
     "RemoteRegion",
@@ -92,6 +93,10 @@ ABOLETH_LIBNAME = "aboleth"
 SYMBOL_PREFIX = "__aboleth_v1__"
 
 _SIGNAL_OPS = ("set", "add")
+#: What :func:`wait_signal` may compare with, in NVSHMEM's ``NVSHMEM_CMP_*`` order (EQ 0 ... GE 5):
+#: the names of the Rust ``aboleth_ir::ab::attributes::Comparison`` and of tier 1's
+#: ``aboleth::Comparison``.
+COMPARISONS = ("eq", "ne", "gt", "le", "lt", "ge")
 
 # ---------------------------------------------------------------------------------------------
 # Handle values
@@ -304,7 +309,7 @@ def _handle(operation: str, name: str, value: Any, cls: type, what: str) -> _Han
 
 def _constexpr_string(operation: str, name: str, value: Any, choices: Sequence[str]) -> str:
     value = core._unwrap_if_constexpr(value)
-    quoted = " or ".join(f'"{choice}"' for choice in choices)
+    quoted = ", ".join(f'"{choice}"' for choice in choices[:-1]) + f' or "{choices[-1]}"'
     if not isinstance(value, str):
         raise TypeError(f"{operation}: argument '{name}' must be a constant string, "
                         f"{quoted}, got {_describe(value)}")
@@ -405,12 +410,17 @@ def signal(ep: Any, flag: Any, value: Any, op: Any = "set", after: Any = None, _
 
 
 @core.extern
-def wait_signal(ptr: Any, value: Any, _semantic: Any = None) -> core.tensor:
-    """Waits until the local 64-bit signal word at ``ptr`` reaches ``value`` (i32 or i64).
-    Emits ``__aboleth_v1__wait_signal``; returns an i32."""
+def wait_signal(ptr: Any, value: Any, comparison: Any = "ge", _semantic: Any = None) -> core.tensor:
+    """Waits until the local 64-bit signal word at ``ptr`` compares with ``value`` (i32 or
+    i64) as ``comparison`` says: ``"ge"`` (the default: the flag reaches ``value``), ``"eq"``,
+    ``"ne"``, ``"gt"``, ``"le"`` or ``"lt"`` (NVSHMEM's ``signal_wait_until`` comparisons, on
+    signed 64-bit values). Emits ``__aboleth_v1__wait_signal`` (``>=``) or
+    ``__aboleth_v1__wait_signal__{comparison}``; returns an i32."""
     flag = _pointer_scalar("aboleth.wait_signal", "ptr", ptr, 64, "a pointer to int64 (a local signal word)")
     expected = _integer_scalar("aboleth.wait_signal", "value", value, _semantic)
-    return core.tensor(_emit("wait_signal", [flag.handle, expected.handle], _semantic, tl.int32), tl.int32)
+    name = _constexpr_string("aboleth.wait_signal", "comparison", comparison, COMPARISONS)
+    symbol = "wait_signal" if name == "ge" else f"wait_signal__{name}"
+    return core.tensor(_emit(symbol, [flag.handle, expected.handle], _semantic, tl.int32), tl.int32)
 
 
 @core.extern

@@ -176,6 +176,12 @@ def compile_command(arguments: argparse.Namespace) -> int:
     if arguments.num_warps is not None:
         options["num_warps"] = arguments.num_warps
     disabled = list(arguments.disable_pass)
+    if arguments.export is not None and arguments.emit not in ("stats", "ptx"):
+        raise CommandLineError(f"--export {arguments.export} writes files; leave out --emit {arguments.emit}")
+    if arguments.out is not None and arguments.export is None:
+        raise CommandLineError("--out DIR goes with --export fragment|kernel|function")
+    if arguments.export is not None:
+        arguments.emit = "ptx"  # compile all the way (the cubin and LLVM IR are what the forms need)
     if arguments.emit == "ttir-input":
         # Triton's TTIR before the aboleth stage (what `aboleth sim KERNEL.py` lifts).
         sys.stdout.write(_capture_ttir(kernel, signature, constexprs, options))
@@ -209,6 +215,18 @@ def compile_command(arguments: argparse.Namespace) -> int:
                                           target=GPUTarget("cuda", TARGET_CAPABILITY, WARP_SIZE), options=options)
         finally:
             knobs.cache.dir = saved
+    if arguments.export is not None:
+        from . import export
+
+        if arguments.out is None:
+            raise CommandLineError(f"--export {arguments.export}: name the output directory with --out DIR")
+        try:
+            written = export.write(arguments.export, compiled, export.parameters(kernel, signature), arguments.out)
+        except export.ExportError as error:
+            raise CommandLineError(str(error)) from None
+        print(f"wrote the {arguments.export} form of {arguments.kernel} ({arguments.target}): "
+              + ", ".join(written))
+        return 0
     if arguments.emit == "ttir":
         sys.stdout.write(compiled.asm.get("aboleth") or compiled.asm["ttir"])
     else:
@@ -236,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "in their puts' data as LL packets")
     parser.add_argument("--emit", choices=("aboleth", "ttir", "ptx", "stats", "ttir-input"), default="stats",
                         help="ttir-input: Triton's TTIR before the aboleth stage")
+    parser.add_argument("--export", choices=("fragment", "kernel", "function"), default=None,
+                        help="write an export form of the kernel under --out (aboleth.export)")
+    parser.add_argument("--out", default=None, help="the directory --export writes to")
     return parser
 
 

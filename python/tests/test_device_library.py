@@ -16,6 +16,7 @@ import pytest
 
 import aboleth
 from aboleth import _aboleth, device_library
+from aboleth.language import COMPARISONS
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 EXCHANGE = REPOSITORY / "tests" / "gpu" / "tier1" / "exchange.cu"
@@ -49,6 +50,16 @@ def test_the_library_has_its_header_implementation_and_archive_source(tmp_path: 
     sites = [site for site, _, _ in library.wait_sites]
     assert len(sites) == len(set(sites)) and sites
     assert all(variant.startswith(library.operations) for _, variant, _ in library.wait_sites)
+
+
+def test_the_comparisons_are_nvshmems_in_every_binding(tmp_path: Path) -> None:
+    # aboleth::Comparison (from the Rust enum) numbers them as NVSHMEM_CMP_* (EQ 0 ... GE 5), the
+    # order of aboleth.language.COMPARISONS, which the Triton and CuTe bindings pass by index.
+    header = device_library.write("p2p", tmp_path).header.read_text()
+    numbered = ", ".join(f"{name} = {code}" for code, name in enumerate(COMPARISONS))
+    assert f"enum class Comparison : uint32_t {{ {numbered} }};" in header
+    assert COMPARISONS == ("eq", "ne", "gt", "le", "lt", "ge")
+    assert "Comparison comparison = Comparison::ge);" in header
 
 
 def test_a_transport_without_a_lowering_is_refused_by_name(tmp_path: Path) -> None:

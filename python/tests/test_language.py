@@ -117,6 +117,7 @@ def every_other_builtin(endpoints, regions, src, flag_pointer, n, key, value):
     aboleth.wait(t2)
     aboleth.wait(t3)
     aboleth.wait_signal(flag_pointer, 7)
+    aboleth.wait_signal(flag_pointer, value, comparison="ne")
     aboleth.drain(ep)
     aboleth.quiet(ep)
     aboleth.fence(ep)
@@ -144,12 +145,13 @@ def test_every_other_builtin_emits_its_symbol_and_operand_types():
         ("__aboleth_v1__wait", "i64", "i32"),
         ("__aboleth_v1__wait", "i64", "i32"),
         ("__aboleth_v1__wait_signal", "!tt.ptr<i64>, i32", "i32"),
+        ("__aboleth_v1__wait_signal__ne", "!tt.ptr<i64>, i64", "i32"),
         ("__aboleth_v1__drain", "i64", "i32"),
         ("__aboleth_v1__drain", "i64", "i32"),
         ("__aboleth_v1__fence", "i64", "i32"),
     ]
     # Every call is impure, so none is folded away or merged even when its result is unused.
-    assert ttir.count('libname = "aboleth"') == 19
+    assert ttir.count('libname = "aboleth"') == 20
     assert "pure = true" not in ttir
 
 
@@ -267,6 +269,11 @@ def signal_op_not_a_string(endpoints, regions, src, flags, key, epoch):
 
 
 @triton.jit
+def unknown_wait_comparison(endpoints, regions, src, flags, key, epoch):
+    aboleth.wait_signal(flags, epoch, comparison=">=")
+
+
+@triton.jit
 def signal_on_a_byte_region(endpoints, regions, src, flags, key, epoch):
     ep = aboleth.endpoint(endpoints, 0)
     flag = aboleth.remote(regions, 0)
@@ -367,6 +374,8 @@ MISUSES = [
     (unknown_signal_op, ValueError, "aboleth.signal: argument 'op' must be \"set\" or \"add\", got \"xor\""),
     (signal_op_not_a_string, TypeError,
      "aboleth.signal: argument 'op' must be a constant string, \"set\" or \"add\", got int 1"),
+    (unknown_wait_comparison, ValueError, "aboleth.wait_signal: argument 'comparison' must be \"eq\", \"ne\", "
+     "\"gt\", \"le\", \"lt\" or \"ge\", got \">=\""),
     (signal_on_a_byte_region, TypeError,
      "aboleth.signal: argument 'flag' must be a remote pointer to a 64-bit signal word (take it from "
      "aboleth.remote(..., tl.int64)), got an aboleth remote pointer (1-byte elements)"),

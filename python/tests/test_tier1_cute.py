@@ -34,6 +34,7 @@ def make_kernel(lib):
         lib.signal(handles, rank, world_size, peer, flags, flag_offset, epoch, add=True)
         lib.quiet(handles, rank, world_size, peer)
         lib.wait_signal(handles, rank, world_size, my_flag, epoch)
+        lib.wait_signal(handles, rank, world_size, my_flag, epoch, comparison="ne")
 
     @cute.jit
     def launch(handles: Uint64, rank: Uint32, world_size: Uint32, peer: Int32, recv: Uint64, dst_offset: Uint64,
@@ -77,6 +78,11 @@ def test_a_cute_kernel_calling_tier1_compiles_with_the_bitcode_linked(tmp_path, 
         # mlx5: the doorbell record, then the UAR's MMIO store.
         assert "st.mmio.relaxed.sys.global.b64" in body(ptx, "aboleth_tier1_put_signal_block")
     assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
+
+
+def test_an_unknown_comparison_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="comparison '>=' is not one of eq, ne, gt, le, lt, ge"):
+        LIBRARIES["p2p"].wait_signal(0, 0, 2, 0, 1, comparison=">=")
 
 
 def test_a_transport_without_bitcode_is_refused_by_name() -> None:

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 from aboleth.frontends.triton import tier1
+from aboleth.language import COMPARISONS
 
 SIGNATURE = {"handles": "*i64", "rank": "i32", "world_size": "i32", "peer": "i32", "recv": "*i64", "dst_offset": "i64",
              "send": "i64", "send_key": "i32", "nbytes": "i64", "flags": "*i64", "flag_offset": "i64",
@@ -108,3 +110,39 @@ def test_arguments_triton_specializes_to_constants_still_compile() -> None:
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": 4, "extern_libs": tier1.extern_libs("p2p")})
     assert "st.release.sys.global.u64" in compiled.asm["ptx"]
+
+
+@triton.jit
+def wait_with(handles, rank, world_size, my_flag, epoch, COMPARISON: tl.constexpr):
+    tier1.wait_signal(handles, rank, world_size, my_flag, epoch, COMPARISON)
+
+
+def wait_ptx(comparison: str) -> str:
+    signature = {"handles": "*i64", "rank": "i32", "world_size": "i32", "my_flag": "*i64", "epoch": "i64",
+                 "COMPARISON": "constexpr"}
+    source = triton.compiler.ASTSource(fn=wait_with, signature=signature, constexprs={"COMPARISON": comparison})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": 4, "extern_libs": tier1.extern_libs("p2p")})
+    return compiled.asm["ptx"]
+
+
+def test_each_comparison_compiles_to_its_own_wait_and_the_choice_folds_away() -> None:
+    texts = {comparison: wait_ptx(comparison) for comparison in COMPARISONS}
+    # Six different polls; the run-time switch over the comparison (and its refusal of an
+    # unknown one) is gone when the comparison is a constant.
+    assert len(set(texts.values())) == len(COMPARISONS)
+    for comparison, text in texts.items():
+        assert "not one of" not in text, comparison
+        assert "%globaltimer" in text and "ld.acquire.sys.global.u64" in text, comparison
+
+
+def test_an_unknown_comparison_is_refused_with_the_choices() -> None:
+    with pytest.raises(triton.compiler.errors.CompilationError) as caught:
+        wait_ptx("approximately")
+    # Triton reports it at the user's call (the outer error) caused by the binding's refusal.
+    messages, error = [], caught.value
+    while error is not None:
+        messages.append(str(error))
+        error = error.__cause__
+    assert "tier1.wait_signal(handles, rank, world_size, my_flag, epoch, COMPARISON)" in messages[0]
+    assert any("comparison 'approximately' is not one of eq, ne, gt, le, lt, ge" in m for m in messages), messages

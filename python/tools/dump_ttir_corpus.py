@@ -257,6 +257,19 @@ def block_pointers(a_pointer, out_pointer, M, N, stride_m, BLOCK_M: tl.constexpr
 
 DIVISIBLE = [["tt.divisibility", 16]]
 
+# Waits with every comparison (NVSHMEM's signal_wait_until); the endpoint gives the waits their
+# bound (the wait-failure log), as the tier-1 library's wait_signal does.
+@triton.jit
+def wait_comparisons(endpoints, my_flags, epoch, RANK: tl.constexpr):
+    aboleth.endpoint(endpoints, RANK)
+    aboleth.wait_signal(my_flags, epoch, comparison="eq")
+    aboleth.wait_signal(my_flags + 1, epoch, comparison="ne")
+    aboleth.wait_signal(my_flags + 2, epoch, comparison="gt")
+    aboleth.wait_signal(my_flags + 3, epoch, comparison="le")
+    aboleth.wait_signal(my_flags + 4, epoch, comparison="lt")
+    aboleth.wait_signal(my_flags + 5, epoch, comparison="ge")
+
+
 # (file name, kernel, signature, constexprs, attrs, options)
 KERNELS = [
     ("masked_vector_add", masked_vector_add,
@@ -300,6 +313,8 @@ KERNELS = [
      {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "i64", "send_key": "i32",
       "my_flags": "*i64", "epoch": "i64", "BYTES": "constexpr", "RANK": "constexpr"},
      {"BYTES": 256, "RANK": 1}, {}, {}),
+    ("wait_comparisons", wait_comparisons,
+     {"endpoints": "*i64", "my_flags": "*i64", "epoch": "i64", "RANK": "constexpr"}, {"RANK": 0}, {}, {}),
 ]
 
 

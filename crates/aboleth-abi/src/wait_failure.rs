@@ -49,7 +49,8 @@ impl WaitFailureLogHeader {
         core::mem::offset_of!(Self, timeout_nanoseconds) as u64;
 }
 
-/// `WaitFailureRecord::comparison`: a flag (`flag_address`) had to become >= `expected_value`.
+/// `WaitFailureRecord::comparison`: a flag (`flag_address`) had to become >= `expected_value`
+/// (the other comparisons of a flag wait are kinds 8 to 12).
 pub const WAIT_KIND_FLAG_AT_LEAST: u32 = 0;
 /// Free slots in the queue to `peer_rank`: its consumer position (at `flag_address`) had to
 /// reach `expected_value`; only completions advance it.
@@ -77,6 +78,43 @@ pub const WAIT_KIND_UNSUPPORTED_ENDPOINT: u32 = 6;
 /// (`expected_value`) or source is not 4-byte aligned or the offset is past 4 GiB.
 pub const WAIT_KIND_PACKET_UNSENDABLE: u32 = 7;
 
+/// `WaitFailureRecord::comparison`: a flag had to become == `expected_value`.
+pub const WAIT_KIND_FLAG_EQUAL: u32 = 8;
+/// A flag had to become != `expected_value`.
+pub const WAIT_KIND_FLAG_NOT_EQUAL: u32 = 9;
+/// A flag had to become > `expected_value`.
+pub const WAIT_KIND_FLAG_GREATER: u32 = 10;
+/// A flag had to become <= `expected_value`.
+pub const WAIT_KIND_FLAG_AT_MOST: u32 = 11;
+/// A flag had to become < `expected_value`.
+pub const WAIT_KIND_FLAG_LESS: u32 = 12;
+
+/// The comparison a flag wait of kind `kind` made (`">="` for [`WAIT_KIND_FLAG_AT_LEAST`]),
+/// or `None` when `kind` is not a flag wait.
+pub fn flag_wait_symbol(kind: u32) -> Option<&'static str> {
+    Some(match kind {
+        WAIT_KIND_FLAG_AT_LEAST => ">=",
+        WAIT_KIND_FLAG_EQUAL => "==",
+        WAIT_KIND_FLAG_NOT_EQUAL => "!=",
+        WAIT_KIND_FLAG_GREATER => ">",
+        WAIT_KIND_FLAG_AT_MOST => "<=",
+        WAIT_KIND_FLAG_LESS => "<",
+        _ => return None,
+    })
+}
+
+/// Whether a record of kind `kind` is a wait that gave up (rather than an operation that
+/// refused at once: [`WAIT_KIND_PACKET_SLOTS_MISSING`], [`WAIT_KIND_UNSUPPORTED_ENDPOINT`],
+/// [`WAIT_KIND_PACKET_UNSENDABLE`]).
+pub fn is_wait(kind: u32) -> bool {
+    !matches!(
+        kind,
+        WAIT_KIND_PACKET_SLOTS_MISSING
+            | WAIT_KIND_UNSUPPORTED_ENDPOINT
+            | WAIT_KIND_PACKET_UNSENDABLE
+    )
+}
+
 /// One failed wait (64 B).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,7 +123,7 @@ pub struct WaitFailureRecord {
     pub sequence: u64,
     /// The flag's address as the waiting GPU saw it.
     pub flag_address: u64,
-    /// The value waited for (the flag must become at least this).
+    /// The value waited for (the flag compared with it as the kind says).
     pub expected_value: u64,
     /// The last value loaded.
     pub observed_value: u64,

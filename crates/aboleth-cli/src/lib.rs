@@ -104,6 +104,28 @@ impl PipelineArguments {
     }
 }
 
+/// `aboleth compile --export`: the forms of a tier-2 program besides a Triton launch
+/// (python/aboleth/export.py writes them).
+#[derive(Clone, Copy, ValueEnum)]
+enum ExportForm {
+    /// The TTIR after the aboleth stage, as a private function to splice into another module.
+    Fragment,
+    /// The standalone kernel: its cubin, a JSON description and a C launcher.
+    Kernel,
+    /// A device function: LLVM IR (Triton's extern_libs), PTX and a header (CUDA).
+    Function,
+}
+
+impl ExportForm {
+    fn name(self) -> &'static str {
+        match self {
+            ExportForm::Fragment => "fragment",
+            ExportForm::Kernel => "kernel",
+            ExportForm::Function => "function",
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Emit {
     /// The lowered Aboleth IR.
@@ -188,6 +210,14 @@ enum Command {
         /// .py: warps per program.
         #[arg(long)]
         num_warps: Option<u32>,
+        /// .py: write an export form under --out instead of printing: `fragment` (the TTIR
+        /// after the aboleth stage as a function to splice), `kernel` (cubin and a C launcher)
+        /// or `function` (a device function: LLVM IR for Triton, PTX and a header for CUDA).
+        #[arg(long, value_enum)]
+        export: Option<ExportForm>,
+        /// .py: the directory --export writes to.
+        #[arg(long)]
+        out: Option<String>,
     },
     /// List the planning passes in pipeline order.
     Passes,
@@ -472,6 +502,8 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
             signature,
             constexpr,
             num_warps,
+            export,
+            out,
         } => {
             let options = pipeline.options()?;
             if is_python_file(&file) {
@@ -483,6 +515,7 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
                     signature,
                     constexpr,
                     num_warps,
+                    export: export.map(|form| (form, out.clone())),
                 };
                 return compile_python(&request, python);
             }
@@ -495,6 +528,11 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
                 if given {
                     return Err(python_only_flag(&file, flag));
                 }
+            }
+            if export.is_some() || out.is_some() {
+                anyhow::bail!(
+                    "{file}: error: --export needs a Triton kernel (.py): Triton builds the cubin, LLVM IR and TTIR the export forms are made of; an .abo file compiles to Aboleth IR (--emit aboleth)"
+                );
             }
             if matches!(what, Emit::Ttir | Emit::Ptx) {
                 anyhow::bail!(
@@ -851,6 +889,8 @@ struct PythonCompilation<'a> {
     signature: Vec<String>,
     constexpr: Vec<String>,
     num_warps: Option<u32>,
+    /// `--export FORM [--out DIR]`.
+    export: Option<(ExportForm, Option<String>)>,
 }
 
 /// `aboleth compile KERNEL.py`: hands the work to the Python package (Triton lives there).
@@ -877,6 +917,12 @@ fn compile_python(request: &PythonCompilation<'_>, python: &str) -> anyhow::Resu
     }
     if let Some(warps) = request.num_warps {
         arguments.extend(["--num-warps".to_string(), warps.to_string()]);
+    }
+    if let Some((form, out)) = &request.export {
+        arguments.extend(["--export".to_string(), form.name().to_string()]);
+        if let Some(out) = out {
+            arguments.extend(["--out".to_string(), out.clone()]);
+        }
     }
     if pipeline.passes_off {
         arguments.push("--passes-off".to_string());

@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use aboleth_abi::Transport;
 use aboleth_abi::c_declarations::{Declaration, device_library_declarations, struct_text};
 use aboleth_ir::{
+    ab::attributes::Comparison,
     parse_module,
     pliron::context::Context,
     walk::{kernel_name, kernels},
@@ -46,6 +47,54 @@ struct Argument {
     from_scalars: &'static str,
 }
 
+/// The forms an operation is generated in, each its own program (a form is a static
+/// parameter of the lowering; the public function picks one at run time, which the compiler
+/// folds when the argument is a constant).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Forms {
+    /// One form.
+    One,
+    /// `SignalOp::set` and `SignalOp::add`.
+    SignalOperations,
+    /// One per [`Comparison`], NVSHMEM's `signal_wait_until` comparisons.
+    Comparisons,
+}
+
+/// One form of an operation: its suffix in generated names, and what it puts in the body.
+struct Form {
+    suffix: String,
+    signal_operation: &'static str,
+    comparison: Comparison,
+}
+
+impl Forms {
+    fn list(self) -> Vec<Form> {
+        match self {
+            Forms::One => vec![Form {
+                suffix: String::new(),
+                signal_operation: "Set",
+                comparison: Comparison::Ge,
+            }],
+            Forms::SignalOperations => ["Set", "Add"]
+                .into_iter()
+                .map(|operation| Form {
+                    suffix: format!("_{}", operation.to_lowercase()),
+                    signal_operation: operation,
+                    comparison: Comparison::Ge,
+                })
+                .collect(),
+            Forms::Comparisons => Comparison::ALL
+                .into_iter()
+                .map(|comparison| Form {
+                    suffix: format!("_{}", comparison.name()),
+                    signal_operation: "Set",
+                    comparison,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One operation of the library.
 struct Operation {
     /// Public name (the thread variant; `_warp` and `_block` follow).
@@ -54,10 +103,12 @@ struct Operation {
     contract: &'static str,
     /// Arguments after `DeviceContext ctx`.
     arguments: &'static [Argument],
-    /// Whether the operation has a SET and an ADD form (`SignalOp op` selects).
-    signal_operation: bool,
-    /// The `ab` body for a given signal operation (`Set`/`Add`); parameters are named as in
-    /// `arguments`' lowered names, after `endpoints`.
+    /// Its forms: one, a SET and an ADD form (`SignalOp op` selects), or one per comparison
+    /// (`Comparison comparison` selects).
+    forms: Forms,
+    /// The `ab` body; `OP` stands for the signal operation (`Set`/`Add`), `[COMPARISON]` for the
+    /// wait's attributes. Parameters are named as in `arguments`' lowered names, after
+    /// `endpoints`.
     body: &'static str,
 }
 
@@ -136,7 +187,7 @@ const OPERATIONS: &[Operation] = &[
         name: "put",
         contract: "Copies `bytes` from `src` to `dst` on `peer`. `src` may be reused after `quiet(ctx, peer)`.",
         arguments: &[PEER, DESTINATION, SOURCE, BYTES],
-        signal_operation: false,
+        forms: Forms::One,
         body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
       dst = ab.remote dst_table, peer [] : ab.remote <1>;
       dst_at = ab.at dst, dst_offset : ab.remote_ptr <1>;
@@ -146,7 +197,7 @@ const OPERATIONS: &[Operation] = &[
         name: "put_signal",
         contract: "`put`, then updates the 8-byte `flag` on `peer` with `value` (`op`: set or add) once the data is visible there.",
         arguments: &[PEER, DESTINATION, SOURCE, BYTES, FLAG, VALUE],
-        signal_operation: true,
+        forms: Forms::SignalOperations,
         body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
       dst = ab.remote dst_table, peer [] : ab.remote <1>;
       flag = ab.remote flag_table, peer [] : ab.remote <8>;
@@ -159,7 +210,7 @@ const OPERATIONS: &[Operation] = &[
         name: "signal",
         contract: "Updates the 8-byte `flag` on `peer` with `value` (`op`: set or add) after every earlier put and signal of this thread to `peer`.",
         arguments: &[PEER, FLAG, VALUE],
-        signal_operation: true,
+        forms: Forms::SignalOperations,
         body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
       flag = ab.remote flag_table, peer [] : ab.remote <8>;
       flag_at = ab.at flag, flag_index : ab.remote_ptr <8>;
@@ -169,7 +220,7 @@ const OPERATIONS: &[Operation] = &[
         name: "fence",
         contract: "Orders every earlier put and signal to `peer` before every later one.",
         arguments: &[PEER],
-        signal_operation: false,
+        forms: Forms::One,
         body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
       ab.fence endpoint [];",
     },
@@ -177,17 +228,17 @@ const OPERATIONS: &[Operation] = &[
         name: "quiet",
         contract: "Returns once every earlier put and signal to `peer` is complete: their sources may be reused.",
         arguments: &[PEER],
-        signal_operation: false,
+        forms: Forms::One,
         body: "endpoint = ab.endpoint endpoints, peer [] : ab.endpoint;
       ab.drain endpoint [];",
     },
     Operation {
         name: "wait_signal",
-        contract: "Returns once `*my_flag >= value`; later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits.",
+        contract: "Returns once `*my_flag >= value` (or `*my_flag` compares with `value` as `comparison` says: NVSHMEM's signal_wait_until, unsigned 64-bit); later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits.",
         arguments: &[MY_FLAG, VALUE],
-        signal_operation: false,
+        forms: Forms::Comparisons,
         body: "own = ab.endpoint endpoints, rank [] : ab.endpoint;
-      ab.wait_signal my_flag, value [];",
+      ab.wait_signal my_flag, value [COMPARISON];",
     },
 ];
 
@@ -225,8 +276,8 @@ fn parameters(operation: &Operation) -> Vec<(&'static str, &'static str, &'stati
     parameters
 }
 
-/// The `.abo` text of `operation` with signal operation `signal_operation` (`Set`/`Add`).
-fn program_text(operation: &Operation, function: &str, signal_operation: &str) -> String {
+/// The `.abo` text of `operation` in `form`.
+fn program_text(operation: &Operation, function: &str, form: &Form) -> String {
     let parameters = parameters(operation);
     let types: Vec<&str> = parameters.iter().map(|(c, _, _)| ab_type(c)).collect();
     let arguments: Vec<String> = parameters
@@ -237,7 +288,13 @@ fn program_text(operation: &Operation, function: &str, signal_operation: &str) -
         "builtin.module @aboleth_device {{\n  ^entry():\n  builtin.func @{function}: builtin.function <({}) -> ()>\n  {{\n    ^entry({}):\n      {}\n      ab.return\n  }}\n}}\n",
         types.join(", "),
         arguments.join(", "),
-        operation.body.replace("OP", signal_operation)
+        operation.body.replace("OP", form.signal_operation).replace(
+            "[COMPARISON]",
+            &match form.comparison {
+                Comparison::Ge => "[]".to_string(),
+                other => format!("[comparison: ab.comparison {other:?}]"),
+            }
+        )
     )
 }
 
@@ -274,11 +331,7 @@ pub fn generate_mutated(
     let mut wait_sites = Vec::new();
     let mut next_site = FIRST_WAIT_SITE;
     for operation in OPERATIONS {
-        let forms: &[&str] = if operation.signal_operation {
-            &["Set", "Add"]
-        } else {
-            &["Set"]
-        };
+        let forms = operation.forms.list();
         let lowered: Vec<Parameter> = parameters(operation)
             .iter()
             .map(|(c_type, name, _)| Parameter {
@@ -286,12 +339,8 @@ pub fn generate_mutated(
                 c_type: (*c_type).to_string(),
             })
             .collect();
-        for form in forms {
-            let function = if operation.signal_operation {
-                format!("{}_{}", operation.name, form.to_lowercase())
-            } else {
-                operation.name.to_string()
-            };
+        for form in &forms {
+            let function = format!("{}{}", operation.name, form.suffix);
             let text = program_text(operation, &function, form);
             let ctx = &mut Context::new();
             let file = format!("<device library: {function}>");
@@ -335,9 +384,16 @@ pub fn generate_mutated(
             let mut public_parameters = vec!["DeviceContext ctx".to_string()];
             public_parameters.extend(operation.arguments.iter().map(|a| a.public.to_string()));
             let mut declared = public_parameters.clone();
-            if operation.signal_operation {
-                declared.push("SignalOp op = SignalOp::set".into());
-                public_parameters.push("SignalOp op".into());
+            match operation.forms {
+                Forms::SignalOperations => {
+                    declared.push("SignalOp op = SignalOp::set".into());
+                    public_parameters.push("SignalOp op".into());
+                }
+                Forms::Comparisons => {
+                    declared.push("Comparison comparison = Comparison::ge".into());
+                    public_parameters.push("Comparison comparison".into());
+                }
+                Forms::One => {}
             }
             let _ = write!(
                 declarations,
@@ -362,25 +418,41 @@ pub fn generate_mutated(
                     "  if (flag.offset_bytes % 8 != 0) detail::refuse(\"aboleth::{public_name}: the flag's offset is not a multiple of 8 bytes (flags are aligned 64-bit words)\");"
                 );
             }
-            if operation.signal_operation {
-                let _ = writeln!(
-                    body,
-                    "  if (op == SignalOp::add) {{\n    generated::{}_add_{}({});\n  }} else {{\n    generated::{}_set_{}({});\n  }}",
-                    operation.name,
-                    scope.name(),
-                    call_arguments.join(", "),
+            let call = |suffix: &str| {
+                format!(
+                    "generated::{}{suffix}_{}({});",
                     operation.name,
                     scope.name(),
                     call_arguments.join(", ")
-                );
-            } else {
-                let _ = writeln!(
-                    body,
-                    "  generated::{}_{}({});",
-                    operation.name,
-                    scope.name(),
-                    call_arguments.join(", ")
-                );
+                )
+            };
+            match operation.forms {
+                Forms::SignalOperations => {
+                    let _ = writeln!(
+                        body,
+                        "  if (op == SignalOp::add) {{\n    {}\n  }} else {{\n    {}\n  }}",
+                        call("_add"),
+                        call("_set")
+                    );
+                }
+                Forms::Comparisons => {
+                    let _ = writeln!(body, "  switch (comparison) {{");
+                    for form in &forms {
+                        let _ = writeln!(
+                            body,
+                            "    case Comparison::{}: {} return;",
+                            form.comparison.name(),
+                            call(&form.suffix)
+                        );
+                    }
+                    let _ = writeln!(
+                        body,
+                        "  }}\n  detail::refuse(\"aboleth::{public_name}: the comparison is not one of Comparison::eq, ne, gt, le, lt, ge (NVSHMEM_CMP_* 0 to 5)\");"
+                    );
+                }
+                Forms::One => {
+                    let _ = writeln!(body, "  {}", call(""));
+                }
             }
             let _ = write!(
                 wrappers,
@@ -453,6 +525,10 @@ constexpr const char* transport = "{name}";
 // How a signal updates its flag.
 enum class SignalOp : uint32_t {{ set = 0, add = 1 }};
 
+// What wait_signal compares the flag with the value by (`flag C value`, unsigned), numbered as
+// NVSHMEM's NVSHMEM_CMP_*.
+enum class Comparison : uint32_t {{ {comparisons} }};
+
 {types}// ---- Operations. Each exists for a thread (`name`), a warp (`name_warp`) and a block
 // (`name_block`). Waits are bounded and report through World.check_waits(). ----
 
@@ -463,6 +539,11 @@ enum class SignalOp : uint32_t {{ set = 0, add = 1 }};
 #endif
 "#,
         version = env!("CARGO_PKG_VERSION"),
+        comparisons = Comparison::ALL
+            .iter()
+            .map(|comparison| format!("{} = {}", comparison.name(), comparison.nvshmem_code()))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     let mut sites_comment = String::new();
     for (site, variant, what) in &wait_sites {
@@ -610,8 +691,9 @@ fn bitcode_source_path(operation: &str) -> String {
 }
 
 /// The bitcode entry points of one operation: `aboleth_tier1_<name>[_warp|_block]`, taking
-/// scalars (the context's fields, then each argument's scalars, then the signal operation as a
-/// `uint32_t` where there is one) and returning 0, as Triton's and CuTe's extern calls want.
+/// scalars (the context's fields, then each argument's scalars, then the signal operation or
+/// the comparison as a `uint32_t` where there is one) and returning 0, as Triton's and CuTe's
+/// extern calls want.
 fn bitcode_source(operation: &Operation) -> String {
     let mut text = format!(
         "// The bitcode entry points of aboleth::{} (generated; do not edit): scalar arguments, an int\n// result, C linkage, for Triton's extern_libs and CuTe DSL.\n#include <aboleth/device.cuh>\n\n",
@@ -633,9 +715,16 @@ fn bitcode_source(operation: &Operation) -> String {
             );
             arguments.push(argument.from_scalars.to_string());
         }
-        if operation.signal_operation {
-            parameters.push("uint32_t op".into());
-            arguments.push("static_cast<aboleth::SignalOp>(op)".into());
+        match operation.forms {
+            Forms::SignalOperations => {
+                parameters.push("uint32_t op".into());
+                arguments.push("static_cast<aboleth::SignalOp>(op)".into());
+            }
+            Forms::Comparisons => {
+                parameters.push("uint32_t comparison".into());
+                arguments.push("static_cast<aboleth::Comparison>(comparison)".into());
+            }
+            Forms::One => {}
         }
         let _ = write!(
             text,

@@ -25,6 +25,7 @@ use std::fmt::Write;
 use aboleth_ttir::{OperationId, TtirModule, ValueDefinition};
 
 use crate::BridgeError;
+use aboleth_ir::ab::attributes::Comparison;
 
 /// The `libname` of every aboleth builtin.
 pub const ABOLETH_LIBNAME: &str = "aboleth";
@@ -984,7 +985,22 @@ impl Lifter<'_> {
                     "{result} = ab.signal {endpoint}, {flag}, {value}{after} [op: ab.signal_op {operation_name}] : ab.token;"
                 )
             }
-            "wait_signal" => format!("ab.wait_signal {}, {} [];", arguments[0], arguments[1]),
+            "wait_signal" => match parameter {
+                None => format!("ab.wait_signal {}, {} [];", arguments[0], arguments[1]),
+                Some(name) => {
+                    let comparison = Comparison::from_name(name).ok_or_else(|| {
+                        BridgeError::at(
+                            self.module,
+                            operation,
+                            format!("malformed symbol `{}`", call.symbol),
+                        )
+                    })?;
+                    format!(
+                        "ab.wait_signal {}, {} [comparison: ab.comparison {comparison:?}];",
+                        arguments[0], arguments[1]
+                    )
+                }
+            },
             "wait" => match self.token(operation, &operands[0]) {
                 Some(token) => format!("ab.wait {token} [];"),
                 None => {

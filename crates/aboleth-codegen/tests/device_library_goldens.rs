@@ -109,12 +109,12 @@ fn the_mlx5_library_posts_through_the_abi_layouts_and_checks_its_endpoints() {
         aboleth_abi::mlx5::OPCODE_ATOMIC_MASKED_CS
     )));
     // Every body checks its endpoint first, as tier 2 does at each `ab.endpoint` (put,
-    // put_signal and signal in two forms, fence, quiet, and wait_signal's own endpoint, which
-    // is not mlx5 and passes; three scopes each).
+    // put_signal and signal in two forms, fence, quiet, and wait_signal's own endpoint in its
+    // six comparison forms, which is not mlx5 and passes; three scopes each).
     let checks = detail
         .matches("detail::mlx5_exit_unless_supported_endpoint(ab_")
         .count();
-    assert_eq!(checks, 3 * (1 + 2 + 2 + 1 + 1 + 1), "{checks}");
+    assert_eq!(checks, 3 * (1 + 2 + 2 + 1 + 1 + 6), "{checks}");
     // A doorbell rings the UAR after the doorbell record, in each posting body.
     let put = detail
         .split("__device__ __forceinline__ void put_thread(")

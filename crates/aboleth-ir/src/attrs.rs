@@ -87,3 +87,22 @@ pub fn get_typed<T: pliron::attribute::Attribute + Clone>(
 ) -> Option<T> {
     get(ctx, op, name).and_then(|attr| attr.downcast_ref::<T>().cloned())
 }
+
+/// The `comparison` of an `ab.wait_signal` or a `gpu.wait_flag`: `Ge` when it has none (a flag
+/// reaching an epoch, the common wait).
+pub fn comparison(ctx: &Context, op: Ptr<Operation>) -> crate::ab::attributes::Comparison {
+    get_typed(ctx, op, "comparison").unwrap_or(crate::ab::attributes::Comparison::Ge)
+}
+
+/// Sets the `comparison` of `op`; `Ge` is left unwritten, so the common wait prints as before.
+pub fn set_comparison(
+    ctx: &Context,
+    op: Ptr<Operation>,
+    comparison: crate::ab::attributes::Comparison,
+) {
+    if comparison == crate::ab::attributes::Comparison::Ge {
+        remove(ctx, op, "comparison");
+    } else {
+        set(ctx, op, "comparison", Box::new(comparison));
+    }
+}

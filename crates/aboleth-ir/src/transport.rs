@@ -48,7 +48,8 @@ transport_op_without_result!(
     /// written, so the copy's loads see those stores.
     GpuBarrierOp, "gpu.barrier");
 transport_op_without_result!(
-    /// `gpu.wait_flag %ptr, %value [order: "acquire"|"volatile"]`: spin until `*ptr >= value`.
+    /// `gpu.wait_flag %ptr, %value [order: "acquire"|"volatile", comparison]`: spin until
+    /// `*ptr >= value` (or the `ab.comparison` it carries: `*ptr == value`, ...).
     /// `volatile` is the library form: a volatile poll followed by a `gpu.fence`.
     /// With `%flag_table, %endpoint_table` it also drains the receive CQ (write-with-immediate);
     /// with `%flag_table, %data_table [packets, packet_bytes_max]` it also unpacks the flag's

@@ -41,7 +41,7 @@ use pliron::{
     value::Value,
 };
 
-use crate::ab::attributes::{BinaryOperator, SignalOperation};
+use crate::ab::attributes::{BinaryOperator, Comparison, SignalOperation};
 use crate::ab::ops::BinaryOp;
 use crate::ab::types::{EndpointType, PointerType, RemotePointerType, RemoteType, TokenType};
 use crate::attrs;
@@ -625,7 +625,22 @@ fn verify_op(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> {
         "ab.if" => check_single_block_region(ctx, op, 0)?,
         "ab.put" => check_put(ctx, op)?,
         "ab.signal" => check_signal(ctx, op)?,
+        "ab.wait_signal" => check_wait_signal(ctx, op)?,
         _ => {}
+    }
+    Ok(())
+}
+
+/// `ab.wait_signal`'s optional `comparison` is an `ab.comparison`.
+fn check_wait_signal(ctx: &Context, op: Ptr<Operation>) -> Result<(), Diagnostic> {
+    if attrs::get(ctx, op, "comparison").is_some()
+        && attrs::get_typed::<Comparison>(ctx, op, "comparison").is_none()
+    {
+        return Err(Diagnostic::at_op(
+            ctx,
+            op,
+            "ab.wait_signal's 'comparison' attribute must be an ab.comparison: Eq, Ne, Gt, Le, Lt or Ge",
+        ));
     }
     Ok(())
 }

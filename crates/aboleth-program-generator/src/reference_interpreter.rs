@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aboleth_ir::{
-    ab::ops::BinaryOp,
+    ab::{attributes::Comparison, ops::BinaryOp},
     attrs,
     pliron::{
         basic_block::BasicBlock,
@@ -82,6 +82,7 @@ enum SyncEvent {
     WaitSignal {
         word: i64,
         value: i64,
+        comparison: Comparison,
     },
 }
 
@@ -593,6 +594,7 @@ impl ProgramRun<'_> {
                 self.trace.push(SyncEvent::WaitSignal {
                     word: offset / 8,
                     value,
+                    comparison: attrs::comparison(ctx, op),
                 });
                 None
             }
@@ -740,10 +742,23 @@ fn check_record(record: &LaunchRecord) -> Result<(), String> {
         .collect();
     for ((rank, program), trace) in &record.traces {
         for event in trace {
-            if let SyncEvent::WaitSignal { word, value } = event {
+            if let SyncEvent::WaitSignal {
+                word,
+                value,
+                comparison,
+            } = event
+            {
                 let reached = final_values.get(&(*rank, *word)).copied().unwrap_or(0);
                 let counter = added_only.contains(&(*rank, *word)) && (1..=reached).contains(value);
-                if *value != reached && !counter {
+                if *comparison != Comparison::Ge {
+                    // Another comparison asks only that the final value satisfies it.
+                    if !comparison.holds(reached, *value) {
+                        return Err(format!(
+                            "rank {rank} program {program} waits for flag {word} {} {value}, but it ends at {reached}",
+                            comparison.symbol()
+                        ));
+                    }
+                } else if *value != reached && !counter {
                     return Err(format!(
                         "rank {rank} program {program} waits for flag {word} >= {value}, but it ends at {reached}, not exactly {value}"
                     ));
@@ -769,8 +784,13 @@ fn check_record(record: &LaunchRecord) -> Result<(), String> {
                         let flag = flags.entry((*peer, *word)).or_default();
                         *flag = if *add { *flag + value } else { *value };
                     }
-                    SyncEvent::WaitSignal { word, value } => {
-                        if flags.get(&(key.0, *word)).copied().unwrap_or(0) < *value {
+                    SyncEvent::WaitSignal {
+                        word,
+                        value,
+                        comparison,
+                    } => {
+                        let flag = flags.get(&(key.0, *word)).copied().unwrap_or(0);
+                        if !comparison.holds(flag, *value) {
                             break;
                         }
                     }

@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use aboleth_abi::WaitFailureLogHeader;
 pub use aboleth_abi::WaitFailureRecord;
 use aboleth_abi::wait_failure::{
-    WAIT_KIND_COMPLETION, WAIT_KIND_FLAG_AT_LEAST, WAIT_KIND_PACKET_SLOTS_MISSING,
-    WAIT_KIND_PACKET_UNSENDABLE, WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN,
-    WAIT_KIND_QUEUE_SPACE, WAIT_KIND_UNSUPPORTED_ENDPOINT,
+    WAIT_KIND_COMPLETION, WAIT_KIND_PACKET_SLOTS_MISSING, WAIT_KIND_PACKET_UNSENDABLE,
+    WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE,
+    WAIT_KIND_UNSUPPORTED_ENDPOINT, flag_wait_symbol, is_wait,
 };
 
 /// The 8-byte word index of a header field at `offset_bytes` (a `u32` field sits in the low
@@ -55,8 +55,9 @@ pub fn describe_wait_failure(record: &WaitFailureRecord) -> String {
         record.observed_value,
     );
     let what = match record.comparison {
-        WAIT_KIND_FLAG_AT_LEAST => format!(
-            "for the flag at {address:#x}, written by {peer}, to become >= {expected} but last saw {seen}"
+        kind if flag_wait_symbol(kind).is_some() => format!(
+            "for the flag at {address:#x}, written by {peer}, to become {} {expected} but last saw {seen}",
+            flag_wait_symbol(kind).unwrap_or(">=")
         ),
         WAIT_KIND_QUEUE_SPACE => format!(
             "for free slots in its queue to {peer}: the consumer position at {address:#x} had to reach {expected} but last saw {seen} (no completion freed them)"
@@ -83,8 +84,8 @@ pub fn describe_wait_failure(record: &WaitFailureRecord) -> String {
             "on the word at {address:#x} (unknown wait kind {other}) for {expected} but last saw {seen}"
         ),
     };
-    // Kinds past the waits are refusals recorded before any waiting: no duration.
-    let (site, waited) = if record.comparison >= WAIT_KIND_PACKET_SLOTS_MISSING {
+    // Refusals are recorded before any waiting: no duration.
+    let (site, waited) = if !is_wait(record.comparison) {
         ("site", String::new())
     } else {
         (
@@ -232,6 +233,7 @@ impl WaitFailureLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_LEAST;
 
     #[repr(C, align(64))]
     struct Line([AtomicU64; 8]);
@@ -351,6 +353,21 @@ mod tests {
             describe_wait_failure(&record(WAIT_KIND_PACKET_UNSENDABLE))
                 .contains("(block 0, thread 0, site 2) gave up: a packet put to rank 0 names the flag at 0x1000")
         );
+        for (kind, symbol) in [
+            (WAIT_KIND_FLAG_AT_LEAST, ">="),
+            (aboleth_abi::wait_failure::WAIT_KIND_FLAG_EQUAL, "=="),
+            (aboleth_abi::wait_failure::WAIT_KIND_FLAG_NOT_EQUAL, "!="),
+            (aboleth_abi::wait_failure::WAIT_KIND_FLAG_GREATER, ">"),
+            (aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_MOST, "<="),
+            (aboleth_abi::wait_failure::WAIT_KIND_FLAG_LESS, "<"),
+        ] {
+            assert_eq!(
+                describe_wait_failure(&record(kind)),
+                format!(
+                    "{prefix}for the flag at 0x1000, written by rank 0, to become {symbol} 96 but last saw 32"
+                )
+            );
+        }
         assert!(describe_wait_failure(&record(99)).contains("unknown wait kind 99"));
     }
 

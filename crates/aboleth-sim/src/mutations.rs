@@ -70,11 +70,15 @@ pub enum Mutation {
     /// written is dropped: the copy's threads read the source while other threads' stores to
     /// it are unordered (the race the GPU passed by luck). Caught as a stale source read.
     PutWithoutSourceBarrier,
+    /// Every flag wait polls `>=` whatever its comparison (a lowering or encoder that forgets
+    /// `ab.wait_signal`'s `comparison`). Caught as data not visible when a `!=`, `>`, `<=` or
+    /// `<` wait passes on the value the previous launch left.
+    WaitComparisonDropped,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 13] = [
+    pub const ALL: [Mutation; 14] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -88,6 +92,7 @@ impl Mutation {
         Mutation::NoPeriodicCompletions,
         Mutation::UnpackWithoutCheckingPackets,
         Mutation::PutWithoutSourceBarrier,
+        Mutation::WaitComparisonDropped,
     ];
 
     /// The command-line name.
@@ -106,6 +111,7 @@ impl Mutation {
             Mutation::NoPeriodicCompletions => "no-periodic-completions",
             Mutation::UnpackWithoutCheckingPackets => "unpack-without-checking-packets",
             Mutation::PutWithoutSourceBarrier => "put-without-source-barrier",
+            Mutation::WaitComparisonDropped => "wait-comparison-dropped",
         }
     }
 
@@ -290,6 +296,16 @@ impl Mutation {
                         )
                     {
                         Operation::erase(op, ctx);
+                        changed = true;
+                    }
+                }
+            }
+            Mutation::WaitComparisonDropped => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) == "gpu.wait_flag"
+                        && attrs::get(ctx, op, "comparison").is_some()
+                    {
+                        attrs::remove(ctx, op, "comparison");
                         changed = true;
                     }
                 }

@@ -14,7 +14,7 @@ use std::{collections::HashMap, rc::Rc};
 use aboleth_ir::{
     Diagnostic,
     ab::{
-        attributes::{BinaryOperator, SignalOperation},
+        attributes::{BinaryOperator, Comparison, SignalOperation},
         ops::BinaryOp,
         types::RemoteType,
     },
@@ -226,10 +226,12 @@ pub enum InstructionKind {
     /// `gpu.barrier`: the program's lanes (see `For`) join its thread here, and its other
     /// threads' stores (`Store`) are ordered before what it does next.
     Barrier,
-    /// `gpu.wait_flag`: spin until the local flag is `>= value`.
+    /// `gpu.wait_flag`: spin until the local flag compares with `value` as `comparison` says
+    /// (`>=` for most waits).
     WaitFlag {
         flag: Register,
         value: Register,
+        comparison: Comparison,
         acquire: bool,
         /// What the poll also does when the kernel's signals need the receiver's help.
         receives: Option<WaitReceives>,
@@ -681,6 +683,7 @@ impl KernelBuilder<'_> {
             "gpu.wait_flag" => InstructionKind::WaitFlag {
                 flag: operand(self, 0)?,
                 value: operand(self, 1)?,
+                comparison: attrs::comparison(ctx, op),
                 acquire: string("order").as_deref() == Some("acquire"),
                 receives: if operands.len() > 3 {
                     let tables = (operand(self, 2)?, operand(self, 3)?);

@@ -576,6 +576,73 @@ fn mutation_put_without_source_barrier_is_caught() {
 }
 
 #[test]
+fn waits_with_every_comparison_validate_on_every_transport() {
+    let (text, path) = test_program("wait_comparisons");
+    let mut configurations: Vec<ValidationOptions> =
+        TARGETS.into_iter().map(ValidationOptions::new).collect();
+    let mut immediates = ValidationOptions::new(Transport::Mlx5);
+    immediates.immediate_signals = true;
+    let mut packets = ValidationOptions::new(Transport::P2p);
+    packets.packet_signals = true;
+    configurations.extend([immediates, packets]);
+    for mut options in configurations {
+        options.ranks = 3;
+        options.rounds = 3;
+        let validations = validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(validations.len(), 5);
+        for validation in validations {
+            assert!(
+                validation.passed(),
+                "{} {}: {:#?}",
+                validation.kernel,
+                options.target.name(),
+                validation.failures
+            );
+        }
+    }
+}
+
+#[test]
+fn mutation_wait_comparison_dropped_is_caught() {
+    let (text, path) = test_program("wait_comparisons");
+    for target in TARGETS {
+        let mut options = ValidationOptions::new(target);
+        options.ranks = 3;
+        options.rounds = 3;
+        options.mutation = Some(Mutation::WaitComparisonDropped);
+        for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
+            // `== epoch` and `>= epoch` wait for the same landing: nothing to catch there.
+            if validation.kernel == "wait_eq" {
+                continue;
+            }
+            let kinds: Vec<&str> = validation.failures.iter().map(|f| f.kind).collect();
+            assert!(
+                kinds.contains(&"data-not-visible"),
+                "{} {}: {kinds:?}",
+                validation.kernel,
+                target.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_deadlock_of_a_wait_with_another_comparison_names_it() {
+    let text = WAITS_FOREVER.replace(
+        "ab.wait_signal my_flags, epoch [];",
+        "ab.wait_signal my_flags, epoch [comparison: ab.comparison Gt];",
+    );
+    let pipeline = PipelineOptions::new(Transport::P2p);
+    let (kernels, _) = compile_for_simulation(&text, "lonely.abo", &pipeline, None).unwrap();
+    let error = simulate(&kernels[0], &SimulationOptions::new(2)).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "deadlock: rank 0 program 0 waits at lonely.abo:9:7 (gpu.wait_flag) for flag 'flags'+0x0 on rank 0 to become > 1 (epoch 1); it holds 0: the signal that should set it never arrived; \
+         rank 1 program 0 waits at lonely.abo:9:7 (gpu.wait_flag) for flag 'flags'+0x0 on rank 1 to become > 1 (epoch 1); it holds 0: the signal that should set it never arrived"
+    );
+}
+
+#[test]
 fn a_mutation_with_nothing_to_break_is_an_error_not_a_pass() {
     let (text, file) = example("alltoall");
     let mut options = ValidationOptions::new(Transport::P2p);

@@ -34,6 +34,7 @@ import os
 import cutlass.cute as cute
 from cutlass import Int32, Uint32, Uint64
 
+from ..language import COMPARISONS
 from . import BITCODE_DIRECTORY, TRANSPORTS, bitcode_paths
 
 __all__ = ["Library", "library", "TRANSPORTS"]
@@ -86,7 +87,7 @@ class Library:
 
         @cute.extern(source=source("wait_signal"))
         def aboleth_tier1_wait_signal_block(handles: Uint64, rank: Uint32, world_size: Uint32, my_flag: Uint64,
-                                            value: Uint64) -> Int32: ...
+                                            value: Uint64, comparison: Uint32) -> Int32: ...
 
         self.transport = transport
         self._put = aboleth_tier1_put_block
@@ -126,9 +127,15 @@ class Library:
         """Returns once every earlier put and signal to ``peer`` is complete."""
         return self._quiet(*self._context(handles, rank, world_size), Int32(peer))
 
-    def wait_signal(self, handles, rank, world_size, my_flag, value):
-        """Returns once ``*my_flag >= value`` (bounded: reported by ``World.check_waits()``)."""
-        return self._wait_signal(*self._context(handles, rank, world_size), _address(my_flag), Uint64(value))
+    def wait_signal(self, handles, rank, world_size, my_flag, value, comparison: str = "ge"):
+        """Returns once ``*my_flag >= value``, or once it compares with ``value`` as
+        ``comparison`` says (``"eq"``, ``"ne"``, ``"gt"``, ``"le"``, ``"lt"``; unsigned, as
+        NVSHMEM's ``signal_wait_until``). Bounded: reported by ``World.check_waits()``."""
+        if comparison not in COMPARISONS:
+            raise ValueError(f"aboleth cute wait_signal: comparison {comparison!r} is not one of "
+                             f"{', '.join(COMPARISONS)}")
+        return self._wait_signal(*self._context(handles, rank, world_size), _address(my_flag), Uint64(value),
+                                 Uint32(COMPARISONS.index(comparison)))
 
 
 def library(transport: str, bitcode_directory: str = BITCODE_DIRECTORY) -> Library:

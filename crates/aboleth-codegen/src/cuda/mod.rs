@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use aboleth_abi::Transport;
-use aboleth_ir::ab::attributes::{BinaryOperator, SignalOperation};
+use aboleth_ir::ab::attributes::{BinaryOperator, Comparison, SignalOperation};
 use aboleth_ir::ab::ops::{
     AtOp, BinaryOp, CastOp, EndpointOp, IfOp, LoadOp, PointerAddOp, RemoteOp, ReturnOp, StoreOp,
     YieldOp,
@@ -686,14 +686,23 @@ impl CudaGenerator<'_> {
         } else {
             "ld.volatile.global.u64"
         };
+        // Tier 1 compares unsigned 64-bit values, as NVSHMEM's signal_wait_until does.
+        let comparison = attrs::comparison(self.ctx, op);
         self.bounded_wait(
             &flag,
             load,
-            &format!("ab_seen < {expected}"),
+            &format!("!(ab_seen {} {expected})", comparison.symbol()),
             &expected,
             "-1",
-            aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_LEAST,
-            "a flag to reach the value",
+            crate::emit::flag_wait_kind(comparison),
+            match comparison {
+                Comparison::Ge => "a flag to reach the value",
+                Comparison::Eq => "a flag to equal the value",
+                Comparison::Ne => "a flag to differ from the value",
+                Comparison::Gt => "a flag to exceed the value",
+                Comparison::Le => "a flag to be at most the value",
+                Comparison::Lt => "a flag to be below the value",
+            },
             false,
         );
         Ok(())

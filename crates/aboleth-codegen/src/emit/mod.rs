@@ -162,7 +162,7 @@ pub(crate) fn signal_ptx(
 }
 
 pub(crate) use scalar::at_element_bytes;
-pub(crate) use waits::wait_failure_record_ptx;
+pub(crate) use waits::{flag_wait_kind, wait_failure_record_ptx};
 
 fn first_operation(
     module: &TtirModule,

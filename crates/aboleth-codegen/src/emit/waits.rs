@@ -1,4 +1,5 @@
-//! Waits and their bound: `gpu.wait_flag` (every thread polls the flag; a receiving wait also
+//! Waits and their bound: `gpu.wait_flag` (every thread polls the flag until it compares with
+//! the value as the wait's comparison says; a receiving wait also
 //! drains the mlx5 receive CQ, a packet wait unpacks), and the bookkeeping every bounded wait
 //! shares: the site id, the bound (the wait-failure log's timeout, read once per launch where
 //! the first top-level endpoint gives the log: [`WaitLog`]) and the start time before the loop
@@ -9,6 +10,7 @@
 //! are in `queue.rs` and the transports' files.
 
 use aboleth_ir::{
+    ab::attributes::Comparison,
     attrs,
     pliron::{context::Ptr, operation::Operation},
 };
@@ -16,11 +18,38 @@ use aboleth_ir::{
 use super::ptx::fill_ptx;
 use super::{BridgeError, Generator};
 
+/// The `arith.cmpi` predicate that holds while a flag wait for `comparison` must keep polling
+/// (the negation, on signed 64-bit values as the IR computes).
+fn keep_waiting_predicate(comparison: Comparison) -> &'static str {
+    match comparison {
+        Comparison::Eq => "ne",
+        Comparison::Ne => "eq",
+        Comparison::Gt => "sle",
+        Comparison::Le => "sgt",
+        Comparison::Lt => "sge",
+        Comparison::Ge => "slt",
+    }
+}
+
+/// The wait-failure record's kind for a flag wait with `comparison`.
+pub(crate) fn flag_wait_kind(comparison: Comparison) -> u32 {
+    use aboleth_abi::wait_failure::*;
+    match comparison {
+        Comparison::Eq => WAIT_KIND_FLAG_EQUAL,
+        Comparison::Ne => WAIT_KIND_FLAG_NOT_EQUAL,
+        Comparison::Gt => WAIT_KIND_FLAG_GREATER,
+        Comparison::Le => WAIT_KIND_FLAG_AT_MOST,
+        Comparison::Lt => WAIT_KIND_FLAG_LESS,
+        Comparison::Ge => WAIT_KIND_FLAG_AT_LEAST,
+    }
+}
+
 impl Generator<'_> {
     pub(super) fn wait_flag(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let flag = self.use_as(self.operand(op, 0), "!tt.ptr<i64>")?;
         let expected = self.i64(self.operand(op, 1))?;
         let acquire = attrs::get_string(self.ctx, op, "order").as_deref() == Some("acquire");
+        let comparison = attrs::comparison(self.ctx, op);
         let load = if acquire {
             "ld.acquire.sys.global.u64 $0, [$1];"
         } else {
@@ -57,7 +86,10 @@ impl Generator<'_> {
             let seen = this.assign("ab_seen", format!("tt.elementwise_inline_asm \"{load}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {flag} : !tt.ptr<i64> -> i64"));
             let waiting = this.assign(
                 "ab_waiting",
-                format!("arith.cmpi slt, {seen}, {expected} : i64"),
+                format!(
+                    "arith.cmpi {}, {seen}, {expected} : i64",
+                    keep_waiting_predicate(comparison)
+                ),
             );
             if let Some(bound) = &bound {
                 this.give_up_if_overdue(
@@ -68,7 +100,7 @@ impl Generator<'_> {
                         expected: expected.clone(),
                         seen,
                         peer: unknown_peer,
-                        kind: aboleth_abi::wait_failure::WAIT_KIND_FLAG_AT_LEAST,
+                        kind: flag_wait_kind(comparison),
                     },
                 );
             }

@@ -52,6 +52,87 @@ pub enum SignalOperation {
     Add,
 }
 
+/// What `ab.wait_signal` waits for: the flag compared with the value (`flag OP value`), on signed
+/// 64-bit integers as the IR computes. Absent, the wait is `Ge` (a flag that reaches an epoch).
+/// The variants are NVSHMEM's `NVSHMEM_CMP_*` in its order, so [`Comparison::nvshmem_code`] is
+/// the number a `signal_wait_until` port passes.
+#[pliron_attr(name = "ab.comparison", format, verifier = "succ")]
+#[derive(PartialEq, Eq, Clone, Copy, Debug, Hash)]
+pub enum Comparison {
+    /// `flag == value`.
+    Eq,
+    /// `flag != value`.
+    Ne,
+    /// `flag > value`.
+    Gt,
+    /// `flag <= value`.
+    Le,
+    /// `flag < value`.
+    Lt,
+    /// `flag >= value` (the default).
+    Ge,
+}
+
+impl Comparison {
+    /// Every comparison, in NVSHMEM's order.
+    pub const ALL: [Comparison; 6] = [
+        Comparison::Eq,
+        Comparison::Ne,
+        Comparison::Gt,
+        Comparison::Le,
+        Comparison::Lt,
+        Comparison::Ge,
+    ];
+
+    /// The name Python, C++ and the symbols use (`eq`, `ne`, `gt`, `le`, `lt`, `ge`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Comparison::Eq => "eq",
+            Comparison::Ne => "ne",
+            Comparison::Gt => "gt",
+            Comparison::Le => "le",
+            Comparison::Lt => "lt",
+            Comparison::Ge => "ge",
+        }
+    }
+
+    /// The comparison named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Comparison> {
+        Comparison::ALL
+            .into_iter()
+            .find(|comparison| comparison.name() == name)
+    }
+
+    /// The operator as C and Python write it (`==`, `>=`, ...).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Comparison::Eq => "==",
+            Comparison::Ne => "!=",
+            Comparison::Gt => ">",
+            Comparison::Le => "<=",
+            Comparison::Lt => "<",
+            Comparison::Ge => ">=",
+        }
+    }
+
+    /// NVSHMEM's `NVSHMEM_CMP_*` value (EQ 0, NE 1, GT 2, LE 3, LT 4, GE 5).
+    pub fn nvshmem_code(self) -> u32 {
+        self as u32
+    }
+
+    /// Whether a flag holding `seen` satisfies a wait for `expected`.
+    pub fn holds(self, seen: i64, expected: i64) -> bool {
+        match self {
+            Comparison::Eq => seen == expected,
+            Comparison::Ne => seen != expected,
+            Comparison::Gt => seen > expected,
+            Comparison::Le => seen <= expected,
+            Comparison::Lt => seen < expected,
+            Comparison::Ge => seen >= expected,
+        }
+    }
+}
+
 /// How a signal is made visible after the data it publishes (chosen by `choose-signal-publication`).
 #[pliron_attr(name = "ab.publication", format, verifier = "succ")]
 #[derive(PartialEq, Eq, Clone, Copy, Debug, Hash)]

@@ -199,7 +199,8 @@ pub struct PutOp;
 )]
 pub struct SignalOp;
 
-/// `ab.wait_signal %flag, %value`: spin until the local flag is `>= %value` (acquire).
+/// `ab.wait_signal %flag, %value [comparison: ab.comparison C]`: spin until the local flag
+/// satisfies `flag C %value` (`>=` without the attribute), then acquire.
 #[pliron_op(
     name = "ab.wait_signal",
     format = "$0 `, ` $1 ` ` attr_dict",

@@ -1,4 +1,5 @@
-//! The lowering of `ab.wait_signal`, shared by every transport: a flag poll (`gpu.wait_flag`),
+//! The lowering of `ab.wait_signal`, shared by every transport: a flag poll (`gpu.wait_flag`,
+//! with the wait's comparison),
 //! acquire when `choose-signal-publication` planned it, else the library's volatile poll and a
 //! GPU fence; in a kernel whose signals ride on their puts, the poll also does the receive
 //! side's work ([`ReceiveSide`]).
@@ -47,6 +48,7 @@ pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>, receives: Option
         (operation.get_operand(0), operation.get_operand(1))
     };
     let acquire = attrs::get_string(ctx, op, "order").as_deref() == Some("acquire");
+    let comparison = attrs::comparison(ctx, op);
     let mut builder = Builder::before(ctx, op);
     let value = builder.to_i64(ctx, value);
     let mut operands = vec![flag, value];
@@ -62,6 +64,7 @@ pub fn lower_wait_signal(ctx: &mut Context, op: Ptr<Operation>, receives: Option
         None => {}
     }
     let poll = builder.create::<GpuWaitFlagOp>(ctx, vec![], operands);
+    attrs::set_comparison(ctx, poll, comparison);
     if matches!(receives, Some(ReceiveSide::Packets { .. })) {
         attrs::set_bool(ctx, poll, "packets", true);
     }

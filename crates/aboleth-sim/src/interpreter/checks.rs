@@ -13,7 +13,7 @@
 use std::rc::Rc;
 
 use aboleth_abi::Transport;
-use aboleth_ir::ab::attributes::SignalOperation;
+use aboleth_ir::ab::attributes::{Comparison, SignalOperation};
 
 use super::{
     EarlyWait, FlagHistory, FlagUpdate, Observation, ObservationKey, PostedCommand, PutRecord,
@@ -145,13 +145,17 @@ impl<'k> World<'k> {
         Ok(())
     }
 
-    /// The updates of this launch a wait for `flag >= expected` needs, as a range of
-    /// [`FlagHistory::updates`]: the first update that brought the flag to `expected` or more
-    /// (in arrival order), and, when it is an add, every update since the last set before it
-    /// (the sum needs them all; the set heads the chain). None when no update of this launch
-    /// reached it, or the flag already held enough when the launch started (the wait may pass
-    /// on a value from before the launch: then it guards nothing of this launch).
-    pub(super) fn needed_updates(history: &FlagHistory, expected: i64) -> Option<(usize, usize)> {
+    /// The updates of this launch a wait for `flag C expected` needs (`C` its comparison), as a
+    /// range of [`FlagHistory::updates`]: the first update after which the flag satisfied the
+    /// wait (in arrival order; for `>=`, the one that brought it to `expected` or more), and,
+    /// when it is an add, every update since the last set before it (the sum needs them all;
+    /// the set heads the chain). None when no update of this launch satisfied it, or the flag
+    /// already did when the launch started (the wait may pass on a value from before the
+    /// launch: then it guards nothing of this launch).
+    pub(super) fn needed_updates(
+        history: &FlagHistory,
+        (comparison, expected): (Comparison, i64),
+    ) -> Option<(usize, usize)> {
         // A flag first signaled in this launch: its value before an add is known; before a
         // set it is not, and the set is taken to have crossed the awaited value.
         let start = history.launch_start_value.or_else(|| {
@@ -159,13 +163,13 @@ impl<'k> World<'k> {
             (first.signal.operation == SignalOperation::Add)
                 .then(|| first.value_after.wrapping_sub(first.signal.operand))
         });
-        if start.is_some_and(|start| start >= expected) {
+        if start.is_some_and(|start| comparison.holds(start, expected)) {
             return None;
         }
         let reached = history
             .updates
             .iter()
-            .position(|update| update.value_after >= expected)?;
+            .position(|update| comparison.holds(update.value_after, expected))?;
         let chain_start = history.updates[..=reached]
             .iter()
             .rposition(|update| update.signal.operation == SignalOperation::Set)
@@ -173,7 +177,7 @@ impl<'k> World<'k> {
         Some((chain_start, reached))
     }
 
-    /// Checks, when a wait for `flag >= expected` at `(rank, address)` passes, the data the
+    /// Checks, when a wait for `flag C expected` at `(rank, address)` passes, the data the
     /// awaited value guarantees: the puts guarded by the signals whose updates were needed to
     /// reach it ([`Self::needed_updates`]) and that no earlier wait of this thread on the flag
     /// checked, must be visible; and the data the reference run's same wait guarded must be
@@ -185,7 +189,7 @@ impl<'k> World<'k> {
         address: u64,
         site: usize,
         seen: i64,
-        expected: i64,
+        (comparison, expected): (Comparison, i64),
     ) -> Result<(), SimulationError> {
         let (rank, program) = (self.threads[thread].rank, self.threads[thread].program);
         let round = (self.epoch - 1) as u32;
@@ -193,9 +197,10 @@ impl<'k> World<'k> {
         self.threads[thread].waits_passed += 1;
         let describe_wait = |world: &Self| {
             format!(
-                "rank {rank} program {program} passed the wait at {} (flag {} = {seen}, awaited >= {expected})",
+                "rank {rank} program {program} passed the wait at {} (flag {} = {seen}, awaited {} {expected})",
                 world.site_of(rank, site),
-                world.memory.describe_address(rank, address)
+                world.memory.describe_address(rank, address),
+                comparison.symbol()
             )
         };
         let mut observation = Observation {
@@ -205,7 +210,7 @@ impl<'k> World<'k> {
         let needed = self
             .flag_histories
             .get(&(rank, address))
-            .and_then(|history| Self::needed_updates(history, expected));
+            .and_then(|history| Self::needed_updates(history, (comparison, expected)));
         let mut signals = Vec::new();
         match needed {
             Some((first, last)) => {
@@ -222,11 +227,14 @@ impl<'k> World<'k> {
                 }
             }
             None => {
-                if self
-                    .flag_histories
-                    .get(&(rank, address))
-                    .and_then(|history| history.launch_start_value)
-                    .is_some_and(|value| value >= expected)
+                // Stale epochs are a `>=` wait's hazard (an epoch that does not grow); waits
+                // with another comparison look for a value, not a launch.
+                if comparison == Comparison::Ge
+                    && self
+                        .flag_histories
+                        .get(&(rank, address))
+                        .and_then(|history| history.launch_start_value)
+                        .is_some_and(|value| value >= expected)
                 {
                     self.early_waits.push(EarlyWait {
                         rank,

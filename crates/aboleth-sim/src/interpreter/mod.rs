@@ -75,7 +75,7 @@ use std::{
 };
 
 use aboleth_abi::{EndpointHandle, Transport};
-use aboleth_ir::ab::attributes::SignalOperation;
+use aboleth_ir::ab::attributes::{Comparison, SignalOperation};
 use aboleth_passes::stats::Counts;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -589,6 +589,7 @@ enum Block {
     Flag {
         address: u64,
         expected: i64,
+        comparison: Comparison,
         site: usize,
         /// The receive context a receiving wait drains (write-with-immediate signals).
         receive_context: Option<u64>,

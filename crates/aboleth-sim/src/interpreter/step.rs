@@ -423,9 +423,17 @@ impl<'k> World<'k> {
             InstructionKind::WaitFlag {
                 flag,
                 value,
+                comparison,
                 acquire: _,
                 receives,
-            } => return self.wait_flag(thread, site, *flag, *value, receives.as_ref()),
+            } => {
+                return self.wait_flag(
+                    thread,
+                    site,
+                    (*flag, *value, *comparison),
+                    receives.as_ref(),
+                );
+            }
         }
         Ok(Step::Continue)
     }

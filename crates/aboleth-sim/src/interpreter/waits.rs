@@ -8,7 +8,7 @@
 //! in the transport's file; what a passed wait guarantees is checked in `checks.rs`.
 
 use aboleth_abi::ProxyRingHeader;
-use aboleth_ir::ab::attributes::SignalOperation;
+use aboleth_ir::ab::attributes::{Comparison, SignalOperation};
 
 use super::{Block, PacketSlot, SimulationError, Step, World};
 use crate::{
@@ -17,7 +17,8 @@ use crate::{
 };
 
 impl<'k> World<'k> {
-    /// `gpu.wait_flag` for `flag >= value`: drains the receives it names first (packets
+    /// `gpu.wait_flag` for `flag C value` (`C` the wait's comparison, `>=` for most waits):
+    /// drains the receives it names first (packets
     /// unpacked into their data region, or write-with-immediate CQEs applied to their flags),
     /// then passes (checking the data the value guarantees) or blocks until the flag, a receive
     /// CQE or a landed packet transfer can change the answer.
@@ -25,8 +26,7 @@ impl<'k> World<'k> {
         &mut self,
         thread: usize,
         site: usize,
-        flag: Register,
-        value: Register,
+        (flag, value, comparison): (Register, Register, Comparison),
         receives: Option<&WaitReceives>,
     ) -> Result<Step, SimulationError> {
         let rank = self.threads[thread].rank;
@@ -61,16 +61,17 @@ impl<'k> World<'k> {
             None => None,
         };
         let seen = self.load_i64(thread, rank, address)?;
-        if seen < expected {
+        if !comparison.holds(seen, expected) {
             return Ok(Step::Blocked(Block::Flag {
                 address,
                 expected,
+                comparison,
                 site,
                 receive_context,
                 packet_slot,
             }));
         }
-        self.check_delivered_data(thread, address, site, seen, expected)?;
+        self.check_delivered_data(thread, address, site, seen, (comparison, expected))?;
         let written_at = self.write_times.get(&(rank, address)).copied().unwrap_or(0);
         let state = &mut self.threads[thread];
         state.clock_nanoseconds = state.clock_nanoseconds.max(written_at);
@@ -87,11 +88,12 @@ impl<'k> World<'k> {
             Block::Flag {
                 address,
                 expected,
+                comparison,
                 receive_context,
                 packet_slot,
                 ..
             } => {
-                self.load_i64(thread, rank, *address)? >= *expected
+                comparison.holds(self.load_i64(thread, rank, *address)?, *expected)
                     || receive_context
                         .is_some_and(|context| self.next_receive_cqe(rank, context).is_some())
                     || match packet_slot {
@@ -167,17 +169,27 @@ impl<'k> World<'k> {
                 Some(Block::Flag {
                     address,
                     expected,
+                    comparison,
                     site,
                     ..
                 }) => {
                     let seen = self.load_i64(index, thread.rank, *address)?;
+                    let awaited = match comparison {
+                        Comparison::Ge => format!("to reach {expected}"),
+                        other => format!("to become {} {expected}", other.symbol()),
+                    };
+                    let why = match comparison {
+                        Comparison::Ge => self.why_flag_short(thread.rank, *address, *expected),
+                        other => {
+                            self.why_flag_unsatisfied(thread.rank, *address, (*other, *expected))
+                        }
+                    };
                     format!(
-                        "{who} waits at {} for flag {} on rank {} to reach {expected} (epoch {}); it holds {seen}: {}",
+                        "{who} waits at {} for flag {} on rank {} {awaited} (epoch {}); it holds {seen}: {why}",
                         self.site_of(thread.rank, *site),
                         self.memory.describe_address(thread.rank, *address),
                         thread.rank,
                         self.epoch,
-                        self.why_flag_short(thread.rank, *address, *expected)
                     )
                 }
                 Some(Block::Mlx5Completion {
@@ -228,6 +240,36 @@ impl<'k> World<'k> {
             lines.push(line);
         }
         Ok(lines.join("; "))
+    }
+
+    /// Why a flag wait with another comparison than `>=` still does not hold when nothing can
+    /// move any more: the values the flag took in this launch, none of which satisfied it.
+    pub(super) fn why_flag_unsatisfied(
+        &self,
+        rank: u32,
+        address: u64,
+        (comparison, expected): (Comparison, i64),
+    ) -> String {
+        let updates = self
+            .flag_histories
+            .get(&(rank, address))
+            .map_or(&[][..], |history| &history.updates[..]);
+        let Some(last) = updates.last() else {
+            return "the signal that should set it never arrived".to_owned();
+        };
+        let values: Vec<String> = updates
+            .iter()
+            .map(|update| update.value_after.to_string())
+            .collect();
+        format!(
+            "{} signal(s) reached it in this launch (the last at {} from rank {} program {}), taking it through {}, none {} {expected} when the wait looked, and nothing else will signal it",
+            updates.len(),
+            self.site_of(last.signal.rank, last.signal.site),
+            last.signal.rank,
+            last.signal.program,
+            values.join(", "),
+            comparison.symbol()
+        )
     }
 
     /// Why a flag is still short of `expected` when nothing can move any more: it went down

@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 from triton.language import core
 
+from ...language import COMPARISONS
 from .. import BITCODE_DIRECTORY, OPERATIONS, TRANSPORTS, bitcode_paths
 
 __all__ = ["extern_libs", "OPERATIONS", "TRANSPORTS", "put", "put_signal", "put_signal_add", "signal", "signal_add", "fence",
@@ -77,7 +78,17 @@ _put_signal = _entry("put_signal", _CONTEXT + (_I32, _U64, _U64, _U64, _U32, _U6
 _signal = _entry("signal", _CONTEXT + (_I32, _U64, _U64, _U64, _U32))
 _fence = _entry("fence", _CONTEXT + (_I32,))
 _quiet = _entry("quiet", _CONTEXT + (_I32,))
-_wait_signal = _entry("wait_signal", _CONTEXT + (_U64, _U64))
+_wait_signal = _entry("wait_signal", _CONTEXT + (_U64, _U64, _U32))
+
+
+@core.extern
+def _comparison_code(comparison, _semantic=None):
+    """``aboleth::Comparison``'s value (NVSHMEM's ``NVSHMEM_CMP_*``) of a comparison name, as a
+    uint32 constant; ``ValueError`` naming the choices otherwise."""
+    name = core._unwrap_if_constexpr(comparison)
+    if name not in COMPARISONS:
+        raise ValueError(f"aboleth tier1.wait_signal: comparison {name!r} is not one of {', '.join(COMPARISONS)}")
+    return core.full((), COMPARISONS.index(name), core.uint32, _semantic=_semantic)
 
 
 @triton.jit
@@ -138,7 +149,9 @@ def quiet(handles, rank, world_size, peer):
 
 
 @triton.jit
-def wait_signal(handles, rank, world_size, my_flag, value):
-    """Returns once ``*my_flag >= value`` (bounded: reported by ``World.check_waits()``)."""
+def wait_signal(handles, rank, world_size, my_flag, value, comparison: tl.constexpr = tl.constexpr("ge")):
+    """Returns once ``*my_flag >= value``, or once it compares with ``value`` as
+    ``comparison`` says (``"eq"``, ``"ne"``, ``"gt"``, ``"le"``, ``"lt"``; unsigned, as
+    NVSHMEM's ``signal_wait_until``). Bounded: reported by ``World.check_waits()``."""
     _wait_signal(_address(handles), tl.cast(rank, tl.uint32), tl.cast(world_size, tl.uint32), _address(my_flag),
-                 tl.cast(value, tl.uint64))
+                 tl.cast(value, tl.uint64), _comparison_code(comparison))

@@ -26,6 +26,10 @@ constexpr const char* transport = "proxy";
 // How a signal updates its flag.
 enum class SignalOp : uint32_t { set = 0, add = 1 };
 
+// What wait_signal compares the flag with the value by (`flag C value`, unsigned), numbered as
+// NVSHMEM's NVSHMEM_CMP_*.
+enum class Comparison : uint32_t { eq = 0, ne = 1, gt = 2, le = 3, lt = 4, ge = 5 };
+
 // aboleth_abi::crate::device_library::DeviceContext (16 bytes).
 struct alignas(8) DeviceContext {
   uint64_t endpoint_handles_address;
@@ -244,14 +248,14 @@ ABOLETH_DEVICE_API void quiet_warp(DeviceContext ctx, int peer);
 // Returns once every earlier put and signal to `peer` is complete: their sources may be reused. (block scope: every thread of the block calls it with the same arguments)
 ABOLETH_DEVICE_API void quiet_block(DeviceContext ctx, int peer);
 
-// Returns once `*my_flag >= value`; later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (thread scope)
-ABOLETH_DEVICE_API void wait_signal(DeviceContext ctx, const uint64_t* my_flag, uint64_t value);
+// Returns once `*my_flag >= value` (or `*my_flag` compares with `value` as `comparison` says: NVSHMEM's signal_wait_until, unsigned 64-bit); later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (thread scope)
+ABOLETH_DEVICE_API void wait_signal(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison = Comparison::ge);
 
-// Returns once `*my_flag >= value`; later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (warp scope: every lane of the warp calls it with the same arguments)
-ABOLETH_DEVICE_API void wait_signal_warp(DeviceContext ctx, const uint64_t* my_flag, uint64_t value);
+// Returns once `*my_flag >= value` (or `*my_flag` compares with `value` as `comparison` says: NVSHMEM's signal_wait_until, unsigned 64-bit); later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (warp scope: every lane of the warp calls it with the same arguments)
+ABOLETH_DEVICE_API void wait_signal_warp(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison = Comparison::ge);
 
-// Returns once `*my_flag >= value`; later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (block scope: every thread of the block calls it with the same arguments)
-ABOLETH_DEVICE_API void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value);
+// Returns once `*my_flag >= value` (or `*my_flag` compares with `value` as `comparison` says: NVSHMEM's signal_wait_until, unsigned 64-bit); later reads see what the signalling put wrote. Bounded: a wait past ABOLETH_WAIT_TIMEOUT_MS is recorded for World.check_waits() and the thread exits. (block scope: every thread of the block calls it with the same arguments)
+ABOLETH_DEVICE_API void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison = Comparison::ge);
 
 // The address on `peer` of `region` that loads and stores of this GPU reach directly, or nullptr where the transport has none (p2p: the peer's mapped address; proxy and mlx5: nullptr).
 ABOLETH_DEVICE_API void* ptr(DeviceContext ctx, int peer, RemoteRegion region);

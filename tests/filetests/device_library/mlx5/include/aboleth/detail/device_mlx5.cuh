@@ -70,12 +70,42 @@
 //   site 4162: quiet_warp, waiting for a completion on the mlx5 CQ
 //   site 4163: quiet_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
 //   site 4164: quiet_block, waiting for a completion on the mlx5 CQ
-//   site 4165: wait_signal_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
-//   site 4166: wait_signal_thread, waiting for a flag to reach the value
-//   site 4167: wait_signal_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
-//   site 4168: wait_signal_warp, waiting for a flag to reach the value
-//   site 4169: wait_signal_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
-//   site 4170: wait_signal_block, waiting for a flag to reach the value
+//   site 4165: wait_signal_eq_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4166: wait_signal_eq_thread, waiting for a flag to equal the value
+//   site 4167: wait_signal_eq_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4168: wait_signal_eq_warp, waiting for a flag to equal the value
+//   site 4169: wait_signal_eq_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4170: wait_signal_eq_block, waiting for a flag to equal the value
+//   site 4171: wait_signal_ne_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4172: wait_signal_ne_thread, waiting for a flag to differ from the value
+//   site 4173: wait_signal_ne_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4174: wait_signal_ne_warp, waiting for a flag to differ from the value
+//   site 4175: wait_signal_ne_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4176: wait_signal_ne_block, waiting for a flag to differ from the value
+//   site 4177: wait_signal_gt_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4178: wait_signal_gt_thread, waiting for a flag to exceed the value
+//   site 4179: wait_signal_gt_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4180: wait_signal_gt_warp, waiting for a flag to exceed the value
+//   site 4181: wait_signal_gt_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4182: wait_signal_gt_block, waiting for a flag to exceed the value
+//   site 4183: wait_signal_le_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4184: wait_signal_le_thread, waiting for a flag to be at most the value
+//   site 4185: wait_signal_le_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4186: wait_signal_le_warp, waiting for a flag to be at most the value
+//   site 4187: wait_signal_le_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4188: wait_signal_le_block, waiting for a flag to be at most the value
+//   site 4189: wait_signal_lt_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4190: wait_signal_lt_thread, waiting for a flag to be below the value
+//   site 4191: wait_signal_lt_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4192: wait_signal_lt_warp, waiting for a flag to be below the value
+//   site 4193: wait_signal_lt_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4194: wait_signal_lt_block, waiting for a flag to be below the value
+//   site 4195: wait_signal_ge_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4196: wait_signal_ge_thread, waiting for a flag to reach the value
+//   site 4197: wait_signal_ge_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4198: wait_signal_ge_warp, waiting for a flag to reach the value
+//   site 4199: wait_signal_ge_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4200: wait_signal_ge_block, waiting for a flag to reach the value
 #pragma once
 #include <cstdio>
 
@@ -1633,7 +1663,7 @@ __device__ __forceinline__ void quiet_block(uint64_t endpoints, int64_t peer) {
   __syncthreads();
 }
 
-__device__ __forceinline__ void wait_signal_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+__device__ __forceinline__ void wait_signal_eq_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
   [[maybe_unused]] const uint32_t ab_lane = 0u;
   [[maybe_unused]] const uint32_t ab_lanes = 1u;
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
@@ -1644,13 +1674,13 @@ __device__ __forceinline__ void wait_signal_thread(uint64_t endpoints, int64_t r
     uint64_t ab_seen;
     for (;;) {
       asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
-      if (!(ab_seen < static_cast<uint64_t>(value))) break;
-      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4166u, 0u);
+      if (!(!(ab_seen == static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4166u, 8u);
     }
   }
 }
 
-__device__ __forceinline__ void wait_signal_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+__device__ __forceinline__ void wait_signal_eq_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
   [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
   [[maybe_unused]] const uint32_t ab_lanes = 32u;
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
@@ -1661,13 +1691,13 @@ __device__ __forceinline__ void wait_signal_warp(uint64_t endpoints, int64_t ran
     uint64_t ab_seen;
     for (;;) {
       asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
-      if (!(ab_seen < static_cast<uint64_t>(value))) break;
-      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4168u, 0u);
+      if (!(!(ab_seen == static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4168u, 8u);
     }
   }
 }
 
-__device__ __forceinline__ void wait_signal_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+__device__ __forceinline__ void wait_signal_eq_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
   [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
   [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
@@ -1678,8 +1708,263 @@ __device__ __forceinline__ void wait_signal_block(uint64_t endpoints, int64_t ra
     uint64_t ab_seen;
     for (;;) {
       asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
-      if (!(ab_seen < static_cast<uint64_t>(value))) break;
-      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4170u, 0u);
+      if (!(!(ab_seen == static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4170u, 8u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ne_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4171u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen != static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4172u, 9u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ne_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4173u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen != static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4174u, 9u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ne_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4175u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen != static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4176u, 9u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_gt_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4177u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen > static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4178u, 10u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_gt_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4179u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen > static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4180u, 10u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_gt_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4181u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen > static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4182u, 10u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_le_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4183u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen <= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4184u, 11u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_le_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4185u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen <= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4186u, 11u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_le_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4187u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen <= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4188u, 11u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_lt_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4189u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen < static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4190u, 12u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_lt_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4191u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen < static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4192u, 12u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_lt_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4193u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen < static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4194u, 12u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ge_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4195u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen >= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4196u, 0u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ge_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4197u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen >= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4198u, 0u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ge_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  detail::mlx5_exit_unless_supported_endpoint(ab_endpoint0, 4199u);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen >= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4200u, 0u);
     }
   }
 }
@@ -1776,16 +2061,40 @@ ABOLETH_DEVICE_DEFINITION void quiet_block(DeviceContext ctx, int peer) {
   generated::quiet_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
 }
 
-ABOLETH_DEVICE_DEFINITION void wait_signal(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
-  generated::wait_signal_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+ABOLETH_DEVICE_DEFINITION void wait_signal(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison) {
+  switch (comparison) {
+    case Comparison::eq: generated::wait_signal_eq_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ne: generated::wait_signal_ne_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::gt: generated::wait_signal_gt_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::le: generated::wait_signal_le_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::lt: generated::wait_signal_lt_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ge: generated::wait_signal_ge_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+  }
+  detail::refuse("aboleth::wait_signal: the comparison is not one of Comparison::eq, ne, gt, le, lt, ge (NVSHMEM_CMP_* 0 to 5)");
 }
 
-ABOLETH_DEVICE_DEFINITION void wait_signal_warp(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
-  generated::wait_signal_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+ABOLETH_DEVICE_DEFINITION void wait_signal_warp(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison) {
+  switch (comparison) {
+    case Comparison::eq: generated::wait_signal_eq_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ne: generated::wait_signal_ne_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::gt: generated::wait_signal_gt_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::le: generated::wait_signal_le_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::lt: generated::wait_signal_lt_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ge: generated::wait_signal_ge_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+  }
+  detail::refuse("aboleth::wait_signal_warp: the comparison is not one of Comparison::eq, ne, gt, le, lt, ge (NVSHMEM_CMP_* 0 to 5)");
 }
 
-ABOLETH_DEVICE_DEFINITION void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
-  generated::wait_signal_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+ABOLETH_DEVICE_DEFINITION void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison) {
+  switch (comparison) {
+    case Comparison::eq: generated::wait_signal_eq_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ne: generated::wait_signal_ne_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::gt: generated::wait_signal_gt_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::le: generated::wait_signal_le_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::lt: generated::wait_signal_lt_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ge: generated::wait_signal_ge_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+  }
+  detail::refuse("aboleth::wait_signal_block: the comparison is not one of Comparison::eq, ne, gt, le, lt, ge (NVSHMEM_CMP_* 0 to 5)");
 }
 
 ABOLETH_DEVICE_DEFINITION void* ptr(DeviceContext ctx, int peer, RemoteRegion region) {

@@ -1,9 +1,24 @@
 // aboleth/detail/device_p2p.cuh: the implementation of aboleth/device.cuh (generated; do not edit).
 // The bodies in `generated` are the p2p lowering of each operation, encoded for a thread, a
 // warp and a block. Wait sites (the site ids World.check_waits() reports):
-//   site 4096: wait_signal_thread, waiting for a flag to reach the value
-//   site 4097: wait_signal_warp, waiting for a flag to reach the value
-//   site 4098: wait_signal_block, waiting for a flag to reach the value
+//   site 4096: wait_signal_eq_thread, waiting for a flag to equal the value
+//   site 4097: wait_signal_eq_warp, waiting for a flag to equal the value
+//   site 4098: wait_signal_eq_block, waiting for a flag to equal the value
+//   site 4099: wait_signal_ne_thread, waiting for a flag to differ from the value
+//   site 4100: wait_signal_ne_warp, waiting for a flag to differ from the value
+//   site 4101: wait_signal_ne_block, waiting for a flag to differ from the value
+//   site 4102: wait_signal_gt_thread, waiting for a flag to exceed the value
+//   site 4103: wait_signal_gt_warp, waiting for a flag to exceed the value
+//   site 4104: wait_signal_gt_block, waiting for a flag to exceed the value
+//   site 4105: wait_signal_le_thread, waiting for a flag to be at most the value
+//   site 4106: wait_signal_le_warp, waiting for a flag to be at most the value
+//   site 4107: wait_signal_le_block, waiting for a flag to be at most the value
+//   site 4108: wait_signal_lt_thread, waiting for a flag to be below the value
+//   site 4109: wait_signal_lt_warp, waiting for a flag to be below the value
+//   site 4110: wait_signal_lt_block, waiting for a flag to be below the value
+//   site 4111: wait_signal_ge_thread, waiting for a flag to reach the value
+//   site 4112: wait_signal_ge_warp, waiting for a flag to reach the value
+//   site 4113: wait_signal_ge_block, waiting for a flag to reach the value
 #pragma once
 #include <cstdio>
 
@@ -416,7 +431,7 @@ __device__ __forceinline__ void quiet_block(uint64_t endpoints, int64_t peer) {
   asm volatile("fence.sc.sys;" ::: "memory");
 }
 
-__device__ __forceinline__ void wait_signal_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+__device__ __forceinline__ void wait_signal_eq_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
   [[maybe_unused]] const uint32_t ab_lane = 0u;
   [[maybe_unused]] const uint32_t ab_lanes = 1u;
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
@@ -426,13 +441,13 @@ __device__ __forceinline__ void wait_signal_thread(uint64_t endpoints, int64_t r
     uint64_t ab_seen;
     for (;;) {
       asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
-      if (!(ab_seen < static_cast<uint64_t>(value))) break;
-      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4096u, 0u);
+      if (!(!(ab_seen == static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4096u, 8u);
     }
   }
 }
 
-__device__ __forceinline__ void wait_signal_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+__device__ __forceinline__ void wait_signal_eq_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
   [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
   [[maybe_unused]] const uint32_t ab_lanes = 32u;
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
@@ -442,13 +457,13 @@ __device__ __forceinline__ void wait_signal_warp(uint64_t endpoints, int64_t ran
     uint64_t ab_seen;
     for (;;) {
       asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
-      if (!(ab_seen < static_cast<uint64_t>(value))) break;
-      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4097u, 0u);
+      if (!(!(ab_seen == static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4097u, 8u);
     }
   }
 }
 
-__device__ __forceinline__ void wait_signal_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+__device__ __forceinline__ void wait_signal_eq_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
   [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
   [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
   [[maybe_unused]] const bool ab_leader = ab_lane == 0;
@@ -458,8 +473,248 @@ __device__ __forceinline__ void wait_signal_block(uint64_t endpoints, int64_t ra
     uint64_t ab_seen;
     for (;;) {
       asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
-      if (!(ab_seen < static_cast<uint64_t>(value))) break;
-      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4098u, 0u);
+      if (!(!(ab_seen == static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4098u, 8u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ne_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen != static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4099u, 9u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ne_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen != static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4100u, 9u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ne_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen != static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4101u, 9u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_gt_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen > static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4102u, 10u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_gt_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen > static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4103u, 10u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_gt_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen > static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4104u, 10u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_le_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen <= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4105u, 11u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_le_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen <= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4106u, 11u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_le_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen <= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4107u, 11u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_lt_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen < static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4108u, 12u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_lt_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen < static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4109u, 12u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_lt_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen < static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4110u, 12u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ge_thread(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = 0u;
+  [[maybe_unused]] const uint32_t ab_lanes = 1u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen >= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4111u, 0u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ge_warp(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::lane_in_warp();
+  [[maybe_unused]] const uint32_t ab_lanes = 32u;
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen >= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4112u, 0u);
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_signal_ge_block(uint64_t endpoints, int64_t rank, uint64_t my_flag, int64_t value) {
+  [[maybe_unused]] const uint32_t ab_lane = detail::thread_in_block();
+  [[maybe_unused]] const uint32_t ab_lanes = detail::threads_in_block();
+  [[maybe_unused]] const bool ab_leader = ab_lane == 0;
+  [[maybe_unused]] const uint64_t ab_endpoint0 = endpoints + static_cast<uint64_t>(rank) * sizeof(EndpointHandle);
+  {
+    const uint64_t ab_start = detail::globaltimer();
+    uint64_t ab_seen;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(my_flag) : "memory");
+      if (!(!(ab_seen >= static_cast<uint64_t>(value)))) break;
+      detail::give_up_if_overdue(ab_endpoint0, ab_start, my_flag, static_cast<uint64_t>(value), ab_seen, -1, 4113u, 0u);
     }
   }
 }
@@ -556,16 +811,40 @@ ABOLETH_DEVICE_DEFINITION void quiet_block(DeviceContext ctx, int peer) {
   generated::quiet_block(ctx.endpoint_handles_address, static_cast<int64_t>(peer));
 }
 
-ABOLETH_DEVICE_DEFINITION void wait_signal(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
-  generated::wait_signal_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+ABOLETH_DEVICE_DEFINITION void wait_signal(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison) {
+  switch (comparison) {
+    case Comparison::eq: generated::wait_signal_eq_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ne: generated::wait_signal_ne_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::gt: generated::wait_signal_gt_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::le: generated::wait_signal_le_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::lt: generated::wait_signal_lt_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ge: generated::wait_signal_ge_thread(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+  }
+  detail::refuse("aboleth::wait_signal: the comparison is not one of Comparison::eq, ne, gt, le, lt, ge (NVSHMEM_CMP_* 0 to 5)");
 }
 
-ABOLETH_DEVICE_DEFINITION void wait_signal_warp(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
-  generated::wait_signal_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+ABOLETH_DEVICE_DEFINITION void wait_signal_warp(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison) {
+  switch (comparison) {
+    case Comparison::eq: generated::wait_signal_eq_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ne: generated::wait_signal_ne_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::gt: generated::wait_signal_gt_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::le: generated::wait_signal_le_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::lt: generated::wait_signal_lt_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ge: generated::wait_signal_ge_warp(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+  }
+  detail::refuse("aboleth::wait_signal_warp: the comparison is not one of Comparison::eq, ne, gt, le, lt, ge (NVSHMEM_CMP_* 0 to 5)");
 }
 
-ABOLETH_DEVICE_DEFINITION void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value) {
-  generated::wait_signal_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value));
+ABOLETH_DEVICE_DEFINITION void wait_signal_block(DeviceContext ctx, const uint64_t* my_flag, uint64_t value, Comparison comparison) {
+  switch (comparison) {
+    case Comparison::eq: generated::wait_signal_eq_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ne: generated::wait_signal_ne_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::gt: generated::wait_signal_gt_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::le: generated::wait_signal_le_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::lt: generated::wait_signal_lt_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+    case Comparison::ge: generated::wait_signal_ge_block(ctx.endpoint_handles_address, static_cast<int64_t>(ctx.rank), reinterpret_cast<uint64_t>(my_flag), static_cast<int64_t>(value)); return;
+  }
+  detail::refuse("aboleth::wait_signal_block: the comparison is not one of Comparison::eq, ne, gt, le, lt, ge (NVSHMEM_CMP_* 0 to 5)");
 }
 
 ABOLETH_DEVICE_DEFINITION void* ptr(DeviceContext ctx, int peer, RemoteRegion region) {
