@@ -19,6 +19,8 @@ flags = epoch):
    launched; y is checked too.
 3. ``function``: python/tests/export_kernels.py's ``call_alltoall_function``, a stock Triton kernel
    that links ``alltoall_function.ll`` through extern_libs (no aboleth stage).
+4. ``comparison_gt``: the seed's all-to-all (tier 2) waiting with ``comparison="gt"`` for
+   ``epoch - 1`` (what the previous round left does not satisfy it).
 
 Each rank writes OUT_DIR/export_forms-rank{R}.json. Exit status 0 when every step passed.
 """
@@ -42,8 +44,10 @@ sys.path.insert(0, os.path.join(REPO, "python", "tests"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 import aboleth  # noqa: E402
+import aboleth.language as aboleth_language  # noqa: E402
 import export_kernels  # noqa: E402
 from aboleth import export  # noqa: E402
 from aboleth.triton_compile import _capture_ttir  # noqa: E402
@@ -137,6 +141,36 @@ class FunctionForm(Buffers):
             extern_libs={"alltoall_function": self.path})
 
 
+@triton.jit
+def alltoall_wait_gt(endpoints, recv, flags, send, send_key, my_flags, epoch,
+                     BYTES: tl.constexpr, RANK: tl.constexpr):
+    # The seed's all-to-all, waiting for `flag > epoch - 1` instead of `flag >= epoch`.
+    pid = tl.program_id(0)
+    peer = pid + (pid >= RANK).to(tl.int32)
+    ep = aboleth_language.endpoint(endpoints, peer)
+    dst = aboleth_language.remote(recv, peer)
+    flag = aboleth_language.remote(flags, peer, tl.int64)
+    src = send.to(tl.pointer_type(tl.int8)) + peer * BYTES
+    t = aboleth_language.put(ep, dst.at(RANK * BYTES), src, BYTES, source_key=send_key)
+    s = aboleth_language.signal(ep, flag.at(RANK), epoch, after=t)
+    aboleth_language.wait_signal(my_flags + peer, epoch - 1, comparison="gt")
+    aboleth_language.wait(s)
+
+
+class ComparisonForm(Buffers):
+    """The tier-2 all-to-all whose waits compare with `>`, compiled under world.compilation()."""
+
+    def attach(self, work: str) -> "ComparisonForm":
+        return self
+
+    def launch(self, epoch: int, bytes_per_peer: int) -> None:
+        with self.world.compilation():
+            alltoall_wait_gt[(self.n - 1,)](self.table.endpoint_handles.view(torch.int64),
+                                            self.table.regions("recv"), self.table.regions("flags"),
+                                            self.local_send.address, self.local_send.lkey, self.my_flags, epoch,
+                                            BYTES=bytes_per_peer, RANK=self.world.rank)
+
+
 def main() -> int:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "/tmp")
     local_rank, rank = int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"])
@@ -161,10 +195,12 @@ def main() -> int:
     epoch = 1
     step = "setup"
     try:
-        for step, form_class in (("kernel", KernelForm), ("fragment", FragmentForm), ("function", FunctionForm)):
+        for step, form_class in (("kernel", KernelForm), ("fragment", FragmentForm), ("function", FunctionForm),
+                                 ("comparison_gt", ComparisonForm)):
             started = time.monotonic()
             work = os.path.join(out_dir, f"work-rank{rank}", step)
-            export_seed(step, rank, work)
+            if step != "comparison_gt":
+                export_seed(step, rank, work)
             buffers = form_class(world, base.table, base.buf, n, BYTES).attach(work)
             rounds = run_rounds(buffers, first_epoch=epoch, count=ROUNDS, bytes_per_peer=BYTES,
                                 seed_base=50_000 + 10_000 * len(report["steps"]))
