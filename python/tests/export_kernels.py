@@ -40,8 +40,10 @@ def alltoall_function(endpoints, recv, flags, send, send_key, my_flags, epoch, _
 
 @triton.jit
 def call_alltoall_function(endpoints, recv, flags, send, send_key, my_flags, epoch):
+    # Scalars cast to the function's types: Triton specializes small integers to i32 or constants.
     alltoall_function(endpoints.to(tl.int64, bitcast=True), recv.to(tl.int64, bitcast=True),
-                      flags.to(tl.int64, bitcast=True), send, send_key, my_flags.to(tl.int64, bitcast=True), epoch)
+                      flags.to(tl.int64, bitcast=True), tl.cast(send, tl.int64), tl.cast(send_key, tl.int32),
+                      my_flags.to(tl.int64, bitcast=True), tl.cast(epoch, tl.int64))
 
 
 FUNCTION_CALLER_SIGNATURE = {"endpoints": "*i64", "recv": "*i64", "flags": "*i64", "send": "i64", "send_key": "i32",

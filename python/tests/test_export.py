@@ -127,6 +127,11 @@ def test_the_device_function_links_into_triton_and_cuda(tmp_path: Path) -> None:
                               options={"extern_libs": {"alltoall_function": str(tmp_path / "alltoall_function.ll")}})
     ptx = compiled.asm["ptx"]
     assert "st.release.sys.global.u64" in ptx and "ld.acquire.sys.global.u64" in ptx
+    # As a launch specializes it (a small epoch is an i32, a key of 1 a constant): still links.
+    specialized = dict(export_kernels.FUNCTION_CALLER_SIGNATURE, epoch="i32", send_key="constexpr")
+    triton.compile(triton.compiler.ASTSource(export_kernels.call_alltoall_function, specialized, {"send_key": 1}),
+                   target=TARGET,
+                   options={"extern_libs": {"alltoall_function": str(tmp_path / "alltoall_function.ll")}})
     # CUDA: a kernel calling it through the header device-links with the PTX.
     header = (tmp_path / "alltoall_function.h").read_text()
     assert ('extern "C" __device__ int alltoall_function(uint64_t endpoints, uint64_t recv, uint64_t flags, '
