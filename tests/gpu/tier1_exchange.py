@@ -27,6 +27,9 @@ Steps:
 3. ``triton``: the same exchange from a stock Triton kernel through
    ``aboleth.frontends.triton.tier1`` (the bitcode linked with ``extern_libs``, no
    ``world.compilation()``), ROUNDS_PER_CASE rounds per size, checked the same way.
+   ``comparisons``: the same through ``triton_exchange_compare``, whose wait compares with
+   ``== epoch``, ``!= epoch - 1`` and ``> epoch - 1`` (tier 1's ``Comparison``; le and lt need a
+   falling flag and are compiled, not run), ROUNDS_PER_CASE rounds at 256 B each.
 4. ``mutation`` (p2p): ``exchange_snapshot`` (one block puts, another waits) copies what
    arrived right after the wait; against
    the library it must equal the peer's payload every round, and against a deliberately broken
@@ -56,6 +59,7 @@ from typing import Any, Dict, List
 
 import torch
 import triton
+import triton.language as tl
 
 import aboleth
 from aboleth import device_library
@@ -209,6 +213,31 @@ def triton_exchange(handles, rank, world_size, peer, recv, dst_offset, send, sen
                      epoch)
     tier1.quiet(handles, rank, world_size, peer)
     tier1.wait_signal(handles, rank, world_size, my_flag, epoch)
+
+
+@triton.jit
+def triton_exchange_compare(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags,
+                            flag_offset, my_flag, epoch, wait_value, COMPARISON: tl.constexpr):
+    """The exchange waiting with another comparison: `*my_flag COMPARISON wait_value`."""
+    tier1.put_signal(handles, rank, world_size, peer, recv, dst_offset, send, send_key, nbytes, flags, flag_offset,
+                     epoch)
+    tier1.quiet(handles, rank, world_size, peer)
+    tier1.wait_signal(handles, rank, world_size, my_flag, wait_value, COMPARISON)
+
+
+def comparison_launcher(comparison: str) -> Any:
+    """A launcher of ``triton_exchange_compare`` whose wait holds only once this round's signal
+    (the epoch) has landed: ``== epoch``, ``!= epoch - 1`` or ``> epoch - 1``."""
+    def launch(exchange: "Exchange", bytes_per_peer: int, epoch: int) -> None:
+        table, rank, peer, capacity = exchange.table, exchange.rank, exchange.peer, exchange.capacity
+        send = table.local("send")
+        wait_value = epoch if comparison == "eq" else epoch - 1
+        triton_exchange_compare[(1,)](table.endpoint_handles, rank, exchange.n, peer, table.regions("recv"),
+                                      rank * capacity, send.address + peer * capacity, send.lkey, bytes_per_peer,
+                                      table.regions("flags"), rank * 8, exchange.my_flags[peer:], epoch, wait_value,
+                                      COMPARISON=comparison, num_warps=4,
+                                      extern_libs=tier1.extern_libs(exchange.world.compilation_target()))
+    return launch
 
 
 def launch_triton(exchange: "Exchange", bytes_per_peer: int, epoch: int) -> None:
@@ -437,6 +466,14 @@ def main() -> int:
                 triton_cases.append(case)
             report["steps"]["triton"] = {"passed": all(case["passed"] for case in triton_cases),
                                          "cases": triton_cases}
+            comparison_cases = []
+            for comparison in ("eq", "ne", "gt"):
+                case = checked_rounds(exchange, None, f"triton_exchange_compare[{comparison}]", 128, 256,
+                                      ROUNDS_PER_CASE, epoch, 300_000 + epoch, launcher=comparison_launcher(comparison))
+                epoch = case.pop("next_epoch")
+                comparison_cases.append(case)
+            report["steps"]["comparisons"] = {"passed": all(case["passed"] for case in comparison_cases),
+                                              "cases": comparison_cases}
             if os.environ.get("TIER1_CUTE") == "1":
                 started = time.monotonic()
                 cute_exchange = CuteExchange(library.target)
