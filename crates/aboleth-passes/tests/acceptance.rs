@@ -41,6 +41,7 @@ fn every_example_compiles_for_mlx5_proxy_and_p2p_with_and_without_passes() {
         "stream_put_signal_4.abo",
         "stream_put_signal_16.abo",
         "moe_dispatch.abo",
+        "moe_dispatch_compacted.abo",
         "dead_put.abo",
     ];
     for name in names {
