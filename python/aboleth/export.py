@@ -94,7 +94,6 @@ def write(form: str, compiled: Any, kernel_parameters: Sequence[Parameter], out_
     stage) under ``out_dir``; returns the paths written."""
     if form not in FORMS:
         raise ExportError(f"--export {form}: not an export form; use one of {', '.join(FORMS)}")
-    os.makedirs(out_dir, exist_ok=True)
     _check_launchable(compiled, form)
     name = compiled.metadata.name
     if form == "fragment":
@@ -104,12 +103,16 @@ def write(form: str, compiled: Any, kernel_parameters: Sequence[Parameter], out_
     else:
         files = function_files(compiled, kernel_parameters)
     written = []
-    for file_name, contents in files.items():
-        path = os.path.join(out_dir, file_name)
-        mode = "wb" if isinstance(contents, bytes) else "w"
-        with open(path, mode) as file:
-            file.write(contents)
-        written.append(path)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        for file_name, contents in files.items():
+            path = os.path.join(out_dir, file_name)
+            mode = "wb" if isinstance(contents, bytes) else "w"
+            with open(path, mode) as file:
+                file.write(contents)
+            written.append(path)
+    except OSError as error:
+        raise ExportError(f"--out {out_dir}: cannot write the {form} form there: {error.strerror or error}") from None
     return written
 
 
@@ -165,6 +168,10 @@ def fragment_text(compiled: Any) -> str:
     if len(functions) != 1:
         raise ExportError(f"--export fragment: found {len(functions)} functions named {name} in the stage's TTIR")
     function = functions[0]
+    callee = re.search(r"tt\.call @(\"[^\"]+\"|[\w.$-]+)", function.group(5))
+    if callee is not None:
+        raise ExportError(f"--export fragment: the kernel calls {callee.group(1)} (a noinline function), which a "
+                          "fragment cannot carry; let Triton inline it (drop noinline=True)")
     header = (f"// aboleth --export fragment of `{name}` (TTIR after the aboleth stage, no locations).\n"
               f"// Splice it with aboleth.export.splice_fragment(host_ttir, this_text, stub_name).\n")
     body = (f"  tt.func private @{name}_fragment({function.group(3)}){function.group(4)}{{\n"
@@ -176,7 +183,7 @@ def splice_fragment(host_ttir: str, fragment: str, stub: str) -> str:
     """``host_ttir`` (a module, with or without locations) with the body of its function whose
     name contains ``stub`` (a ``@triton.jit(noinline=True)`` function the host kernel calls)
     replaced by ``fragment``'s. The stub must take the fragment's parameters, in order."""
-    host = _without_locations(host_ttir)
+    host = _without_locations(host_ttir) if "loc(" in host_ttir else host_ttir
     fragments = _functions(fragment)
     if len(fragments) != 1:
         raise ExportError("splice_fragment: the fragment text holds no single tt.func (write it with --export "
@@ -190,6 +197,9 @@ def splice_fragment(host_ttir: str, fragment: str, stub: str) -> str:
                           "call it from the kernel")
     target, source = stubs[0], fragments[0]
     host_types, fragment_types = _argument_types(target.group(3)), _argument_types(source.group(3))
+    if "->" in target.group(4).split("attributes")[0]:
+        raise ExportError(f"splice_fragment: the stub {target.group(2)} returns a value; a fragment returns "
+                          "nothing, so make the stub return nothing")
     if host_types != fragment_types:
         raise ExportError(f"splice_fragment: the stub {target.group(2)} takes ({', '.join(host_types)}) but the "
                           f"fragment takes ({', '.join(fragment_types)}); give the stub the kernel's parameters")
@@ -237,7 +247,8 @@ def kernel_files(compiled: Any, kernel_parameters: Sequence[Parameter]) -> Dict[
 extern "C" {{
 #endif
 
-// Loads the embedded cubin into the current context (once; later calls return CUDA_SUCCESS).
+// Loads the embedded cubin into the current context (once per process: later calls return
+// CUDA_SUCCESS; a failed load can be retried).
 CUresult {name}_load(void);
 // Launches {threads} threads per block ({metadata.num_warps} warps), {shared} bytes of shared
 // memory, on `stream`, over grid (grid_x, grid_y, grid_z): one program per block.
@@ -267,17 +278,25 @@ static const unsigned char {name}_cubin[{len(cubin)}] = {{
 static CUmodule {name}_module;
 static CUfunction {name}_function;
 
+// One module per process, loaded into the context current at the first call.
 CUresult {name}_load(void) {{
   if ({name}_function != NULL) return CUDA_SUCCESS;
-  CUresult result = cuModuleLoadData(&{name}_module, {name}_cubin);
+  CUmodule module = NULL;
+  CUfunction function = NULL;
+  CUresult result = cuModuleLoadData(&module, {name}_cubin);
   if (result != CUDA_SUCCESS) return result;
-  result = cuModuleGetFunction(&{name}_function, {name}_module, "{name}");
-  if (result != CUDA_SUCCESS) return result;
-  if ({shared} > 49152) {{
+  result = cuModuleGetFunction(&function, module, "{name}");
+  if (result == CUDA_SUCCESS && {shared} > 49152) {{
     // More than the default 48 KiB of dynamic shared memory must be asked for.
-    result = cuFuncSetAttribute({name}_function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared});
+    result = cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared});
   }}
-  return result;
+  if (result != CUDA_SUCCESS) {{
+    cuModuleUnload(module);  // a failed load leaves nothing behind: the next call tries again
+    return result;
+  }}
+  {name}_module = module;
+  {name}_function = function;
+  return CUDA_SUCCESS;
 }}
 
 CUresult {name}_launch({signature}) {{

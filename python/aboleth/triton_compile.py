@@ -152,6 +152,8 @@ def compile_command(arguments: argparse.Namespace) -> int:
     from . import Config, _aboleth, compilation
 
     _check_num_warps(arguments.num_warps)
+    if arguments.export is not None and arguments.out is None:
+        raise CommandLineError(f"--export {arguments.export}: name the output directory with --out DIR")
     kernel = _load_kernel(arguments.file, arguments.kernel)
     signature = dict(_parse_pairs(arguments.signature, "--signature"))
     constexprs = {name: _constexpr_value(name, value)

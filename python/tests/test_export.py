@@ -83,6 +83,11 @@ def test_a_stub_with_other_parameters_is_refused_with_both_signatures(tmp_path: 
         export.splice_fragment(host, broken, "communication")
     with pytest.raises(export.ExportError, match="0 private functions of the host module are named like `nothing`"):
         export.splice_fragment(host, fragment, "nothing")
+    returning = export._without_locations(host).replace(") attributes {noinline = true}",
+                                                        ") -> i32 attributes {noinline = true}", 1)
+    assert returning != export._without_locations(host)
+    with pytest.raises(export.ExportError, match="returns a value; a fragment returns nothing"):
+        export.splice_fragment(returning, fragment, "communication")
 
 
 def test_the_standalone_kernel_has_its_cubin_description_and_launcher(tmp_path: Path) -> None:
@@ -152,6 +157,14 @@ def test_the_device_function_links_into_triton_and_cuda(tmp_path: Path) -> None:
     assert b"alltoall_function" in (tmp_path / "linked.cubin").read_bytes()
 
 
+def test_an_output_path_that_is_a_file_is_a_one_line_error(tmp_path: Path) -> None:
+    occupied = tmp_path / "occupied"
+    occupied.write_text("not a directory")
+    result = export_seed("kernel", occupied)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"aboleth: error: --out {occupied}: cannot write the kernel form there: File exists"
+
+
 def test_export_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     no_out = subprocess.run([sys.executable, "-m", "aboleth", "compile", SEED, "--kernel", "alltoall", "--target",
                              "p2p", "--signature", export_kernels.SEED_SIGNATURE, "--constexpr", "BYTES=256",
@@ -165,3 +178,10 @@ def test_export_mistakes_are_one_line_errors(tmp_path: Path) -> None:
                                  "aboleth"], capture_output=True, text=True, cwd=REPO_ROOT)
     assert wrong_emit.returncode == 1
     assert wrong_emit.stderr.strip() == "aboleth: error: --export kernel writes files; leave out --emit aboleth"
+    # --out alone (the module the command line runs, as it passes the flag through).
+    out_alone = subprocess.run([sys.executable, "-m", "aboleth.triton_compile", SEED, "--kernel", "alltoall",
+                                "--target", "p2p", "--signature", export_kernels.SEED_SIGNATURE, "--constexpr",
+                                "BYTES=256", "--constexpr", "RANK=1", "--out", str(tmp_path)],
+                               capture_output=True, text=True, cwd=REPO_ROOT)
+    assert out_alone.returncode == 2
+    assert out_alone.stderr.strip() == "aboleth: error: --out DIR goes with --export fragment|kernel|function"

@@ -515,7 +515,7 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
                     signature,
                     constexpr,
                     num_warps,
-                    export: export.map(|form| (form, out.clone())),
+                    export: (export, out.clone()),
                 };
                 return compile_python(&request, python);
             }
@@ -889,8 +889,8 @@ struct PythonCompilation<'a> {
     signature: Vec<String>,
     constexpr: Vec<String>,
     num_warps: Option<u32>,
-    /// `--export FORM [--out DIR]`.
-    export: Option<(ExportForm, Option<String>)>,
+    /// `--export FORM` and `--out DIR` (the Python side checks that they come together).
+    export: (Option<ExportForm>, Option<String>),
 }
 
 /// `aboleth compile KERNEL.py`: hands the work to the Python package (Triton lives there).
@@ -918,11 +918,11 @@ fn compile_python(request: &PythonCompilation<'_>, python: &str) -> anyhow::Resu
     if let Some(warps) = request.num_warps {
         arguments.extend(["--num-warps".to_string(), warps.to_string()]);
     }
-    if let Some((form, out)) = &request.export {
+    if let Some(form) = request.export.0 {
         arguments.extend(["--export".to_string(), form.name().to_string()]);
-        if let Some(out) = out {
-            arguments.extend(["--out".to_string(), out.clone()]);
-        }
+    }
+    if let Some(out) = &request.export.1 {
+        arguments.extend(["--out".to_string(), out.clone()]);
     }
     if pipeline.passes_off {
         arguments.push("--passes-off".to_string());

@@ -53,7 +53,9 @@ pub enum SignalOperation {
 }
 
 /// What `ab.wait_signal` waits for: the flag compared with the value (`flag OP value`), on signed
-/// 64-bit integers as the IR computes. Absent, the wait is `Ge` (a flag that reaches an epoch).
+/// 64-bit integers as the IR, the simulator and tier 2's code compute; tier 1's C++ encoding
+/// compares unsigned, as NVSHMEM's `uint64_t` signals (the same for values below 2^63).
+/// Absent, the wait is `Ge` (a flag that reaches an epoch).
 /// The variants are NVSHMEM's `NVSHMEM_CMP_*` in its order, so [`Comparison::nvshmem_code`] is
 /// the number a `signal_wait_until` port passes.
 #[pliron_attr(name = "ab.comparison", format, verifier = "succ")]

@@ -146,8 +146,9 @@ impl<'k> World<'k> {
     }
 
     /// The updates of this launch a wait for `flag C expected` needs (`C` its comparison), as a
-    /// range of [`FlagHistory::updates`]: the first update after which the flag satisfied the
-    /// wait (in arrival order; for `>=`, the one that brought it to `expected` or more), and,
+    /// range of [`FlagHistory::updates`]: for `>=`, the first update (in arrival order) that
+    /// brought the flag to `expected` or more; for another comparison, the last update that
+    /// arrived (the value the wait read, which need not be the first that satisfied it); and,
     /// when it is an add, every update since the last set before it (the sum needs them all;
     /// the set heads the chain). None when no update of this launch satisfied it, or the flag
     /// already did when the launch started (the wait may pass on a value from before the
@@ -163,13 +164,24 @@ impl<'k> World<'k> {
             (first.signal.operation == SignalOperation::Add)
                 .then(|| first.value_after.wrapping_sub(first.signal.operand))
         });
-        if start.is_some_and(|start| comparison.holds(start, expected)) {
-            return None;
-        }
-        let reached = history
-            .updates
-            .iter()
-            .position(|update| comparison.holds(update.value_after, expected))?;
+        let reached = if comparison == Comparison::Ge {
+            if start.is_some_and(|start| start >= expected) {
+                return None;
+            }
+            history
+                .updates
+                .iter()
+                .position(|update| update.value_after >= expected)?
+        } else {
+            // A flag another comparison waits on may go down and up again: the wait passed on
+            // what the last update that arrived left, so that update (and its chain) is what
+            // it guarantees. None when nothing of this launch arrived (a value from before).
+            let last = history.updates.len().checked_sub(1)?;
+            if !comparison.holds(history.updates[last].value_after, expected) {
+                return None;
+            }
+            last
+        };
         let chain_start = history.updates[..=reached]
             .iter()
             .rposition(|update| update.signal.operation == SignalOperation::Set)
@@ -227,14 +239,14 @@ impl<'k> World<'k> {
                 }
             }
             None => {
-                // Stale epochs are a `>=` wait's hazard (an epoch that does not grow); waits
-                // with another comparison look for a value, not a launch.
-                if comparison == Comparison::Ge
+                // Stale epochs are the hazard of a wait for a growing value (`>=`, `>`); the
+                // other comparisons look for a value, not a launch.
+                if matches!(comparison, Comparison::Ge | Comparison::Gt)
                     && self
                         .flag_histories
                         .get(&(rank, address))
                         .and_then(|history| history.launch_start_value)
-                        .is_some_and(|value| value >= expected)
+                        .is_some_and(|value| comparison.holds(value, expected))
                 {
                     self.early_waits.push(EarlyWait {
                         rank,
@@ -242,6 +254,7 @@ impl<'k> World<'k> {
                         site,
                         flag: (rank, address),
                         expected,
+                        comparison,
                     });
                 }
             }
@@ -386,7 +399,7 @@ impl<'k> World<'k> {
             let Some(this_launch) = history
                 .updates
                 .iter()
-                .find(|update| update.value_after >= wait.expected)
+                .find(|update| wait.comparison.holds(update.value_after, wait.expected))
             else {
                 continue;
             };
@@ -425,10 +438,11 @@ impl<'k> World<'k> {
                 )
             };
             return Err(SimulationError::StaleEpoch(format!(
-                "{received}; waits cannot tell the launches apart: the wait at {} (rank {} program {}, for >= {}) passes on launch {round}'s value in launch {}; make the value grow with the launch (e.g. set the epoch, or wait for epoch * count with adds)",
+                "{received}; waits cannot tell the launches apart: the wait at {} (rank {} program {}, for {} {}) passes on launch {round}'s value in launch {}; make the value grow with the launch (e.g. set the epoch, or wait for epoch * count with adds)",
                 self.site_of(wait.rank, wait.site),
                 wait.rank,
                 wait.program,
+                wait.comparison.symbol(),
                 wait.expected,
                 round + 1,
             )));

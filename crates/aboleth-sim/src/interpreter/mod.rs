@@ -538,6 +538,7 @@ struct EarlyWait {
     site: usize,
     flag: (u32, u64),
     expected: i64,
+    comparison: Comparison,
 }
 
 /// A packet transfer in a staging slot, until a wait of the receiver unpacks it.
