@@ -253,11 +253,8 @@ enum Command {
         /// Print executed counts and simulated time as JSON.
         #[arg(long)]
         stats: bool,
-        /// Break the Aboleth lowering on purpose, to see the checker catch it: signal-before-data,
-        /// missing-fence, dropped-completion, doorbell-before-record, reused-source-without-wait,
-        /// false-single-owner, epoch-off-by-one, posting-without-barrier,
-        /// stale-publication-counter, wait-without-draining-receives,
-        /// no-periodic-completions, unpack-without-checking-packets, put-without-source-barrier.
+        /// Break the Aboleth lowering on purpose, to see the checker catch it (docs/SIMULATOR.md
+        /// lists the mutations and what catches each; an unknown name prints them all).
         #[arg(long, value_name = "MUTATION")]
         mutate: Option<String>,
         /// Scheduler steps per run before it is reported as not terminating.

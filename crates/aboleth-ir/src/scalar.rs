@@ -388,3 +388,216 @@ fn injective(
         _ => false,
     }
 }
+
+/// The signed range an integer value is known to lie in (both bounds inclusive). A bound
+/// nothing is known about is the extreme of the value's width, so every range is concrete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueRange {
+    /// Smallest value it can take.
+    pub low: i64,
+    /// Largest value it can take.
+    pub high: i64,
+}
+
+impl ValueRange {
+    /// Every value an integer of `width` bits holds.
+    pub fn of_width(width: u32) -> ValueRange {
+        if width >= 64 || width == 0 {
+            ValueRange {
+                low: i64::MIN,
+                high: i64::MAX,
+            }
+        } else {
+            let limit = 1i64 << (width - 1);
+            ValueRange {
+                low: -limit,
+                high: limit - 1,
+            }
+        }
+    }
+
+    fn point(value: i64) -> ValueRange {
+        ValueRange {
+            low: value,
+            high: value,
+        }
+    }
+
+    /// The range computed in `i128` when it lies within `width` bits; otherwise the arithmetic
+    /// may have wrapped and the value can be anything of that width.
+    fn within(low: i128, high: i128, width: u32) -> ValueRange {
+        let full = ValueRange::of_width(width);
+        if low >= i128::from(full.low) && high <= i128::from(full.high) && low <= high {
+            ValueRange {
+                low: low as i64,
+                high: high as i64,
+            }
+        } else {
+            full
+        }
+    }
+}
+
+/// How deep [`value_range`] follows an expression before it answers "the whole width".
+const RANGE_DEPTH_MAX: u32 = 32;
+
+/// The range `value` lies in, from its constants, the bounds of the loops whose variables it
+/// uses, and these rules: program ids and ranks are `>= 0`, the world size `>= 1`; `+ - *`
+/// exact (unless they could wrap); `/` and `%` by a constant; `min`, `max`; `&` with a
+/// non-negative operand is at most that operand; `|` of non-negative operands; comparisons
+/// are 0 or 1; casts keep the range when the new width holds it. Loads and anything else are
+/// the whole width. Used to bound the trip count of a loop whose count is only known at run
+/// time (`count = min(load(...), MAX)`), so that its commands can share one reservation.
+pub fn value_range(ctx: &Context, value: Value) -> ValueRange {
+    range_of(ctx, value, 0)
+}
+
+fn range_of(ctx: &Context, value: Value, depth: u32) -> ValueRange {
+    let width = integer_width(ctx, value).unwrap_or(64);
+    let full = ValueRange::of_width(width);
+    if let Some(constant) = constant_value(ctx, value) {
+        return ValueRange::point(constant);
+    }
+    if depth >= RANGE_DEPTH_MAX {
+        return full;
+    }
+    let operand_range = |index: usize, op: Ptr<Operation>| {
+        range_of(ctx, op.deref(ctx).get_operand(index), depth + 1)
+    };
+    let Some(op) = value.defining_op() else {
+        return induction_variable_range(ctx, value, depth).unwrap_or(full);
+    };
+    let (low, high): (i128, i128) = match op_name(ctx, op).as_str() {
+        "ab.rank" | "ab.program_id" => (0, i128::from(full.high)),
+        "ab.world_size" => (1, i128::from(full.high)),
+        "ab.cast" => {
+            let input = operand_range(0, op);
+            (i128::from(input.low), i128::from(input.high))
+        }
+        "ab.binop" => {
+            let binary = Operation::get_op::<BinaryOp>(op, ctx).expect("name matched");
+            let lhs = operand_range(0, op);
+            let rhs = operand_range(1, op);
+            let divisor = constant_value(ctx, op.deref(ctx).get_operand(1));
+            match binary_range(binary.operator(ctx), lhs, rhs, divisor) {
+                Some(bounds) => bounds,
+                None => return full,
+            }
+        }
+        _ => return full,
+    };
+    ValueRange::within(low, high, width)
+}
+
+/// `lhs operator rhs` over ranges, in `i128`; `None` when nothing better than the whole width
+/// is known. `divisor` is the right operand when it is a constant.
+fn binary_range(
+    operator: BinaryOperator,
+    lhs: ValueRange,
+    rhs: ValueRange,
+    divisor: Option<i64>,
+) -> Option<(i128, i128)> {
+    let (a_low, a_high) = (i128::from(lhs.low), i128::from(lhs.high));
+    let (b_low, b_high) = (i128::from(rhs.low), i128::from(rhs.high));
+    Some(match operator {
+        BinaryOperator::Add => (a_low + b_low, a_high + b_high),
+        BinaryOperator::Sub => (a_low - b_high, a_high - b_low),
+        BinaryOperator::Mul => {
+            let corners = [
+                a_low * b_low,
+                a_low * b_high,
+                a_high * b_low,
+                a_high * b_high,
+            ];
+            (*corners.iter().min()?, *corners.iter().max()?)
+        }
+        BinaryOperator::Div => {
+            // Truncating division by a constant is monotone in the dividend.
+            let c = i128::from(divisor.filter(|c| *c != 0)?);
+            if c > 0 {
+                (a_low / c, a_high / c)
+            } else {
+                (a_high / c, a_low / c)
+            }
+        }
+        BinaryOperator::Rem => {
+            // The result has the dividend's sign and is smaller than the divisor in magnitude.
+            let magnitude = i128::from(divisor.filter(|c| *c != 0)?).abs() - 1;
+            if a_low >= 0 {
+                (0, magnitude.min(a_high))
+            } else if a_high <= 0 {
+                ((-magnitude).max(a_low), 0)
+            } else {
+                (-magnitude, magnitude)
+            }
+        }
+        BinaryOperator::Min => (a_low.min(b_low), a_high.min(b_high)),
+        BinaryOperator::Max => (a_low.max(b_low), a_high.max(b_high)),
+        BinaryOperator::And => {
+            // `x & y` is in [0, y] for any x when y >= 0.
+            let high = [(a_low, a_high), (b_low, b_high)]
+                .into_iter()
+                .filter(|(low, _)| *low >= 0)
+                .map(|(_, high)| high)
+                .min()?;
+            (0, high)
+        }
+        BinaryOperator::Or => {
+            if a_low < 0 || b_low < 0 {
+                return None;
+            }
+            // No bit above the larger operand's highest bit.
+            let larger = a_high.max(b_high);
+            let bits = 128 - larger.leading_zeros();
+            (a_low.max(b_low), (1i128 << bits) - 1)
+        }
+        BinaryOperator::Eq
+        | BinaryOperator::Ne
+        | BinaryOperator::Lt
+        | BinaryOperator::Le
+        | BinaryOperator::Gt
+        | BinaryOperator::Ge => (0, 1),
+    })
+}
+
+/// The range of an `ab.for` variable with a positive constant step: from its lower bound's
+/// smallest value to one below its upper bound's largest. `None` for other block arguments.
+fn induction_variable_range(ctx: &Context, value: Value, depth: u32) -> Option<ValueRange> {
+    let block = value.get_parent_block(ctx)?;
+    let for_op = block.deref(ctx).get_parent_op(ctx)?;
+    Operation::get_op::<ForOp>(for_op, ctx)?;
+    if crate::walk::region_block(ctx, for_op, 0)
+        .deref(ctx)
+        .get_argument(0)
+        != value
+    {
+        return None;
+    }
+    let step = constant_value(ctx, for_op.deref(ctx).get_operand(2))?;
+    if step <= 0 {
+        return None;
+    }
+    let lower = range_of(ctx, for_op.deref(ctx).get_operand(0), depth + 1);
+    let upper = range_of(ctx, for_op.deref(ctx).get_operand(1), depth + 1);
+    let width = integer_width(ctx, value).unwrap_or(64);
+    Some(ValueRange::within(
+        i128::from(lower.low),
+        i128::from(upper.high) - 1,
+        width,
+    ))
+}
+
+/// The largest trip count `for_op` can have: its trip count when constant, otherwise the
+/// bound [`value_range`] gives its lower and upper bounds, with a positive constant step.
+/// `None` when the step is not a positive constant or the bound does not fit an `i64`.
+pub fn trip_count_bound(ctx: &Context, for_op: Ptr<Operation>) -> Option<i64> {
+    if let Some(trip) = constant_trip_count(ctx, for_op) {
+        return Some(trip);
+    }
+    let operation = for_op.deref(ctx);
+    let step = constant_value(ctx, operation.get_operand(2)).filter(|step| *step > 0)?;
+    let lower = value_range(ctx, operation.get_operand(0));
+    let upper = value_range(ctx, operation.get_operand(1));
+    let span = (i128::from(upper.high) - i128::from(lower.low)).max(0);
+    i64::try_from((span + i128::from(step) - 1) / i128::from(step)).ok()
+}

@@ -1,10 +1,14 @@
 //! `batch-commands`: group consecutive commands on one queue under one reservation.
 //!
-//! Facts used: program order within a block, the endpoint of each transfer, and constant trip
+//! Facts used: program order within a block, the endpoint of each transfer, and loop trip
 //! counts. A batch is a maximal run, in one block, of members on the same endpoint, where a
-//! member is an `ab.put`/`ab.signal`, or an `ab.for` with a constant trip count whose body holds
-//! only pure scalar ops and transfers on that endpoint (so the slots it takes are known before
-//! it starts). Pure scalar ops (`builtin.constant`, `ab.binop`, `ab.cast`, `ab.ptr_add`,
+//! member is an `ab.put`/`ab.signal`, or an `ab.for` whose body holds only pure scalar ops and
+//! transfers on that endpoint (nested loops with constant trip counts allowed), so that the
+//! slots it takes are known before it starts: its trip count is a constant, or is computed at
+//! run time from values defined before the batch's first member and bounded
+//! (`scalar::trip_count_bound`: `count = min(load(..), MAX)`, `count % N`, ...) so that the
+//! ring can be sized for the bound. Such a loop (MoE's compacted tokens, one put each) then
+//! takes one reservation and one doorbell with the signal after it, not one per token. Pure scalar ops (`builtin.constant`, `ab.binop`, `ab.cast`, `ab.ptr_add`,
 //! `ab.at`, `ab.remote`, `ab.load`) between members do not end a run; anything else does
 //! (waits, drains, fences, stores, `ab.if`, transfers on another endpoint). Members get the
 //! attribute `batch = N`. Program order inside a batch is kept, so every ordering the program
@@ -18,6 +22,7 @@ use aboleth_ir::{
         operation::Operation,
         value::Value,
     },
+    scalar::constant_trip_count,
     text::op_name,
     walk::{all_ops, block_ops},
 };
@@ -28,7 +33,11 @@ use crate::support::transfers::{
 };
 
 /// Runs the pass on every block of `module`.
-pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {
+pub fn run(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    pass: &PassContext,
+) -> Result<bool, Diagnostic> {
     let mut blocks = Vec::new();
     for op in all_ops(ctx, module) {
         if let Some(block) = op.deref(ctx).get_parent_block()
@@ -55,13 +64,20 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
                 // Transfers inside a batchable loop are handled with their loop.
                 Some(endpoint_of(ctx, op))
             } else if name == "ab.for" {
-                batchable_loop_endpoint(ctx, op)
+                batchable_loop_endpoint(ctx, op, pass.target)
             } else {
                 None
             };
             match member_endpoint {
                 Some(endpoint) => match &mut current {
-                    Some((run_endpoint, members)) if *run_endpoint == endpoint => members.push(op),
+                    // The run's reservation is emitted before its first member: a run-time trip
+                    // count computed after that member starts a new run.
+                    Some((run_endpoint, members))
+                        if *run_endpoint == endpoint
+                            && trip_count_available_before(ctx, op, members[0]) =>
+                    {
+                        members.push(op)
+                    }
                     _ => {
                         if let Some((_, members)) = current.take() {
                             runs.push(members);
@@ -97,4 +113,30 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
         }
     }
     Ok(changed)
+}
+
+/// True when `member` is not a loop with a run-time trip count, or its bounds and step are
+/// defined before `first` (in an enclosing block, or earlier in `first`'s block): a
+/// reservation before `first` can count its iterations.
+fn trip_count_available_before(
+    ctx: &Context,
+    member: Ptr<Operation>,
+    first: Ptr<Operation>,
+) -> bool {
+    if op_name(ctx, member) != "ab.for" || constant_trip_count(ctx, member).is_some() {
+        return true;
+    }
+    let block = first.deref(ctx).get_parent_block();
+    let ops = block.map(|block| block_ops(ctx, block)).unwrap_or_default();
+    let first_index = ops.iter().position(|op| *op == first);
+    member
+        .deref(ctx)
+        .operands()
+        .all(|bound| match bound.defining_op() {
+            Some(definition) if definition.deref(ctx).get_parent_block() == block => {
+                ops.iter().position(|op| *op == definition) < first_index
+            }
+            // Block arguments and values of enclosing blocks dominate the whole block.
+            _ => true,
+        })
 }

@@ -63,7 +63,7 @@ pub fn run(
         let Some(trip) = constant_trip_count(ctx, op) else {
             continue;
         };
-        let Some(endpoint) = batchable_loop_endpoint(ctx, op) else {
+        let Some(endpoint) = batchable_loop_endpoint(ctx, op, pass.target) else {
             continue;
         };
         // Only the outermost loop of a batch is spread: an inner one runs whole in each thread.

@@ -1,11 +1,13 @@
 //! `size-buffers`: record how many queue slots each endpoint needs in flight.
 //!
 //! For every `ab.endpoint`, sums the slots (WQE basic blocks on mlx5, ring entries on proxy) of
-//! the transfers posted on it between completion points (`ab.wait`, `ab.drain`), with constant
-//! loops multiplied out, and records the largest such reuse distance as `queue_slots` (a power
-//! of two, at least 64). The runtime and the simulator size the ring from it; a batch can then
-//! never exceed the ring. Loops with unknown trip counts record `queue_slots_unbounded`, and the
-//! lowering requests a completion per batch there. p2p has no queue: nothing is recorded.
+//! the transfers posted on it between completion points (`ab.wait`, `ab.drain`), with loops
+//! multiplied out by their trip count or, when that is known only at run time, its bound
+//! (`scalar::trip_count_bound`), and records the largest such reuse distance as `queue_slots`
+//! (a power of two, at least 64). The runtime and the simulator size the ring from it; a batch
+//! can then never exceed the ring. Loops with unbounded trip counts record
+//! `queue_slots_unbounded`; they are not batched, and the reservations reclaim the ring
+//! through mlx5's periodic completions. p2p has no queue: nothing is recorded.
 
 use aboleth_abi::Transport;
 use std::collections::HashMap;
@@ -17,7 +19,7 @@ use aboleth_ir::{
         operation::Operation,
         value::Value,
     },
-    scalar::{constant_trip_count, enclosing_loops},
+    scalar::{enclosing_loops, trip_count_bound},
     text::op_name,
     walk::all_ops,
 };
@@ -49,7 +51,7 @@ pub fn run(
             let mut multiplicity = Some(1i64);
             for loop_op in enclosing_loops(ctx, op) {
                 multiplicity = multiplicity
-                    .zip(constant_trip_count(ctx, loop_op))
+                    .zip(trip_count_bound(ctx, loop_op))
                     .and_then(|(a, b)| a.checked_mul(b));
             }
             let entry = in_flight.entry(endpoint).or_insert((0, 0, false));

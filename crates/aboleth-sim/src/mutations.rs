@@ -74,11 +74,18 @@ pub enum Mutation {
     /// `ab.wait_signal`'s `comparison`). Caught as data not visible when a `!=`, `>`, `<=` or
     /// `<` wait passes on the value the previous launch left.
     WaitComparisonDropped,
+    /// A reservation whose slot count is computed at run time (a batch with a loop whose trip
+    /// count is loaded) takes one slot fewer than its commands use, as a lowering that counted
+    /// a run-time loop one iteration short would. The next reservation on the queue then
+    /// starts inside this batch. Caught as a queue whose counters disagree at the end of the
+    /// launch, an overwritten or skipped command (lost data, a NIC or proxy error), or a
+    /// deadlock.
+    RunTimeBatchUnderReserved,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 14] = [
+    pub const ALL: [Mutation; 15] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -93,6 +100,7 @@ impl Mutation {
         Mutation::UnpackWithoutCheckingPackets,
         Mutation::PutWithoutSourceBarrier,
         Mutation::WaitComparisonDropped,
+        Mutation::RunTimeBatchUnderReserved,
     ];
 
     /// The command-line name.
@@ -112,6 +120,7 @@ impl Mutation {
             Mutation::UnpackWithoutCheckingPackets => "unpack-without-checking-packets",
             Mutation::PutWithoutSourceBarrier => "put-without-source-barrier",
             Mutation::WaitComparisonDropped => "wait-comparison-dropped",
+            Mutation::RunTimeBatchUnderReserved => "run-time-batch-under-reserved",
         }
     }
 
@@ -308,6 +317,22 @@ impl Mutation {
                         attrs::remove(ctx, op, "comparison");
                         changed = true;
                     }
+                }
+            }
+            Mutation::RunTimeBatchUnderReserved => {
+                for op in all_ops(ctx, module) {
+                    if !matches!(op_name(ctx, op).as_str(), "mlx5.reserve" | "proxy.reserve") {
+                        continue;
+                    }
+                    let count = op.deref(ctx).get_operand(1);
+                    if aboleth_ir::scalar::constant_value(ctx, count).is_some() {
+                        continue;
+                    }
+                    let mut builder = Builder::before(ctx, op);
+                    let one = builder.constant(ctx, 1);
+                    let short = builder.binary(ctx, BinaryOperator::Sub, count, one);
+                    Operation::replace_operand(op, ctx, 1, short);
+                    changed = true;
                 }
             }
             Mutation::PostingWithoutBarrier => {

@@ -42,6 +42,7 @@ fn every_example_validates_on_every_target() {
         "dead_put",
         "epoch_counter",
         "moe_dispatch",
+        "moe_dispatch_compacted",
         "reuse_source",
         "shared_queue",
         "stream_put_signal_1",
@@ -76,6 +77,7 @@ fn small_send_rings_wrap_and_are_reclaimed_through_completions() {
     for name in [
         "alltoall",
         "moe_dispatch",
+        "moe_dispatch_compacted",
         "reuse_source",
         "shared_queue",
         "stream_put_signal_4",
@@ -126,6 +128,52 @@ fn write_with_immediate_signals_validate_and_save_a_wqe_per_signal() {
         // Per program: 4 puts + 4 signals library-style, 4 writes with immediate here.
         assert_eq!(off.wqes, u64::from(ranks * (ranks - 1)) * 8);
         assert_eq!(on.wqes, u64::from(ranks * (ranks - 1)) * 4);
+    }
+}
+
+/// moe_dispatch_compacted's per-peer loop runs `count` times, a count loaded at run time and
+/// bounded by `% 4`: its puts and the signal after it share one reservation and one doorbell
+/// per program on the queue transports (library style: one of each per command), and every
+/// configuration validates.
+#[test]
+fn a_loop_with_a_run_time_trip_count_posts_one_batch_per_program() {
+    for target in [Transport::Mlx5, Transport::Proxy] {
+        for ranks in [2, 4, 8] {
+            let mut options = ValidationOptions::new(target);
+            options.ranks = ranks;
+            options.rounds = 2;
+            let validation = run("moe_dispatch_compacted", &options);
+            assert!(
+                validation.passed(),
+                "{} {ranks} ranks: {:#?}",
+                target.name(),
+                validation.failures
+            );
+            let programs = u64::from(ranks * (ranks - 1));
+            for round in &validation.passes_on.rounds {
+                assert_eq!(round.counts.reservations, programs, "{}", target.name());
+                assert_eq!(round.counts.doorbells, programs, "{}", target.name());
+            }
+            let off = validation.passes_off.rounds[0].counts;
+            // One WQE per token and one per signal; library style rings for each.
+            assert!(off.wqes > programs, "some tokens were sent");
+            assert_eq!(off.doorbells, off.wqes);
+        }
+    }
+}
+
+#[test]
+fn mutation_run_time_batch_under_reserved_is_caught() {
+    for target in [Transport::Mlx5, Transport::Proxy] {
+        let mut options = ValidationOptions::new(target);
+        options.ranks = 3;
+        options.rounds = 3;
+        options.mutation = Some(Mutation::RunTimeBatchUnderReserved);
+        let validation = run("moe_dispatch_compacted", &options);
+        assert!(!validation.passed(), "{}: nothing caught", target.name());
+        for failure in &validation.failures {
+            assert_eq!(failure.configuration, "passes-on", "{failure:?}");
+        }
     }
 }
 

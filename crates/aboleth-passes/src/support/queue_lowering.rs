@@ -2,9 +2,11 @@
 //! submission and completion waits, driven by the planning attributes.
 //!
 //! For each batch (or each single transfer when there is none) it emits: one reservation of
-//! the batch's slots (atomic unless the endpoint has one owner), the commands at their slots
-//! (loops included: a slot is `base + offset + iteration * slots_per_iteration + k`), and the
-//! submission after the last command (or after each command without `coalesce-doorbells`).
+//! the batch's slots (atomic unless the endpoint has one owner; a loop with a run-time trip
+//! count adds `trip * slots_per_iteration`, computed before the batch), the commands at their
+//! slots (loops included: a slot is `base + offset + iteration * slots_per_iteration + k`, and
+//! members after a run-time loop start past its slots), and the submission after the last
+//! command (or after each command without `coalesce-doorbells`).
 //! Where an attribute is absent it does what a library does on every call: atomic
 //! reservation, a GPU fence, in-order publication, the post lock, `atomicMax` on the producer
 //! index, a completion per command, a fenced signal. `ab.wait` becomes a completion wait on its
@@ -30,7 +32,7 @@ use aboleth_ir::{
         operation::Operation,
         value::Value,
     },
-    scalar::constant_trip_count,
+    scalar::{constant_trip_count, constant_value},
     text::op_name,
     transport::GpuBarrierOp,
     walk::{block_ops, kernels, region_block},
@@ -259,18 +261,37 @@ impl<T: QueueTransport> Lowering<'_, T> {
     ) -> Result<(), Diagnostic> {
         let target = T::TARGET;
         let first = members[0];
-        let endpoint = member_endpoint(ctx, first);
+        let endpoint = member_endpoint(ctx, first, target);
         let shared = !has_single_owner(ctx, endpoint);
         let coalesce = library_put_signal
             || members
                 .iter()
                 .all(|m| attrs::get_string(ctx, *m, "doorbell").as_deref() == Some("batch"));
-        let mut total = 0i64;
+        // The slots of every member with a constant count, then those of loops whose trip
+        // count is known only at run time (computed here, before the batch: `batch-commands`
+        // checked their bounds are defined by then).
+        let mut constant_slots = 0i64;
+        let mut run_time_loops = Vec::new();
         for member in members {
-            total += member_slots(ctx, *member, target)?;
+            if op_name(ctx, *member) == "ab.for" && constant_trip_count(ctx, *member).is_none() {
+                run_time_loops.push((
+                    *member,
+                    loop_slots_per_iteration_checked(ctx, *member, target)?,
+                ));
+            } else {
+                constant_slots += member_slots(ctx, *member, target)?;
+            }
         }
         let mut builder = Builder::before(ctx, first);
-        let count = builder.constant(ctx, total);
+        let mut count = builder.constant(ctx, constant_slots);
+        let mut run_time_trips = HashMap::new();
+        for (for_op, per_iteration) in run_time_loops {
+            let trip = emit_trip_count(ctx, &mut builder, for_op);
+            let per_iteration_value = builder.constant(ctx, per_iteration);
+            let slots = builder.binary(ctx, BinaryOperator::Mul, trip, per_iteration_value);
+            count = builder.binary(ctx, BinaryOperator::Add, count, slots);
+            run_time_trips.insert(for_op, (trip, slots));
+        }
         let base = emit_reserve::<T::ReserveOp>(ctx, &mut builder, endpoint, count, shared);
         // `choose-doorbell-scope`: loops whose iterations run on a warp or the whole CTA. Those
         // threads need the base slot too, and the leader rings only after their writes.
@@ -283,14 +304,31 @@ impl<T: QueueTransport> Lowering<'_, T> {
         {
             attrs::set_bool(ctx, reserve, "broadcast", true);
         }
+        // A member's first slot is `start + offset`; after a run-time loop, `start` moves past
+        // its slots and `offset` restarts.
+        let mut start = base;
         let mut offset = 0i64;
         for member in members {
-            if op_name(ctx, *member) == "ab.for" {
-                offset += self.lower_loop_member(ctx, *member, base, offset, shared, coalesce)?;
+            if let Some((trip, slots)) = run_time_trips.get(member).copied() {
+                let mut builder = Builder::before(ctx, *member);
+                let offset_value = builder.constant(ctx, offset);
+                let loop_start = builder.binary(ctx, BinaryOperator::Add, start, offset_value);
+                let trip = LoopTrip::RunTime(trip);
+                self.lower_loop_member(ctx, *member, loop_start, 0, trip, shared, coalesce)?;
+                if Some(member) != members.last() {
+                    let mut builder = Builder::after(ctx, *member);
+                    start = builder.binary(ctx, BinaryOperator::Add, loop_start, slots);
+                    offset = 0;
+                }
+            } else if op_name(ctx, *member) == "ab.for" {
+                let trip =
+                    LoopTrip::Constant(constant_trip_count(ctx, *member).expect("checked above"));
+                offset +=
+                    self.lower_loop_member(ctx, *member, start, offset, trip, shared, coalesce)?;
             } else {
                 let mut builder = Builder::before(ctx, *member);
                 let offset_value = builder.constant(ctx, offset);
-                let slot = builder.binary(ctx, BinaryOperator::Add, base, offset_value);
+                let slot = builder.binary(ctx, BinaryOperator::Add, start, offset_value);
                 let slots = self.lower_transfer(ctx, *member, slot, None, shared, coalesce)?;
                 offset += slots;
             }
@@ -298,6 +336,16 @@ impl<T: QueueTransport> Lowering<'_, T> {
         if coalesce {
             let last = *members.last().expect("a batch has members");
             let mut builder = Builder::after(ctx, last);
+            if constant_slots == 0 && !run_time_trips.is_empty() {
+                // Every member is a run-time loop, and they may all run zero times: then nothing
+                // is submitted. On a shared queue an empty batch's publication would wait, in
+                // ticket order, for a turn another batch with the same base already took.
+                let zero = builder.constant(ctx, 0);
+                let posted = builder.binary(ctx, BinaryOperator::Ne, count, zero);
+                let (_, block) = builder.create_if(ctx, posted);
+                let terminator = block_ops(ctx, block)[0];
+                builder = Builder::before(ctx, terminator);
+            }
             let end = builder.binary(ctx, BinaryOperator::Add, base, count);
             if let Some(scope) = &widest_scope {
                 let barrier = builder.create::<GpuBarrierOp>(ctx, vec![], vec![]);
@@ -317,27 +365,26 @@ impl<T: QueueTransport> Lowering<'_, T> {
         Ok(())
     }
 
-    /// Lowers a batched loop whose slots start at `base + offset`; returns the slots it takes.
+    /// Lowers a batched loop whose slots start at `base + offset`; returns the slots it takes
+    /// when its trip count is a constant (0 for a run-time one, whose slots the caller counted).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "where its slots start, how many iterations, and how the batch posts"
+    )]
     fn lower_loop_member(
         &mut self,
         ctx: &mut Context,
         for_op: Ptr<Operation>,
         base: Value,
         offset: i64,
+        trip: LoopTrip,
         shared: bool,
         coalesce: bool,
     ) -> Result<i64, Diagnostic> {
         let target = T::TARGET;
-        let trip =
-            constant_trip_count(ctx, for_op).expect("batched loops have constant trip counts");
         let body = region_block(ctx, for_op, 0);
         let body_ops = block_ops(ctx, body);
-        let mut per_iteration = 0;
-        for op in &body_ops {
-            if is_transfer(ctx, *op) || op_name(ctx, *op) == "ab.for" {
-                per_iteration += member_slots(ctx, *op, target)?;
-            }
-        }
+        let per_iteration = loop_slots_per_iteration_checked(ctx, for_op, target)?;
         let induction = body.deref(ctx).get_argument(0);
         let (lower, step) = {
             let operation = for_op.deref(ctx);
@@ -352,16 +399,26 @@ impl<T: QueueTransport> Lowering<'_, T> {
         let offset_value = builder.constant(ctx, offset);
         let start = builder.binary(ctx, BinaryOperator::Add, base, offset_value);
         let iteration_base = builder.binary(ctx, BinaryOperator::Add, start, scaled);
-        let last_index = builder.constant(ctx, trip - 1);
+        let last_index = match trip {
+            LoopTrip::Constant(trip) => builder.constant(ctx, trip - 1),
+            LoopTrip::RunTime(trip) => {
+                let one = builder.constant(ctx, 1);
+                builder.binary(ctx, BinaryOperator::Sub, trip, one)
+            }
+        };
         let is_last = builder.binary(ctx, BinaryOperator::Eq, iteration, last_index);
         let mut inner_offset = 0i64;
         for op in body_ops {
             if op_name(ctx, op) == "ab.for" {
+                let inner_trip = LoopTrip::Constant(
+                    constant_trip_count(ctx, op).expect("nested batched loops are constant"),
+                );
                 inner_offset += self.lower_loop_member(
                     ctx,
                     op,
                     iteration_base,
                     inner_offset,
+                    inner_trip,
                     shared,
                     coalesce,
                 )?;
@@ -373,8 +430,12 @@ impl<T: QueueTransport> Lowering<'_, T> {
                     self.lower_transfer(ctx, op, slot, Some(is_last), shared, coalesce)?;
             }
         }
-        trip.checked_mul(per_iteration)
-            .ok_or_else(|| too_many_slots(ctx, for_op))
+        match trip {
+            LoopTrip::Constant(trip) => trip
+                .checked_mul(per_iteration)
+                .ok_or_else(|| too_many_slots(ctx, for_op)),
+            LoopTrip::RunTime(_) => Ok(0),
+        }
     }
 
     /// Lowers one transfer at `slot`; returns its slot count.
@@ -553,9 +614,58 @@ fn fusable_signal(ctx: &Context, ops: &[Ptr<Operation>], index: usize) -> Option
     None
 }
 
-fn member_endpoint(ctx: &Context, member: Ptr<Operation>) -> Value {
+/// How many iterations a batched loop runs: a constant, or a value computed before the batch.
+#[derive(Clone, Copy)]
+enum LoopTrip {
+    Constant(i64),
+    RunTime(Value),
+}
+
+/// Emits `max(0, ceil((upper - lower) / step))` of a loop with a positive constant step (what
+/// `batch-commands` requires of a loop with a run-time trip count).
+fn emit_trip_count(ctx: &mut Context, builder: &mut Builder, for_op: Ptr<Operation>) -> Value {
+    let (lower, upper, step) = {
+        let operation = for_op.deref(ctx);
+        (
+            operation.get_operand(0),
+            operation.get_operand(1),
+            operation.get_operand(2),
+        )
+    };
+    let step_value = constant_value(ctx, step).expect("batched loops have a constant step");
+    let span = builder.binary(ctx, BinaryOperator::Sub, upper, lower);
+    let iterations = if step_value == 1 {
+        span
+    } else {
+        let rounding = builder.constant(ctx, step_value - 1);
+        let rounded = builder.binary(ctx, BinaryOperator::Add, span, rounding);
+        builder.binary(ctx, BinaryOperator::Div, rounded, step)
+    };
+    let zero = builder.constant(ctx, 0);
+    builder.binary(ctx, BinaryOperator::Max, iterations, zero)
+}
+
+/// The slots one iteration of a batched loop takes, or the error naming the command whose size
+/// is not a constant.
+fn loop_slots_per_iteration_checked(
+    ctx: &Context,
+    for_op: Ptr<Operation>,
+    target: Transport,
+) -> Result<i64, Diagnostic> {
+    let mut per_iteration = 0i64;
+    for op in block_ops(ctx, region_block(ctx, for_op, 0)) {
+        if is_transfer(ctx, op) || op_name(ctx, op) == "ab.for" {
+            per_iteration = per_iteration
+                .checked_add(member_slots(ctx, op, target)?)
+                .ok_or_else(|| too_many_slots(ctx, for_op))?;
+        }
+    }
+    Ok(per_iteration)
+}
+
+fn member_endpoint(ctx: &Context, member: Ptr<Operation>, target: Transport) -> Value {
     if op_name(ctx, member) == "ab.for" {
-        batchable_loop_endpoint(ctx, member).expect("batched loops have one endpoint")
+        batchable_loop_endpoint(ctx, member, target).expect("batched loops have one endpoint")
     } else {
         endpoint_of(ctx, member)
     }
@@ -578,13 +688,8 @@ fn member_slots(
     target: Transport,
 ) -> Result<i64, Diagnostic> {
     if op_name(ctx, member) == "ab.for" {
-        let trip = constant_trip_count(ctx, member).unwrap_or(0);
-        let mut per_iteration = 0;
-        for op in block_ops(ctx, region_block(ctx, member, 0)) {
-            if is_transfer(ctx, op) || op_name(ctx, op) == "ab.for" {
-                per_iteration += member_slots(ctx, op, target)?;
-            }
-        }
+        let trip = constant_trip_count(ctx, member).expect("a loop counted here is constant");
+        let per_iteration = loop_slots_per_iteration_checked(ctx, member, target)?;
         return trip
             .checked_mul(per_iteration)
             .ok_or_else(|| too_many_slots(ctx, member));

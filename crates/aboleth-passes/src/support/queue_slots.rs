@@ -1,8 +1,8 @@
 //! How many queue slots a command takes on each transport (WQE basic blocks on mlx5, ring
 //! entries on proxy), and the inline payload limit that decides it for an mlx5 put.
 //!
-//! Read by `size-buffers` (ring sizes), the queue lowering (slot offsets), the code generator
-//! and the simulator (inline WQE sizes). Nothing here rewrites IR.
+//! Read by `batch-commands` (which run-time loops fit a batch), `size-buffers` (ring sizes),
+//! the queue lowering (slot offsets), the code generator and the simulator (inline WQE sizes). Nothing here rewrites IR.
 
 use aboleth_abi::Transport;
 use aboleth_ir::{
@@ -15,11 +15,12 @@ use aboleth_ir::{
         context::{Context, Ptr},
         operation::Operation,
     },
-    scalar::constant_value,
+    scalar::{constant_trip_count, constant_value},
     text::op_name,
+    walk::{block_ops, region_block},
 };
 
-use crate::support::transfers::signal_operation;
+use crate::support::transfers::{is_transfer, signal_operation};
 
 /// Largest payload the mlx5 lowering copies into a WQE instead of pointing at it. NICs accept
 /// up to `max_inline_data` (often 220 B), but every inlined byte is a GPU store into the SQ, so
@@ -57,6 +58,28 @@ pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Transport) -> Option<
         Transport::Proxy => Some(1),
         Transport::P2p | Transport::Efa | Transport::Ionic => Some(0),
     }
+}
+
+/// Queue slots one iteration of `for_op` takes on `target`: its transfers' and, for nested
+/// loops, their constant trip count times theirs. `None` when a size is not a compile-time
+/// constant, a nested loop's trip count is not constant, or the count overflows.
+pub fn loop_slots_per_iteration(
+    ctx: &Context,
+    for_op: Ptr<Operation>,
+    target: Transport,
+) -> Option<i64> {
+    let mut total = 0i64;
+    for op in block_ops(ctx, region_block(ctx, for_op, 0)) {
+        let slots = if op_name(ctx, op) == "ab.for" {
+            constant_trip_count(ctx, op)?.checked_mul(loop_slots_per_iteration(ctx, op, target)?)?
+        } else if is_transfer(ctx, op) {
+            slots_of(ctx, op, target)?
+        } else {
+            continue;
+        };
+        total = total.checked_add(slots)?;
+    }
+    Some(total)
 }
 
 /// Basic blocks of an inline RDMA WRITE of `bytes`: ctrl (16) + raddr (16) + a 4-byte inline

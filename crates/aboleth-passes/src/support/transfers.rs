@@ -1,11 +1,12 @@
 //! Questions passes ask about communication ops: which endpoint, which predicate, which
 //! `after` token, which root pointer; which ops are pure scalar code; which loops post to one
-//! endpoint; which endpoints have one owner.
+//! endpoint and can share one reservation; which endpoints have one owner.
 //!
 //! Shared so that every pass and lowering reads `ab.put`/`ab.signal` operands and the planning
 //! attributes the same way, and the pass files hold only their own decision. Nothing here
 //! rewrites IR.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     ab::{
         attributes::{QueueOwner, SignalOperation},
@@ -17,10 +18,12 @@ use aboleth_ir::{
         operation::Operation,
         value::Value,
     },
-    scalar::{constant_trip_count, defined_inside},
+    scalar::{constant_trip_count, defined_inside, trip_count_bound},
     text::op_name,
     walk::region_ops,
 };
+
+use crate::support::queue_slots::loop_slots_per_iteration;
 
 /// True for the ops that post a command on a queue (`ab.put`, `ab.signal`).
 pub fn is_transfer(ctx: &Context, op: Ptr<Operation>) -> bool {
@@ -81,11 +84,36 @@ pub fn is_pure_scalar(name: &str) -> bool {
     )
 }
 
-/// The endpoint every transfer in a batchable loop uses, if the loop is batchable: a constant
-/// trip count, and a body of pure scalar ops and transfers (or batchable loops) on one endpoint
+/// Most queue slots a batched loop whose trip count is known only at run time may take at its
+/// trip count's bound: the ring `size-buffers` sizes for it must stay allocatable (mlx5 devices
+/// report `max_qp_wr` 32768). A loop past it posts command by command instead.
+pub const RUN_TIME_BATCH_SLOTS_MAX: i64 = 1 << 15;
+
+/// The endpoint every transfer in a batchable loop uses, if the loop is batchable: a trip
+/// count that is constant, or known at run time before the loop starts and bounded
+/// ([`trip_count_bound`]) so that its slots on `target` stay within
+/// [`RUN_TIME_BATCH_SLOTS_MAX`]; and a body of pure scalar ops and transfers (or batchable
+/// loops with constant trip counts, so every iteration takes the same slots) on one endpoint
 /// defined outside it.
-pub fn batchable_loop_endpoint(ctx: &Context, for_op: Ptr<Operation>) -> Option<Value> {
-    constant_trip_count(ctx, for_op)?;
+pub fn batchable_loop_endpoint(
+    ctx: &Context,
+    for_op: Ptr<Operation>,
+    target: Transport,
+) -> Option<Value> {
+    let endpoint = loop_body_endpoint(ctx, for_op)?;
+    if constant_trip_count(ctx, for_op).is_none() {
+        let bound = trip_count_bound(ctx, for_op)?;
+        let per_iteration = loop_slots_per_iteration(ctx, for_op, target)?;
+        bound
+            .checked_mul(per_iteration)
+            .filter(|slots| *slots <= RUN_TIME_BATCH_SLOTS_MAX)?;
+    }
+    Some(endpoint)
+}
+
+/// The one endpoint of a loop body made of pure scalar ops, transfers and nested loops of the
+/// same kind with constant trip counts.
+fn loop_body_endpoint(ctx: &Context, for_op: Ptr<Operation>) -> Option<Value> {
     let mut endpoint = None;
     for op in region_ops(ctx, for_op, 0) {
         let name = op_name(ctx, op);
@@ -96,7 +124,8 @@ pub fn batchable_loop_endpoint(ctx: &Context, for_op: Ptr<Operation>) -> Option<
             }
             endpoint = Some(this);
         } else if name == "ab.for" {
-            let inner = batchable_loop_endpoint(ctx, op)?;
+            constant_trip_count(ctx, op)?;
+            let inner = loop_body_endpoint(ctx, op)?;
             if endpoint.is_some_and(|e| e != inner) {
                 return None;
             }
