@@ -1,0 +1,319 @@
+"""``aboleth.moe.Buffer``: DeepEP's ``Buffer`` API, low-latency mode, compiled by Aboleth.
+
+A DeepEP user switches by changing the import: ``Buffer(group, num_nvl_bytes, num_rdma_bytes,
+low_latency_mode=True, ...)``, ``Buffer.get_low_latency_rdma_size_hint(...)``,
+``low_latency_dispatch(...)`` returning ``(recv_x, recv_count, handle, event, hook)``,
+``low_latency_combine(...)`` returning ``(combined_x, event, hook)`` and
+``get_next_low_latency_combine_buffer(handle)``. What differs is listed in
+docs/COMPILED_MOE.md. The normal (throughput) mode is not built yet: ``dispatch``/``combine``
+raise ``NotImplementedError`` saying so.
+
+One pool per rank (``aboleth/moe/layout.py``) is registered with an :class:`aboleth.World` and
+exchanged once as the region ``pool``. Every call runs on the current stream with no host
+synchronization: the epochs live in the pool and are incremented on the device, so a CUDA graph
+that captured a dispatch and a combine advances them on every replay.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Tuple
+
+from .layout import LowLatencyLayout
+
+#: Rows of hidden the copying kernels move per step, and tokens per receiving program.
+BLOCK_HIDDEN = 1024
+BLOCK_TOKENS = 16
+
+
+def _torch() -> Any:
+    import torch
+    return torch
+
+
+class EventOverlap:
+    """DeepEP's event wrapper: ``current_stream_wait()``. Every Aboleth call runs on the current
+    stream, so there is nothing to wait for; it exists so that DeepEP code runs unchanged."""
+
+    def __init__(self, event: Any = None) -> None:
+        self.event = event
+
+    def current_stream_wait(self) -> None:
+        if self.event is not None:
+            _torch().cuda.current_stream().wait_event(self.event)
+
+
+class LowLatencyHandle:
+    """What a low-latency dispatch leaves for its combine: the routing, where each (token, k)
+    was packed, and the received layout (``layout_range[j, s] = offset << 32 | count``)."""
+
+    def __init__(self, layout: LowLatencyLayout, topk_idx: Any, positions: Any, layout_range: Any,
+                 num_tokens: int) -> None:
+        self.layout = layout
+        self.topk_idx = topk_idx
+        self.positions = positions
+        self.layout_range = layout_range
+        self.num_tokens = num_tokens
+
+
+class Buffer:
+    """Expert-parallel dispatch and combine over Aboleth (see the module docstring)."""
+
+    def __init__(self, group: Any = None, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
+                 low_latency_mode: bool = True, num_qps_per_rank: int = 1,
+                 allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
+                 explicitly_destroy: bool = False, *, world: Any = None, transport: str = "auto") -> None:
+        torch = _torch()
+        import aboleth
+        if world is None:
+            if group is not None:
+                rank, size = group.rank(), group.size()
+            else:
+                rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            bootstrap = aboleth.TcpStoreBootstrap.from_env()
+            world = aboleth.World(rank, size, device=torch.cuda.current_device(), bootstrap=bootstrap)
+            world.connect_all(transport)
+            self._owns_world = True
+        else:
+            self._owns_world = False
+        self.world = world
+        self.rank = world.rank
+        self.group_size = world.world_size
+        self.low_latency_mode = low_latency_mode
+        pool_bytes = int(num_rdma_bytes) + int(num_nvl_bytes)
+        if pool_bytes <= 0:
+            raise ValueError("aboleth.moe.Buffer: num_rdma_bytes + num_nvl_bytes must be positive; size it with "
+                             "Buffer.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, "
+                             "num_ranks, num_experts)")
+        self.pool = torch.zeros(pool_bytes, dtype=torch.uint8, device="cuda")
+        registration = world.register(self.pool)
+        self.table = world.exchange_regions({"pool": world.region("pool", registration)})
+        self.pool_key = self.table.local("pool").lkey
+        self.endpoints = self.table.endpoint_handles.view(torch.int64)
+        self.regions = self.table.regions("pool")
+        self._layout: Optional[LowLatencyLayout] = None
+        self._num_sms = None
+
+    # ---- sizing -------------------------------------------------------------------------------
+
+    @staticmethod
+    def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int,
+                                       num_experts: int) -> int:
+        """Bytes of pool the low-latency mode needs for this configuration (BF16 rows)."""
+        return LowLatencyLayout(num_ranks, num_experts, num_max_dispatch_tokens_per_rank, hidden).pool_bytes
+
+    def set_num_sms(self, num_sms: int) -> None:
+        """Accepted for DeepEP compatibility; the kernels' grids follow the routing (see
+        ``sms_used``), not a fixed SM budget."""
+        self._num_sms = num_sms
+
+    def _low_latency_layout(self, num_max_dispatch_tokens_per_rank: int, hidden: int,
+                            num_experts: int) -> LowLatencyLayout:
+        layout = LowLatencyLayout(self.group_size, num_experts, num_max_dispatch_tokens_per_rank, hidden)
+        if self._layout is not None and layout != self._layout:
+            raise ValueError(f"aboleth.moe.Buffer: this buffer serves num_max_dispatch_tokens_per_rank="
+                             f"{self._layout.max_tokens}, hidden={self._layout.hidden}, num_experts="
+                             f"{self._layout.experts}; got {num_max_dispatch_tokens_per_rank}, {hidden}, "
+                             f"{num_experts}: use one Buffer per configuration")
+        if layout.pool_bytes > self.pool.numel():
+            raise ValueError(f"aboleth.moe.Buffer: the pool holds {self.pool.numel()} bytes but "
+                             f"num_max_dispatch_tokens_per_rank={layout.max_tokens}, hidden={layout.hidden}, "
+                             f"num_ranks={layout.ranks}, num_experts={layout.experts} need {layout.pool_bytes}; "
+                             "pass num_rdma_bytes=Buffer.get_low_latency_rdma_size_hint(...)")
+        self._layout = layout
+        return layout
+
+    def _view(self, part: str, dtype: Any, shape: Tuple[int, ...]) -> Any:
+        offset, length = self._layout.parts()[part]
+        return self.pool[offset:offset + length].view(dtype).view(shape)
+
+    def _compile(self) -> Any:
+        return self.world.compilation()
+
+    # ---- low-latency dispatch -----------------------------------------------------------------
+
+    def low_latency_dispatch(self, x: Any, topk_idx: Any, num_max_dispatch_tokens_per_rank: int,
+                             num_experts: int, cumulative_local_expert_recv_stats: Any = None,
+                             dispatch_wait_recv_cost_stats: Any = None, use_fp8: bool = False,
+                             round_scale: bool = False, use_ue8m0: bool = False, async_finish: bool = False,
+                             return_recv_hook: bool = False) -> Tuple[Any, Any, LowLatencyHandle, EventOverlap, Any]:
+        """Sends each token to each of its top-k experts. Returns ``(recv_x [local_experts,
+        ranks * max_tokens, hidden] BF16, recv_count [local_experts] int32, handle, event, hook)``:
+        expert ``j``'s rows ``[0, recv_count[j])`` are its tokens, sources in rank order, each
+        source's in token order. With ``return_recv_hook=True`` only the send is launched and
+        ``hook()`` launches the receive (compute may run in between)."""
+        torch = _torch()
+        from . import kernels
+        if use_fp8:
+            raise NotImplementedError("aboleth.moe: FP8 dispatch is not built yet; pass use_fp8=False (BF16)")
+        if x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_cuda or not x.is_contiguous():
+            raise ValueError(f"aboleth.moe.low_latency_dispatch: x must be a contiguous CUDA bfloat16 tensor "
+                             f"[tokens, hidden], got {tuple(x.shape)} {x.dtype} on {x.device}")
+        tokens, hidden = x.shape
+        if topk_idx.dim() != 2 or topk_idx.shape[0] != tokens or topk_idx.dtype != torch.int64:
+            raise ValueError(f"aboleth.moe.low_latency_dispatch: topk_idx must be int64 [{tokens}, k], got "
+                             f"{tuple(topk_idx.shape)} {topk_idx.dtype}")
+        if tokens > num_max_dispatch_tokens_per_rank:
+            raise ValueError(f"aboleth.moe.low_latency_dispatch: {tokens} tokens exceed "
+                             f"num_max_dispatch_tokens_per_rank={num_max_dispatch_tokens_per_rank}; nothing was sent")
+        layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts)
+        topk_idx = topk_idx.contiguous()
+        k = topk_idx.shape[1]
+        ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
+        # Where each (token, k) lands in its expert's block: the tokens of an expert in token
+        # order (an exclusive prefix count over the tokens; experts of one token are distinct).
+        valid = topk_idx >= 0
+        experts = topk_idx.clamp(min=0)
+        membership = torch.zeros(tokens, num_experts, dtype=torch.int64, device=x.device)
+        membership.scatter_add_(1, experts, valid.to(torch.int64))
+        before = membership.cumsum(0) - membership
+        positions = before.gather(1, experts).contiguous()
+        counts = membership.sum(0)
+        parts = layout.parts()
+        self.pool[parts["epochs"][0]:parts["epochs"][0] + 8].view(torch.int64).add_(1)
+        self._view("send_counts", torch.int64, (num_experts,)).copy_(counts)
+        self._view("dispatch_counts", torch.int64, (ranks, local_experts))[rank].copy_(
+            counts[rank * local_experts:(rank + 1) * local_experts])
+        if tokens * k:
+            kernels.pack_tokens[(tokens * k,)](
+                x, topk_idx, positions, self.pool, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
+                MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, DISPATCH_TOKENS=parts["dispatch_tokens"][0],
+                DISPATCH_SEND=parts["dispatch_send"][0], BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)))
+        with self._compile():
+            kernels.dispatch_send[(ranks - 1,)](
+                self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
+                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
+                FINGERPRINT=layout.fingerprint, EPOCHS=parts["epochs"][0], DISPATCH_FLAGS=parts["dispatch_flags"][0],
+                DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
+                DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0])
+        recv_x = torch.empty(local_experts, ranks * layout.max_tokens, hidden, dtype=torch.bfloat16, device=x.device)
+        recv_count = torch.empty(local_experts, dtype=torch.int32, device=x.device)
+        layout_range = torch.empty(local_experts, ranks, dtype=torch.int64, device=x.device)
+        handle = LowLatencyHandle(layout, topk_idx, positions, layout_range, tokens)
+
+        def receive() -> None:
+            chunks = triton_cdiv(layout.max_tokens, BLOCK_TOKENS)
+            with self._compile():
+                kernels.dispatch_receive[(local_experts, ranks, chunks)](
+                    self.endpoints, self.pool, recv_x, recv_count, layout_range, RANK=rank, RANKS=ranks,
+                    RANKS_POW2=triton_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
+                    MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, FINGERPRINT=layout.fingerprint,
+                    ERRORS=parts["errors"][0], EPOCHS=parts["epochs"][0], DISPATCH_FLAGS=parts["dispatch_flags"][0],
+                    DISPATCH_COUNTS=parts["dispatch_counts"][0], DISPATCH_TOKENS=parts["dispatch_tokens"][0],
+                    BLOCK_TOKENS=BLOCK_TOKENS, BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)))
+
+        if return_recv_hook:
+            return recv_x, recv_count, handle, EventOverlap(), receive
+        receive()
+        return recv_x, recv_count, handle, EventOverlap(), None
+
+    def get_next_low_latency_combine_buffer(self, handle: LowLatencyHandle) -> Any:
+        """The pool's ``combine_send`` part as ``[local_experts, ranks * max_tokens, hidden]``:
+        expert outputs written here are combined without a copy."""
+        layout = handle.layout
+        return self._view("combine_send", _torch().bfloat16,
+                          (layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden))
+
+    # ---- low-latency combine ------------------------------------------------------------------
+
+    def low_latency_combine(self, x: Any, topk_idx: Any, topk_weights: Any, handle: LowLatencyHandle,
+                            use_logfmt: bool = False, zero_copy: bool = False, async_finish: bool = False,
+                            return_recv_hook: bool = False, out: Any = None,
+                            combine_wait_recv_cost_stats: Any = None) -> Tuple[Any, EventOverlap, Any]:
+        """Sends expert outputs ``x`` (dispatch's layout) back to their tokens' ranks, which sum
+        ``weight * output`` over each token's top-k in k order (FP32, weights rounded to BF16).
+        Returns ``(combined_x [tokens, hidden] BF16, event, hook)``."""
+        torch = _torch()
+        from . import kernels
+        layout = handle.layout
+        if self._layout is None or layout != self._layout:
+            raise ValueError("aboleth.moe.low_latency_combine: the handle comes from another buffer configuration")
+        expected = (layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden)
+        if tuple(x.shape) != expected or x.dtype != torch.bfloat16:
+            raise ValueError(f"aboleth.moe.low_latency_combine: x must be bfloat16 {list(expected)} (dispatch's "
+                             f"recv_x layout), got {tuple(x.shape)} {x.dtype}")
+        if tuple(topk_weights.shape) != tuple(handle.topk_idx.shape):
+            raise ValueError(f"aboleth.moe.low_latency_combine: topk_weights must be {tuple(handle.topk_idx.shape)} "
+                             f"like the dispatch's topk_idx, got {tuple(topk_weights.shape)}")
+        if use_logfmt:
+            raise NotImplementedError("aboleth.moe: LogFMT combine is not built; pass use_logfmt=False")
+        combine_buffer = self.get_next_low_latency_combine_buffer(handle)
+        if x.data_ptr() != combine_buffer.data_ptr():
+            combine_buffer.copy_(x)
+        parts = layout.parts()
+        ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
+        self.pool[parts["epochs"][0] + 8:parts["epochs"][0] + 16].view(torch.int64).add_(1)
+        with self._compile():
+            kernels.combine_send[(ranks - 1,)](
+                self.endpoints, self.regions, self.pool, self.pool_key, handle.layout_range, RANK=rank, RANKS=ranks,
+                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
+                FINGERPRINT=layout.fingerprint, EPOCHS=parts["epochs"][0], COMBINE_FLAGS=parts["combine_flags"][0],
+                COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0])
+        tokens, k = handle.topk_idx.shape
+        combined = out if out is not None else torch.empty(tokens, layout.hidden, dtype=torch.bfloat16,
+                                                           device=x.device)
+        weights = topk_weights.to(torch.float32).contiguous()
+        block = min(BLOCK_HIDDEN, triton_next_power_of_2(layout.hidden))
+
+        def receive() -> None:
+            if tokens == 0:
+                return
+            with self._compile():
+                kernels.combine_reduce[(tokens, triton_cdiv(layout.hidden, block))](
+                    self.endpoints, self.pool, handle.topk_idx, weights, handle.positions, handle.layout_range,
+                    combined, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens,
+                    HIDDEN=layout.hidden, FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0],
+                    EPOCHS=parts["epochs"][0], COMBINE_FLAGS=parts["combine_flags"][0],
+                    COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0],
+                    BLOCK_HIDDEN=block)
+
+        if return_recv_hook:
+            return combined, EventOverlap(), receive
+        receive()
+        return combined, EventOverlap(), None
+
+    # ---- failures -----------------------------------------------------------------------------
+
+    def check_errors(self) -> None:
+        """Raises ``RuntimeError`` for what the kernels recorded: a wait that gave up (a peer that
+        died or never sent: ``World.check_waits``' report, with the phase), or a peer whose
+        signal carried another configuration's fingerprint. Synchronizes the device."""
+        torch = _torch()
+        torch.cuda.synchronize()
+        try:
+            self.world.check_waits()
+        except RuntimeError as error:
+            raise RuntimeError(f"aboleth.moe: a MoE wait gave up on rank {self.rank}: {error}") from None
+        if self._layout is None:
+            return
+        errors = self._view("errors", torch.int64, (8,)).tolist()
+        for phase, base in (("dispatch", 0), ("combine", 4)):
+            if errors[base]:
+                source, sent, epoch = errors[base] - 1, errors[base + 1], errors[base + 2]
+                raise RuntimeError(
+                    f"aboleth.moe: rank {source}'s {phase} of epoch {sent >> 24} reached rank {self.rank} (waiting for "
+                    f"epoch {epoch}) with another configuration (fingerprint {sent & 0xFFFFFF:#x}, this rank's "
+                    f"{self._layout.fingerprint:#x}): num_max_dispatch_tokens_per_rank, hidden and num_experts "
+                    f"must be the same on every rank (this rank: {self._layout.max_tokens}, {self._layout.hidden}, "
+                    f"{self._layout.experts})")
+
+    def destroy(self) -> None:
+        if self._owns_world:
+            self.world.close()
+
+    # ---- not built yet ------------------------------------------------------------------------
+
+    def get_dispatch_layout(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("aboleth.moe: the normal (throughput) mode is not built yet; use "
+                                  "low_latency_dispatch / low_latency_combine")
+
+    dispatch = get_dispatch_layout
+    combine = get_dispatch_layout
+
+
+def triton_next_power_of_2(value: int) -> int:
+    return 1 << max(int(value) - 1, 0).bit_length()
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b

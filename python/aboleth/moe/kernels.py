@@ -1,0 +1,190 @@
+"""The low-latency mode's kernels: Triton, with ``aboleth.language`` for the communication.
+
+Four kernels per layer (``aboleth/moe/buffer.py`` launches them; ``aboleth/moe/layout.py`` says
+where each part of the pool is):
+
+- :func:`pack_tokens` (plain Triton): each (token, k) copies the token's row to where its k-th
+  expert's tokens are packed: this rank's ``dispatch_send`` block of that expert, or, for an
+  expert of this rank, straight into ``dispatch_tokens`` (no communication for local experts);
+- :func:`dispatch_send` (one program per peer): per local expert of the peer, one put of that
+  expert's packed rows (their number loaded from memory: no command for a token that does not
+  go to the peer), one put of the row of counts, one signal carrying the epoch and the
+  configuration's fingerprint. The compiler sees a constant loop of puts and a signal on one
+  endpoint: one batch, one doorbell per peer on the queue transports;
+- :func:`dispatch_receive` (one program per (local expert, source rank, chunk of rows)): waits
+  for every peer's signal (bounded), checks the fingerprint, and copies its rows into the
+  output compacted per expert, sources in rank order (deterministic);
+- :func:`combine_send` (one program per peer): per local expert, one put of the rows of that
+  peer's tokens back to the peer's ``combine_tokens`` block of the expert, then one signal;
+- :func:`combine_reduce` (one program per (token, chunk of hidden)): waits for every peer's
+  combine signal, then sums ``weight * output`` over the token's top-k in k order in FP32, the
+  weight rounded to BF16 first so that each product is exact and the sum is the same with or
+  without fused multiply-adds (bit-exact against ``aboleth.moe.reference``).
+
+The kernels take the pool (a ``uint8`` tensor), the layout offsets as constexprs, and for the
+communicating ones the endpoint table, the pool's region table and its key.
+"""
+
+import triton
+import triton.language as tl
+
+import aboleth.language as aboleth
+
+
+@triton.jit
+def pack_tokens(x, topk_idx, positions, pool, K: tl.constexpr, RANK: tl.constexpr, RANKS: tl.constexpr,
+                LOCAL_EXPERTS: tl.constexpr, MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr,
+                DISPATCH_TOKENS: tl.constexpr, DISPATCH_SEND: tl.constexpr, BLOCK_HIDDEN: tl.constexpr):
+    entry = tl.program_id(0)
+    token = entry // K
+    expert = tl.load(topk_idx + entry)
+    if expert >= 0:
+        position = tl.load(positions + entry).to(tl.int64)
+        owner = expert // LOCAL_EXPERTS
+        local = expert % LOCAL_EXPERTS
+        rows = pool.to(tl.pointer_type(tl.bfloat16))
+        if owner == RANK:
+            row = DISPATCH_TOKENS // 2 + ((local * RANKS + RANK) * MAX_TOKENS + position) * HIDDEN
+        else:
+            row = DISPATCH_SEND // 2 + (expert * MAX_TOKENS + position) * HIDDEN
+        source = x + token.to(tl.int64) * HIDDEN
+        for start in range(0, HIDDEN, BLOCK_HIDDEN):
+            columns = start + tl.arange(0, BLOCK_HIDDEN)
+            mask = columns < HIDDEN
+            tl.store(rows + row + columns, tl.load(source + columns, mask=mask), mask=mask)
+
+
+@triton.jit
+def dispatch_send(endpoints, regions, pool, pool_key, RANK: tl.constexpr, RANKS: tl.constexpr,
+                  LOCAL_EXPERTS: tl.constexpr, MAX_TOKENS: tl.constexpr, TOKEN_BYTES: tl.constexpr,
+                  FINGERPRINT: tl.constexpr, EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr,
+                  DISPATCH_COUNTS: tl.constexpr, SEND_COUNTS: tl.constexpr, DISPATCH_TOKENS: tl.constexpr,
+                  DISPATCH_SEND: tl.constexpr):
+    pid = tl.program_id(0)
+    peer = pid + (pid >= RANK).to(tl.int32)  # one program per peer
+    ep = aboleth.endpoint(endpoints, peer)
+    peer_pool = aboleth.remote(regions, peer)
+    peer_words = aboleth.remote(regions, peer, tl.int64)
+    words = pool.to(tl.pointer_type(tl.int64))
+    epoch = tl.load(words + EPOCHS // 8)
+    block_bytes = MAX_TOKENS * TOKEN_BYTES
+    for local in range(LOCAL_EXPERTS):
+        expert = peer * LOCAL_EXPERTS + local
+        count = tl.load(words + SEND_COUNTS // 8 + expert)
+        destination = DISPATCH_TOKENS + (local * RANKS + RANK).to(tl.int64) * block_bytes
+        source = pool + DISPATCH_SEND + expert.to(tl.int64) * block_bytes
+        aboleth.put(ep, peer_pool.at(destination), source, count * TOKEN_BYTES, source_key=pool_key)
+    counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (LOCAL_EXPERTS * 8)
+    aboleth.put(ep, peer_pool.at(DISPATCH_COUNTS + RANK * (LOCAL_EXPERTS * 8)), counts_source, LOCAL_EXPERTS * 8,
+                source_key=pool_key)
+    aboleth.signal(ep, peer_words.at(DISPATCH_FLAGS // 8 + RANK), epoch * (1 << 24) + FINGERPRINT)
+    aboleth.drain(ep)  # the send block is rewritten by the next dispatch
+
+
+@triton.jit
+def _wait_for_every_peer(endpoints, words, flags_word, epoch, errors_word, RANK: tl.constexpr,
+                         RANKS: tl.constexpr, FINGERPRINT: tl.constexpr):
+    """Bounded waits for every peer's signal of ``epoch``; a peer whose fingerprint differs is
+    recorded in the error words (rank + 1, what it sent, the epoch)."""
+    ep = aboleth.endpoint(endpoints, (RANK + 1) % RANKS)  # the waits' bound and failure log
+    for source in range(RANKS):
+        if source != RANK:
+            aboleth.wait_signal(words + flags_word + source, epoch * (1 << 24))
+            sent = tl.load(words + flags_word + source, volatile=True)
+            if (sent % (1 << 24)) != FINGERPRINT:
+                nothing = epoch * 0  # an i64 zero: atomic_cas takes the word's type
+                if tl.atomic_cas(words + errors_word, nothing, nothing + source + 1) == 0:
+                    tl.store(words + errors_word + 1, sent)
+                    tl.store(words + errors_word + 2, epoch)
+    return ep
+
+
+@triton.jit
+def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK: tl.constexpr,
+                     RANKS: tl.constexpr, RANKS_POW2: tl.constexpr, LOCAL_EXPERTS: tl.constexpr,
+                     MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr, FINGERPRINT: tl.constexpr,
+                     ERRORS: tl.constexpr, EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr,
+                     DISPATCH_COUNTS: tl.constexpr, DISPATCH_TOKENS: tl.constexpr, BLOCK_TOKENS: tl.constexpr,
+                     BLOCK_HIDDEN: tl.constexpr):
+    local = tl.program_id(0)
+    source = tl.program_id(1)
+    chunk = tl.program_id(2)
+    words = pool.to(tl.pointer_type(tl.int64))
+    epoch = tl.load(words + EPOCHS // 8)
+    _wait_for_every_peer(endpoints, words, DISPATCH_FLAGS // 8, epoch, ERRORS // 8, RANK, RANKS, FINGERPRINT)
+    sources = tl.arange(0, RANKS_POW2)
+    counts = tl.load(words + DISPATCH_COUNTS // 8 + sources * LOCAL_EXPERTS + local, mask=sources < RANKS, other=0)
+    offset = tl.sum(tl.where(sources < source, counts, 0))
+    count = tl.sum(tl.where(sources == source, counts, 0))
+    if chunk == 0:
+        tl.store(layout_range + local * RANKS + source, offset * (1 << 32) + count)
+        if source == 0:
+            tl.store(packed_count + local, tl.sum(counts).to(tl.int32))
+    rows = chunk * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+    row_mask = rows < count
+    received = pool.to(tl.pointer_type(tl.bfloat16)) + DISPATCH_TOKENS // 2
+    received_rows = ((local * RANKS + source) * MAX_TOKENS + rows).to(tl.int64) * HIDDEN
+    packed_rows = (local * (RANKS * MAX_TOKENS) + offset + rows).to(tl.int64) * HIDDEN
+    for start in range(0, HIDDEN, BLOCK_HIDDEN):
+        columns = start + tl.arange(0, BLOCK_HIDDEN)
+        mask = row_mask[:, None] & (columns < HIDDEN)[None, :]
+        values = tl.load(received + received_rows[:, None] + columns[None, :], mask=mask)
+        tl.store(packed_x + packed_rows[:, None] + columns[None, :], values, mask=mask)
+
+
+@triton.jit
+def combine_send(endpoints, regions, pool, pool_key, layout_range, RANK: tl.constexpr, RANKS: tl.constexpr,
+                 LOCAL_EXPERTS: tl.constexpr, MAX_TOKENS: tl.constexpr, TOKEN_BYTES: tl.constexpr,
+                 FINGERPRINT: tl.constexpr, EPOCHS: tl.constexpr, COMBINE_FLAGS: tl.constexpr,
+                 COMBINE_TOKENS: tl.constexpr, COMBINE_SEND: tl.constexpr):
+    pid = tl.program_id(0)
+    peer = pid + (pid >= RANK).to(tl.int32)  # one program per peer: the tokens' home rank
+    ep = aboleth.endpoint(endpoints, peer)
+    peer_pool = aboleth.remote(regions, peer)
+    peer_words = aboleth.remote(regions, peer, tl.int64)
+    words = pool.to(tl.pointer_type(tl.int64))
+    epoch = tl.load(words + EPOCHS // 8 + 1)
+    block_bytes = MAX_TOKENS * TOKEN_BYTES
+    for local in range(LOCAL_EXPERTS):
+        packed = tl.load(layout_range + local * RANKS + peer)
+        offset = packed // (1 << 32)
+        count = packed % (1 << 32)
+        destination = COMBINE_TOKENS + (RANK * LOCAL_EXPERTS + local).to(tl.int64) * block_bytes
+        source = pool + COMBINE_SEND + ((local * RANKS).to(tl.int64) * MAX_TOKENS + offset) * TOKEN_BYTES
+        aboleth.put(ep, peer_pool.at(destination), source, count * TOKEN_BYTES, source_key=pool_key)
+    aboleth.signal(ep, peer_words.at(COMBINE_FLAGS // 8 + RANK), epoch * (1 << 24) + FINGERPRINT)
+    aboleth.drain(ep)  # the combine buffer is rewritten by the next layer
+
+
+@triton.jit
+def combine_reduce(endpoints, pool, topk_idx, topk_weights, positions, layout_range, out, K: tl.constexpr,
+                   RANK: tl.constexpr, RANKS: tl.constexpr, LOCAL_EXPERTS: tl.constexpr,
+                   MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr, FINGERPRINT: tl.constexpr,
+                   ERRORS: tl.constexpr, EPOCHS: tl.constexpr, COMBINE_FLAGS: tl.constexpr,
+                   COMBINE_TOKENS: tl.constexpr, COMBINE_SEND: tl.constexpr, BLOCK_HIDDEN: tl.constexpr):
+    token = tl.program_id(0)
+    chunk = tl.program_id(1)
+    words = pool.to(tl.pointer_type(tl.int64))
+    epoch = tl.load(words + EPOCHS // 8 + 1)
+    _wait_for_every_peer(endpoints, words, COMBINE_FLAGS // 8, epoch, ERRORS // 8 + 4, RANK, RANKS, FINGERPRINT)
+    rows = pool.to(tl.pointer_type(tl.bfloat16))
+    columns = chunk * BLOCK_HIDDEN + tl.arange(0, BLOCK_HIDDEN)
+    column_mask = columns < HIDDEN
+    total = tl.zeros([BLOCK_HIDDEN], dtype=tl.float32)
+    for k in tl.static_range(K):
+        entry = token.to(tl.int64) * K + k
+        expert = tl.load(topk_idx + entry)
+        valid = expert >= 0
+        safe_expert = tl.maximum(expert, 0)
+        position = tl.load(positions + entry).to(tl.int64)
+        local = safe_expert % LOCAL_EXPERTS
+        owner = safe_expert // LOCAL_EXPERTS
+        # This rank's own experts: their outputs never left combine_send.
+        own_offset = tl.load(layout_range + local * RANKS + RANK) // (1 << 32)
+        own_row = COMBINE_SEND // 2 + ((local * RANKS).to(tl.int64) * MAX_TOKENS + own_offset + position) * HIDDEN
+        sent_row = COMBINE_TOKENS // 2 + (safe_expert.to(tl.int64) * MAX_TOKENS + position) * HIDDEN
+        row = tl.where(owner == RANK, own_row, sent_row)
+        value = tl.load(rows + row + columns, mask=column_mask & valid, other=0.0).to(tl.float32)
+        weight = tl.load(topk_weights + entry).to(tl.bfloat16).to(tl.float32)
+        total += tl.where(valid, weight * value, 0.0)
+    tl.store(out + token.to(tl.int64) * HIDDEN + columns, total.to(tl.bfloat16), mask=column_mask)
