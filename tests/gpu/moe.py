@@ -108,16 +108,38 @@ def check_layer(buffer: Buffer, seed: int, route: Callable[..., Any], hidden: in
     return errors
 
 
+def pool_words(buffer: Buffer) -> Dict[str, List[int]]:
+    """The epochs and flags of the buffer's pool (for the report of a failed layer)."""
+    layout = buffer._layout
+    words = {}
+    for part in ("epochs", "dispatch_flags", "combine_flags"):
+        offset, length = layout.parts()[part]
+        words[part] = buffer.pool[offset:offset + length].view(torch.int64).tolist()
+    return words
+
+
 def step_cases(buffer: Buffer) -> Dict[str, Any]:
     results, failed = [], 0
+    separate = os.environ.get("MOE_BARRIER_BETWEEN_LAYERS") == "1"
     for name, route in ROUTES.items():
         for hidden in HIDDENS:
             for layer in range(LAYERS):
                 tokens = [MAX_TOKENS, 1, 37][layer]
-                errors = check_layer(buffer, 1000 + layer, route, hidden, tokens, zero_copy=layer % 2 == 0)
+                entry = {"route": name, "hidden": hidden, "layer": layer, "tokens": tokens}
+                layer_started = time.monotonic()
+                try:
+                    errors = check_layer(buffer, 1000 + layer, route, hidden, tokens, zero_copy=layer % 2 == 0)
+                except RuntimeError as error:
+                    errors = [str(error)[:600]]
+                    entry["pool"] = pool_words(buffer)
+                    results.append({**entry, "passed": False, "errors": errors})
+                    return {"passed": False, "checked": len(results), "failed": failed + 1, "results": results}
                 failed += bool(errors)
-                results.append({"route": name, "hidden": hidden, "layer": layer, "tokens": tokens,
-                                "passed": not errors, "errors": errors[:3]})
+                entry["seconds"] = round(time.monotonic() - layer_started, 3)
+                results.append({**entry, "passed": not errors, "errors": errors[:3]})
+                if separate:
+                    torch.cuda.synchronize()
+                    buffer.world.barrier()
     return {"passed": failed == 0, "checked": len(results), "failed": failed, "results": results}
 
 
@@ -187,6 +209,7 @@ def step_timing(world: Any) -> Dict[str, Any]:
     topk = torch.rand(tokens, experts, generator=generator, device="cuda").argsort(dim=1)[:, :k].to(torch.int64)
     weights = torch.rand(tokens, k, generator=generator, device="cuda")
     times: Dict[str, List[float]] = {"dispatch": [], "combine": []}
+    warmup_ms: List[float] = []
     for index in range(120):
         torch.cuda.synchronize()
         world.barrier()
@@ -202,6 +225,8 @@ def step_timing(world: Any) -> Dict[str, Any]:
         buffer.low_latency_combine(outputs, topk, weights, handle)
         end.record()
         torch.cuda.synchronize()
+        if index < 20:
+            warmup_ms.append(round(start.elapsed_time(end), 3))
         if index >= 20:
             times["dispatch"].append(start.elapsed_time(middle) * 1000)
             times["combine"].append(combine_start.elapsed_time(end) * 1000)
@@ -213,11 +238,10 @@ def step_timing(world: Any) -> Dict[str, Any]:
         values.sort()
         summary[name] = {"median_us": values[len(values) // 2], "p10_us": values[len(values) // 10],
                          "p90_us": values[len(values) * 9 // 10]}
-    return {"passed": True, "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
+    return {"passed": True, "warmup_ms": warmup_ms, "max_us": {n: max(v) for n, v in times.items()}, "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks}, "us": summary, "bytes_sent_by_this_rank": sent_bytes,
-            "grids": {"pack_tokens": tokens * k, "dispatch_send": ranks - 1,
-                      "dispatch_receive": local_experts * ranks * ((tokens + 15) // 16),
-                      "combine_send": ranks - 1, "combine_reduce": tokens * ((hidden + 1023) // 1024)},
+            "grids": {"pack_tokens": tokens * k, "dispatch_send": ranks - 1, "dispatch_receive": buffer.num_sms,
+                      "combine_send": ranks - 1, "combine_reduce": buffer.num_sms},
             "note": "includes the torch routing ops and, for combine, the reduce; sms: the grids are programs, "
                     "each one CTA"}
 
@@ -258,6 +282,9 @@ def main() -> int:
     steps = [("cases", lambda: step_cases(buffer)), ("graph", lambda: step_graph(buffer)),
              ("hook", lambda: step_hook(buffer)), ("mismatch", lambda: step_mismatch(buffer_bytes)),
              ("timing", lambda: step_timing(world)), ("dead_peer", lambda: step_dead_peer(buffer))]
+    wanted = os.environ.get("MOE_STEPS")  # a comma-separated subset, for a focused rerun
+    if wanted:
+        steps = [(name, step) for name, step in steps if name in wanted.split(",")]
     status = 0
     for name, step in steps:
         started = time.monotonic()

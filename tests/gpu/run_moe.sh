@@ -11,10 +11,10 @@ source "$(dirname "$0")/common.sh"
 start_mps_if_ranks_share_gpus
 run_dir="$out_dir/moe"
 mkdir -p "$run_dir"
-command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ABOLETH_TRANSPORT=$transport ABOLETH_WAIT_TIMEOUT_MS=5000 timeout 500 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port tests/gpu/moe.py $run_dir"
+command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ABOLETH_TRANSPORT=$transport ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port tests/gpu/moe.py $run_dir"
 echo "+ $command"
 started=$(date +%s.%N)
-ABOLETH_WAIT_TIMEOUT_MS=5000 timeout 500 $launcher --nproc-per-node "$nproc" --master-addr 127.0.0.1 --master-port "$port" \
+ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node "$nproc" --master-addr 127.0.0.1 --master-port "$port" \
     tests/gpu/moe.py "$run_dir" 2>&1 | tee "$out_dir/moe.log"
 status=${PIPESTATUS[0]}
 finished=$(date +%s.%N)

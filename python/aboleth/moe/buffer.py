@@ -24,6 +24,10 @@ from .layout import LowLatencyLayout
 #: Rows of hidden the copying kernels move per step, and tokens per receiving program.
 BLOCK_HIDDEN = 1024
 BLOCK_TOKENS = 16
+#: Programs of each receiving kernel (DeepEP's ``num_sms``; ``Buffer.set_num_sms``): every one
+#: spins in bounded waits until the peers' data is there, so they must leave the rest of the GPU
+#: to other work (and, when ranks share a GPU, to the peers' kernels).
+DEFAULT_NUM_SMS = 24
 
 
 def _torch() -> Any:
@@ -92,7 +96,7 @@ class Buffer:
         self.endpoints = self.table.endpoint_handles.view(torch.int64)
         self.regions = self.table.regions("pool")
         self._layout: Optional[LowLatencyLayout] = None
-        self._num_sms = None
+        self.num_sms = DEFAULT_NUM_SMS
 
     # ---- sizing -------------------------------------------------------------------------------
 
@@ -103,18 +107,17 @@ class Buffer:
         return LowLatencyLayout(num_ranks, num_experts, num_max_dispatch_tokens_per_rank, hidden).pool_bytes
 
     def set_num_sms(self, num_sms: int) -> None:
-        """Accepted for DeepEP compatibility; the kernels' grids follow the routing (see
-        ``sms_used``), not a fixed SM budget."""
-        self._num_sms = num_sms
+        """How many programs (one CTA each) the receiving kernels use (default 24)."""
+        if not isinstance(num_sms, int) or num_sms <= 0:
+            raise ValueError(f"aboleth.moe.Buffer.set_num_sms: a positive integer, got {num_sms!r}")
+        self.num_sms = num_sms
 
     def _low_latency_layout(self, num_max_dispatch_tokens_per_rank: int, hidden: int,
                             num_experts: int) -> LowLatencyLayout:
+        # The configuration may change between calls (as in DeepEP, the pool must hold the
+        # largest): the flags, counts, epochs and error words sit before every part whose place
+        # depends on it, and the receivers check each signal's fingerprint.
         layout = LowLatencyLayout(self.group_size, num_experts, num_max_dispatch_tokens_per_rank, hidden)
-        if self._layout is not None and layout != self._layout:
-            raise ValueError(f"aboleth.moe.Buffer: this buffer serves num_max_dispatch_tokens_per_rank="
-                             f"{self._layout.max_tokens}, hidden={self._layout.hidden}, num_experts="
-                             f"{self._layout.experts}; got {num_max_dispatch_tokens_per_rank}, {hidden}, "
-                             f"{num_experts}: use one Buffer per configuration")
         if layout.pool_bytes > self.pool.numel():
             raise ValueError(f"aboleth.moe.Buffer: the pool holds {self.pool.numel()} bytes but "
                              f"num_max_dispatch_tokens_per_rank={layout.max_tokens}, hidden={layout.hidden}, "
@@ -192,9 +195,9 @@ class Buffer:
         handle = LowLatencyHandle(layout, topk_idx, positions, layout_range, tokens)
 
         def receive() -> None:
-            chunks = triton_cdiv(layout.max_tokens, BLOCK_TOKENS)
+            items = local_experts * ranks * triton_cdiv(layout.max_tokens, BLOCK_TOKENS)
             with self._compile():
-                kernels.dispatch_receive[(local_experts, ranks, chunks)](
+                kernels.dispatch_receive[(min(items, self.num_sms),)](
                     self.endpoints, self.pool, recv_x, recv_count, layout_range, RANK=rank, RANKS=ranks,
                     RANKS_POW2=triton_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
                     MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, FINGERPRINT=layout.fingerprint,
@@ -226,8 +229,7 @@ class Buffer:
         torch = _torch()
         from . import kernels
         layout = handle.layout
-        if self._layout is None or layout != self._layout:
-            raise ValueError("aboleth.moe.low_latency_combine: the handle comes from another buffer configuration")
+        self._layout = layout
         expected = (layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden)
         if tuple(x.shape) != expected or x.dtype != torch.bfloat16:
             raise ValueError(f"aboleth.moe.low_latency_combine: x must be bfloat16 {list(expected)} (dispatch's "
@@ -259,9 +261,10 @@ class Buffer:
             if tokens == 0:
                 return
             with self._compile():
-                kernels.combine_reduce[(tokens, triton_cdiv(layout.hidden, block))](
+                items = tokens * triton_cdiv(layout.hidden, block)
+                kernels.combine_reduce[(min(items, self.num_sms),)](
                     self.endpoints, self.pool, handle.topk_idx, weights, handle.positions, handle.layout_range,
-                    combined, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens,
+                    combined, tokens, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens,
                     HIDDEN=layout.hidden, FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0],
                     EPOCHS=parts["epochs"][0], COMBINE_FLAGS=parts["combine_flags"][0],
                     COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0],

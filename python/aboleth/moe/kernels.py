@@ -11,12 +11,14 @@ where each part of the pool is):
   go to the peer), one put of the row of counts, one signal carrying the epoch and the
   configuration's fingerprint. The compiler sees a constant loop of puts and a signal on one
   endpoint: one batch, one doorbell per peer on the queue transports;
-- :func:`dispatch_receive` (one program per (local expert, source rank, chunk of rows)): waits
+- :func:`dispatch_receive` (a few programs looping over (local expert, source rank, chunk of
+  rows)): waits
   for every peer's signal (bounded), checks the fingerprint, and copies its rows into the
   output compacted per expert, sources in rank order (deterministic);
 - :func:`combine_send` (one program per peer): per local expert, one put of the rows of that
   peer's tokens back to the peer's ``combine_tokens`` block of the expert, then one signal;
-- :func:`combine_reduce` (one program per (token, chunk of hidden)): waits for every peer's
+- :func:`combine_reduce` (a few programs looping over (token, chunk of hidden)): waits for every
+  peer's
   combine signal, then sums ``weight * output`` over the token's top-k in k order in FP32, the
   weight rounded to BF16 first so that each product is exact and the sum is the same with or
   without fused multiply-adds (bit-exact against ``aboleth.moe.reference``).
@@ -106,30 +108,39 @@ def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK
                      ERRORS: tl.constexpr, EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr,
                      DISPATCH_COUNTS: tl.constexpr, DISPATCH_TOKENS: tl.constexpr, BLOCK_TOKENS: tl.constexpr,
                      BLOCK_HIDDEN: tl.constexpr):
-    local = tl.program_id(0)
-    source = tl.program_id(1)
-    chunk = tl.program_id(2)
     words = pool.to(tl.pointer_type(tl.int64))
     epoch = tl.load(words + EPOCHS // 8)
     _wait_for_every_peer(endpoints, words, DISPATCH_FLAGS // 8, epoch, ERRORS // 8, RANK, RANKS, FINGERPRINT)
-    sources = tl.arange(0, RANKS_POW2)
-    counts = tl.load(words + DISPATCH_COUNTS // 8 + sources * LOCAL_EXPERTS + local, mask=sources < RANKS, other=0)
-    offset = tl.sum(tl.where(sources < source, counts, 0))
-    count = tl.sum(tl.where(sources == source, counts, 0))
-    if chunk == 0:
-        tl.store(layout_range + local * RANKS + source, offset * (1 << 32) + count)
-        if source == 0:
-            tl.store(packed_count + local, tl.sum(counts).to(tl.int32))
-    rows = chunk * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
-    row_mask = rows < count
+    # A few programs loop over the (local expert, source, chunk of rows) items: every program
+    # spins in its waits, and spinning programs must leave SMs to the peers' kernels when ranks
+    # share a GPU.
+    chunks: tl.constexpr = (MAX_TOKENS + BLOCK_TOKENS - 1) // BLOCK_TOKENS
     received = pool.to(tl.pointer_type(tl.bfloat16)) + DISPATCH_TOKENS // 2
-    received_rows = ((local * RANKS + source) * MAX_TOKENS + rows).to(tl.int64) * HIDDEN
-    packed_rows = (local * (RANKS * MAX_TOKENS) + offset + rows).to(tl.int64) * HIDDEN
-    for start in range(0, HIDDEN, BLOCK_HIDDEN):
-        columns = start + tl.arange(0, BLOCK_HIDDEN)
-        mask = row_mask[:, None] & (columns < HIDDEN)[None, :]
-        values = tl.load(received + received_rows[:, None] + columns[None, :], mask=mask)
-        tl.store(packed_x + packed_rows[:, None] + columns[None, :], values, mask=mask)
+    sources = tl.arange(0, RANKS_POW2)
+    for item in range(tl.program_id(0), LOCAL_EXPERTS * RANKS * chunks, tl.num_programs(0)):
+        local = item // (RANKS * chunks)
+        source = (item // chunks) % RANKS
+        chunk = item % chunks
+        counts = tl.load(words + DISPATCH_COUNTS // 8 + sources * LOCAL_EXPERTS + local, mask=sources < RANKS,
+                         other=0)
+        # A count past the rows a source owns would write past them: clamp (a peer with another
+        # configuration is reported through the fingerprint).
+        counts = tl.minimum(tl.maximum(counts, 0), MAX_TOKENS)
+        offset = tl.sum(tl.where(sources < source, counts, 0))
+        count = tl.sum(tl.where(sources == source, counts, 0))
+        if chunk == 0:
+            tl.store(layout_range + local * RANKS + source, offset * (1 << 32) + count)
+            if source == 0:
+                tl.store(packed_count + local, tl.sum(counts).to(tl.int32))
+        rows = chunk * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+        row_mask = rows < count
+        received_rows = ((local * RANKS + source) * MAX_TOKENS + rows).to(tl.int64) * HIDDEN
+        packed_rows = (local * (RANKS * MAX_TOKENS) + offset + rows).to(tl.int64) * HIDDEN
+        for start in range(0, HIDDEN, BLOCK_HIDDEN):
+            columns = start + tl.arange(0, BLOCK_HIDDEN)
+            mask = row_mask[:, None] & (columns < HIDDEN)[None, :]
+            values = tl.load(received + received_rows[:, None] + columns[None, :], mask=mask)
+            tl.store(packed_x + packed_rows[:, None] + columns[None, :], values, mask=mask)
 
 
 @triton.jit
@@ -157,34 +168,36 @@ def combine_send(endpoints, regions, pool, pool_key, layout_range, RANK: tl.cons
 
 
 @triton.jit
-def combine_reduce(endpoints, pool, topk_idx, topk_weights, positions, layout_range, out, K: tl.constexpr,
-                   RANK: tl.constexpr, RANKS: tl.constexpr, LOCAL_EXPERTS: tl.constexpr,
+def combine_reduce(endpoints, pool, topk_idx, topk_weights, positions, layout_range, out, tokens,
+                   K: tl.constexpr, RANK: tl.constexpr, RANKS: tl.constexpr, LOCAL_EXPERTS: tl.constexpr,
                    MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr, FINGERPRINT: tl.constexpr,
                    ERRORS: tl.constexpr, EPOCHS: tl.constexpr, COMBINE_FLAGS: tl.constexpr,
                    COMBINE_TOKENS: tl.constexpr, COMBINE_SEND: tl.constexpr, BLOCK_HIDDEN: tl.constexpr):
-    token = tl.program_id(0)
-    chunk = tl.program_id(1)
     words = pool.to(tl.pointer_type(tl.int64))
     epoch = tl.load(words + EPOCHS // 8 + 1)
     _wait_for_every_peer(endpoints, words, COMBINE_FLAGS // 8, epoch, ERRORS // 8 + 4, RANK, RANKS, FINGERPRINT)
     rows = pool.to(tl.pointer_type(tl.bfloat16))
-    columns = chunk * BLOCK_HIDDEN + tl.arange(0, BLOCK_HIDDEN)
-    column_mask = columns < HIDDEN
-    total = tl.zeros([BLOCK_HIDDEN], dtype=tl.float32)
-    for k in tl.static_range(K):
-        entry = token.to(tl.int64) * K + k
-        expert = tl.load(topk_idx + entry)
-        valid = expert >= 0
-        safe_expert = tl.maximum(expert, 0)
-        position = tl.load(positions + entry).to(tl.int64)
-        local = safe_expert % LOCAL_EXPERTS
-        owner = safe_expert // LOCAL_EXPERTS
-        # This rank's own experts: their outputs never left combine_send.
-        own_offset = tl.load(layout_range + local * RANKS + RANK) // (1 << 32)
-        own_row = COMBINE_SEND // 2 + ((local * RANKS).to(tl.int64) * MAX_TOKENS + own_offset + position) * HIDDEN
-        sent_row = COMBINE_TOKENS // 2 + (safe_expert.to(tl.int64) * MAX_TOKENS + position) * HIDDEN
-        row = tl.where(owner == RANK, own_row, sent_row)
-        value = tl.load(rows + row + columns, mask=column_mask & valid, other=0.0).to(tl.float32)
-        weight = tl.load(topk_weights + entry).to(tl.bfloat16).to(tl.float32)
-        total += tl.where(valid, weight * value, 0.0)
-    tl.store(out + token.to(tl.int64) * HIDDEN + columns, total.to(tl.bfloat16), mask=column_mask)
+    chunks: tl.constexpr = (HIDDEN + BLOCK_HIDDEN - 1) // BLOCK_HIDDEN
+    # A few programs loop over (token, chunk of hidden): see dispatch_receive.
+    for item in range(tl.program_id(0), tokens * chunks, tl.num_programs(0)):
+        token = item // chunks
+        columns = (item % chunks) * BLOCK_HIDDEN + tl.arange(0, BLOCK_HIDDEN)
+        column_mask = columns < HIDDEN
+        total = tl.zeros([BLOCK_HIDDEN], dtype=tl.float32)
+        for k in tl.static_range(K):
+            entry = token.to(tl.int64) * K + k
+            expert = tl.load(topk_idx + entry)
+            valid = expert >= 0
+            safe_expert = tl.maximum(expert, 0)
+            position = tl.load(positions + entry).to(tl.int64)
+            local = safe_expert % LOCAL_EXPERTS
+            owner = safe_expert // LOCAL_EXPERTS
+            # This rank's own experts: their outputs never left combine_send.
+            own_offset = tl.load(layout_range + local * RANKS + RANK) // (1 << 32)
+            own_row = COMBINE_SEND // 2 + ((local * RANKS).to(tl.int64) * MAX_TOKENS + own_offset + position) * HIDDEN
+            sent_row = COMBINE_TOKENS // 2 + (safe_expert.to(tl.int64) * MAX_TOKENS + position) * HIDDEN
+            row = tl.where(owner == RANK, own_row, sent_row)
+            value = tl.load(rows + row + columns, mask=column_mask & valid, other=0.0).to(tl.float32)
+            weight = tl.load(topk_weights + entry).to(tl.bfloat16).to(tl.float32)
+            total += tl.where(valid, weight * value, 0.0)
+        tl.store(out + token.to(tl.int64) * HIDDEN + columns, total.to(tl.bfloat16), mask=column_mask)

@@ -85,6 +85,7 @@ class LowLatencyLayout:
     def parts(self) -> Dict[str, Tuple[int, int]]:
         """Each part's (offset, length) in bytes, in pool order."""
         rows = self.token_bytes
+        # The parts whose place depends only on the ranks and experts come first.
         sizes = [
             ("errors", ERROR_WORDS * 8),
             ("epochs", 2 * 8),
@@ -92,6 +93,7 @@ class LowLatencyLayout:
             ("combine_flags", self.ranks * 8),
             ("dispatch_counts", self.ranks * self.local_experts * 8),
             ("send_counts", self.experts * 8),
+            # From here on the places depend on max_tokens and hidden too.
             ("dispatch_tokens", self.local_experts * self.ranks * self.max_tokens * rows),
             ("dispatch_send", self.experts * self.max_tokens * rows),
             ("combine_tokens", self.experts * self.max_tokens * rows),
