@@ -28,6 +28,8 @@ BLOCK_TOKENS = 16
 #: spins in bounded waits until the peers' data is there, so they must leave the rest of the GPU
 #: to other work (and, when ranks share a GPU, to the peers' kernels).
 DEFAULT_NUM_SMS = 24
+#: Sending programs per peer on p2p (see ``Buffer.parts``).
+P2P_PARTS = 16
 
 
 def _torch() -> Any:
@@ -97,6 +99,10 @@ class Buffer:
         self.regions = self.table.regions("pool")
         self._layout: Optional[LowLatencyLayout] = None
         self.num_sms = DEFAULT_NUM_SMS
+        # Sending programs per peer: on p2p a program's threads copy the data, so more programs
+        # move it faster (each adds 1 to the peer's counter); a queue transport's NIC or proxy
+        # moves it, and one program per peer keeps one doorbell per peer and the queue its own.
+        self.parts = P2P_PARTS if world.compilation_target() == "p2p" else 1
 
     # ---- sizing -------------------------------------------------------------------------------
 
@@ -174,19 +180,20 @@ class Buffer:
         counts = membership.sum(0)
         parts = layout.parts()
         self.pool[parts["epochs"][0]:parts["epochs"][0] + 8].view(torch.int64).add_(1)
-        self._view("send_counts", torch.int64, (num_experts,)).copy_(counts)
-        self._view("dispatch_counts", torch.int64, (ranks, local_experts))[rank].copy_(
-            counts[rank * local_experts:(rank + 1) * local_experts])
+        rows = torch.full((ranks, local_experts + 1), layout.fingerprint, dtype=torch.int64, device=x.device)
+        rows[:, :local_experts] = counts.view(ranks, local_experts)
+        self._view("send_counts", torch.int64, (ranks, local_experts + 1)).copy_(rows)
+        self._view("dispatch_counts", torch.int64, (ranks, local_experts + 1))[rank].copy_(rows[rank])
         if tokens * k:
             kernels.pack_tokens[(tokens * k,)](
                 x, topk_idx, positions, self.pool, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
                 MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, DISPATCH_TOKENS=parts["dispatch_tokens"][0],
                 DISPATCH_SEND=parts["dispatch_send"][0], BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)))
         with self._compile():
-            kernels.dispatch_send[(ranks - 1,)](
+            kernels.dispatch_send[((ranks - 1) * self.parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
                 LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
-                FINGERPRINT=layout.fingerprint, EPOCHS=parts["epochs"][0], DISPATCH_FLAGS=parts["dispatch_flags"][0],
+                PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
                 DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
                 DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0])
         recv_x = torch.empty(local_experts, ranks * layout.max_tokens, hidden, dtype=torch.bfloat16, device=x.device)
@@ -203,7 +210,8 @@ class Buffer:
                     MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, FINGERPRINT=layout.fingerprint,
                     ERRORS=parts["errors"][0], EPOCHS=parts["epochs"][0], DISPATCH_FLAGS=parts["dispatch_flags"][0],
                     DISPATCH_COUNTS=parts["dispatch_counts"][0], DISPATCH_TOKENS=parts["dispatch_tokens"][0],
-                    BLOCK_TOKENS=BLOCK_TOKENS, BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)))
+                    BLOCK_TOKENS=BLOCK_TOKENS, BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)),
+                    PARTS=self.parts)
 
         if return_recv_hook:
             return recv_x, recv_count, handle, EventOverlap(), receive
@@ -246,10 +254,10 @@ class Buffer:
         ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
         self.pool[parts["epochs"][0] + 8:parts["epochs"][0] + 16].view(torch.int64).add_(1)
         with self._compile():
-            kernels.combine_send[(ranks - 1,)](
+            kernels.combine_send[((ranks - 1) * self.parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, handle.layout_range, RANK=rank, RANKS=ranks,
                 LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
-                FINGERPRINT=layout.fingerprint, EPOCHS=parts["epochs"][0], COMBINE_FLAGS=parts["combine_flags"][0],
+                PARTS=self.parts, COMBINE_FLAGS=parts["combine_flags"][0],
                 COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0])
         tokens, k = handle.topk_idx.shape
         combined = out if out is not None else torch.empty(tokens, layout.hidden, dtype=torch.bfloat16,
@@ -268,7 +276,7 @@ class Buffer:
                     HIDDEN=layout.hidden, FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0],
                     EPOCHS=parts["epochs"][0], COMBINE_FLAGS=parts["combine_flags"][0],
                     COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0],
-                    BLOCK_HIDDEN=block)
+                    BLOCK_HIDDEN=block, PARTS=self.parts)
 
         if return_recv_hook:
             return combined, EventOverlap(), receive
@@ -290,15 +298,13 @@ class Buffer:
         if self._layout is None:
             return
         errors = self._view("errors", torch.int64, (8,)).tolist()
-        for phase, base in (("dispatch", 0), ("combine", 4)):
-            if errors[base]:
-                source, sent, epoch = errors[base] - 1, errors[base + 1], errors[base + 2]
-                raise RuntimeError(
-                    f"aboleth.moe: rank {source}'s {phase} of epoch {sent >> 24} reached rank {self.rank} (waiting for "
-                    f"epoch {epoch}) with another configuration (fingerprint {sent & 0xFFFFFF:#x}, this rank's "
-                    f"{self._layout.fingerprint:#x}): num_max_dispatch_tokens_per_rank, hidden and num_experts "
-                    f"must be the same on every rank (this rank: {self._layout.max_tokens}, {self._layout.hidden}, "
-                    f"{self._layout.experts})")
+        if errors[0]:
+            source, sent, epoch = errors[0] - 1, errors[1], errors[2]
+            raise RuntimeError(
+                f"aboleth.moe: rank {source}'s dispatch of epoch {epoch} reached rank {self.rank} with another "
+                f"configuration (fingerprint {sent:#x}, this rank's {self._layout.fingerprint:#x}): "
+                f"num_max_dispatch_tokens_per_rank, hidden and num_experts must be the same on every rank (this "
+                f"rank: {self._layout.max_tokens}, {self._layout.hidden}, {self._layout.experts})")
 
     def destroy(self) -> None:
         if self._owns_world:

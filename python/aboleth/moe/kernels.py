@@ -57,47 +57,64 @@ def pack_tokens(x, topk_idx, positions, pool, K: tl.constexpr, RANK: tl.constexp
 
 
 @triton.jit
+def _peer_and_part(RANK: tl.constexpr, PARTS: tl.constexpr):
+    """Program ``pid`` serves peer ``pid // PARTS`` (skipping this rank) and part ``pid % PARTS``
+    of its experts. With one part the peer is ``pid + (pid >= RANK)``: strictly increasing in
+    the program id, so the compiler gives each program its queue (no reservation atomics)."""
+    pid = tl.program_id(0)
+    if PARTS == 1:
+        index = pid
+        part = pid * 0
+    else:
+        index = pid // PARTS
+        part = pid % PARTS
+    return index + (index >= RANK).to(tl.int32), part
+
+
+@triton.jit
 def dispatch_send(endpoints, regions, pool, pool_key, RANK: tl.constexpr, RANKS: tl.constexpr,
                   LOCAL_EXPERTS: tl.constexpr, MAX_TOKENS: tl.constexpr, TOKEN_BYTES: tl.constexpr,
-                  FINGERPRINT: tl.constexpr, EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr,
-                  DISPATCH_COUNTS: tl.constexpr, SEND_COUNTS: tl.constexpr, DISPATCH_TOKENS: tl.constexpr,
-                  DISPATCH_SEND: tl.constexpr):
-    pid = tl.program_id(0)
-    peer = pid + (pid >= RANK).to(tl.int32)  # one program per peer
+                  PARTS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr, DISPATCH_COUNTS: tl.constexpr,
+                  SEND_COUNTS: tl.constexpr, DISPATCH_TOKENS: tl.constexpr, DISPATCH_SEND: tl.constexpr):
+    peer, part = _peer_and_part(RANK, PARTS)
     ep = aboleth.endpoint(endpoints, peer)
     peer_pool = aboleth.remote(regions, peer)
     peer_words = aboleth.remote(regions, peer, tl.int64)
     words = pool.to(tl.pointer_type(tl.int64))
-    epoch = tl.load(words + EPOCHS // 8)
     block_bytes = MAX_TOKENS * TOKEN_BYTES
-    for local in range(LOCAL_EXPERTS):
+    row_words = LOCAL_EXPERTS + 1  # the counts, then the configuration's fingerprint
+    for local in range(part, LOCAL_EXPERTS, PARTS):
         expert = peer * LOCAL_EXPERTS + local
-        count = tl.load(words + SEND_COUNTS // 8 + expert)
+        count = tl.load(words + SEND_COUNTS // 8 + peer * row_words + local)
         destination = DISPATCH_TOKENS + (local * RANKS + RANK).to(tl.int64) * block_bytes
         source = pool + DISPATCH_SEND + expert.to(tl.int64) * block_bytes
         aboleth.put(ep, peer_pool.at(destination), source, count * TOKEN_BYTES, source_key=pool_key)
-    counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (LOCAL_EXPERTS * 8)
-    aboleth.put(ep, peer_pool.at(DISPATCH_COUNTS + RANK * (LOCAL_EXPERTS * 8)), counts_source, LOCAL_EXPERTS * 8,
-                source_key=pool_key)
-    aboleth.signal(ep, peer_words.at(DISPATCH_FLAGS // 8 + RANK), epoch * (1 << 24) + FINGERPRINT)
+    counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (row_words * 8)
+    aboleth.put(ep, peer_pool.at(DISPATCH_COUNTS + RANK * (row_words * 8)), counts_source, row_words * 8,
+                source_key=pool_key, predicate=part == 0)
+    # One add per part: the receiver waits for epoch * PARTS.
+    aboleth.signal(ep, peer_words.at(DISPATCH_FLAGS // 8 + RANK), 1, op="add")
     aboleth.drain(ep)  # the send block is rewritten by the next dispatch
 
 
 @triton.jit
-def _wait_for_every_peer(endpoints, words, flags_word, epoch, errors_word, RANK: tl.constexpr,
-                         RANKS: tl.constexpr, FINGERPRINT: tl.constexpr):
-    """Bounded waits for every peer's signal of ``epoch``; a peer whose fingerprint differs is
-    recorded in the error words (rank + 1, what it sent, the epoch)."""
+def _wait_for_every_peer(endpoints, words, flags_word, target, counts_word, errors_word, epoch,
+                         RANK: tl.constexpr, RANKS: tl.constexpr, ROW_WORDS: tl.constexpr,
+                         FINGERPRINT: tl.constexpr, CHECK: tl.constexpr):
+    """Bounded waits for every peer's flag to reach ``target``; with ``CHECK``, a peer whose
+    counts row ends in another fingerprint is recorded in the error words (rank + 1, what it
+    sent, the epoch)."""
     ep = aboleth.endpoint(endpoints, (RANK + 1) % RANKS)  # the waits' bound and failure log
     for source in range(RANKS):
         if source != RANK:
-            aboleth.wait_signal(words + flags_word + source, epoch * (1 << 24))
-            sent = tl.load(words + flags_word + source, volatile=True)
-            if (sent % (1 << 24)) != FINGERPRINT:
-                nothing = epoch * 0  # an i64 zero: atomic_cas takes the word's type
-                if tl.atomic_cas(words + errors_word, nothing, nothing + source + 1) == 0:
-                    tl.store(words + errors_word + 1, sent)
-                    tl.store(words + errors_word + 2, epoch)
+            aboleth.wait_signal(words + flags_word + source, target)
+            if CHECK:
+                sent = tl.load(words + counts_word + source * ROW_WORDS + ROW_WORDS - 1, volatile=True)
+                if sent != FINGERPRINT:
+                    nothing = epoch * 0  # an i64 zero: atomic_cas takes the word's type
+                    if tl.atomic_cas(words + errors_word, nothing, nothing + source + 1) == 0:
+                        tl.store(words + errors_word + 1, sent)
+                        tl.store(words + errors_word + 2, epoch)
     return ep
 
 
@@ -107,10 +124,12 @@ def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK
                      MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr, FINGERPRINT: tl.constexpr,
                      ERRORS: tl.constexpr, EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr,
                      DISPATCH_COUNTS: tl.constexpr, DISPATCH_TOKENS: tl.constexpr, BLOCK_TOKENS: tl.constexpr,
-                     BLOCK_HIDDEN: tl.constexpr):
+                     BLOCK_HIDDEN: tl.constexpr, PARTS: tl.constexpr):
     words = pool.to(tl.pointer_type(tl.int64))
     epoch = tl.load(words + EPOCHS // 8)
-    _wait_for_every_peer(endpoints, words, DISPATCH_FLAGS // 8, epoch, ERRORS // 8, RANK, RANKS, FINGERPRINT)
+    row_words: tl.constexpr = LOCAL_EXPERTS + 1
+    _wait_for_every_peer(endpoints, words, DISPATCH_FLAGS // 8, epoch * PARTS, DISPATCH_COUNTS // 8, ERRORS // 8,
+                         epoch, RANK, RANKS, row_words, FINGERPRINT, True)
     # A few programs loop over the (local expert, source, chunk of rows) items: every program
     # spins in its waits, and spinning programs must leave SMs to the peers' kernels when ranks
     # share a GPU.
@@ -121,8 +140,7 @@ def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK
         local = item // (RANKS * chunks)
         source = (item // chunks) % RANKS
         chunk = item % chunks
-        counts = tl.load(words + DISPATCH_COUNTS // 8 + sources * LOCAL_EXPERTS + local, mask=sources < RANKS,
-                         other=0)
+        counts = tl.load(words + DISPATCH_COUNTS // 8 + sources * row_words + local, mask=sources < RANKS, other=0)
         # A count past the rows a source owns would write past them: clamp (a peer with another
         # configuration is reported through the fingerprint).
         counts = tl.minimum(tl.maximum(counts, 0), MAX_TOKENS)
@@ -146,24 +164,21 @@ def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK
 @triton.jit
 def combine_send(endpoints, regions, pool, pool_key, layout_range, RANK: tl.constexpr, RANKS: tl.constexpr,
                  LOCAL_EXPERTS: tl.constexpr, MAX_TOKENS: tl.constexpr, TOKEN_BYTES: tl.constexpr,
-                 FINGERPRINT: tl.constexpr, EPOCHS: tl.constexpr, COMBINE_FLAGS: tl.constexpr,
-                 COMBINE_TOKENS: tl.constexpr, COMBINE_SEND: tl.constexpr):
-    pid = tl.program_id(0)
-    peer = pid + (pid >= RANK).to(tl.int32)  # one program per peer: the tokens' home rank
+                 PARTS: tl.constexpr, COMBINE_FLAGS: tl.constexpr, COMBINE_TOKENS: tl.constexpr,
+                 COMBINE_SEND: tl.constexpr):
+    peer, part = _peer_and_part(RANK, PARTS)  # the peer is the tokens' home rank
     ep = aboleth.endpoint(endpoints, peer)
     peer_pool = aboleth.remote(regions, peer)
     peer_words = aboleth.remote(regions, peer, tl.int64)
-    words = pool.to(tl.pointer_type(tl.int64))
-    epoch = tl.load(words + EPOCHS // 8 + 1)
     block_bytes = MAX_TOKENS * TOKEN_BYTES
-    for local in range(LOCAL_EXPERTS):
+    for local in range(part, LOCAL_EXPERTS, PARTS):
         packed = tl.load(layout_range + local * RANKS + peer)
         offset = packed // (1 << 32)
         count = packed % (1 << 32)
         destination = COMBINE_TOKENS + (RANK * LOCAL_EXPERTS + local).to(tl.int64) * block_bytes
         source = pool + COMBINE_SEND + ((local * RANKS).to(tl.int64) * MAX_TOKENS + offset) * TOKEN_BYTES
         aboleth.put(ep, peer_pool.at(destination), source, count * TOKEN_BYTES, source_key=pool_key)
-    aboleth.signal(ep, peer_words.at(COMBINE_FLAGS // 8 + RANK), epoch * (1 << 24) + FINGERPRINT)
+    aboleth.signal(ep, peer_words.at(COMBINE_FLAGS // 8 + RANK), 1, op="add")
     aboleth.drain(ep)  # the combine buffer is rewritten by the next layer
 
 
@@ -172,10 +187,12 @@ def combine_reduce(endpoints, pool, topk_idx, topk_weights, positions, layout_ra
                    K: tl.constexpr, RANK: tl.constexpr, RANKS: tl.constexpr, LOCAL_EXPERTS: tl.constexpr,
                    MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr, FINGERPRINT: tl.constexpr,
                    ERRORS: tl.constexpr, EPOCHS: tl.constexpr, COMBINE_FLAGS: tl.constexpr,
-                   COMBINE_TOKENS: tl.constexpr, COMBINE_SEND: tl.constexpr, BLOCK_HIDDEN: tl.constexpr):
+                   COMBINE_TOKENS: tl.constexpr, COMBINE_SEND: tl.constexpr, BLOCK_HIDDEN: tl.constexpr,
+                   PARTS: tl.constexpr):
     words = pool.to(tl.pointer_type(tl.int64))
     epoch = tl.load(words + EPOCHS // 8 + 1)
-    _wait_for_every_peer(endpoints, words, COMBINE_FLAGS // 8, epoch, ERRORS // 8 + 4, RANK, RANKS, FINGERPRINT)
+    _wait_for_every_peer(endpoints, words, COMBINE_FLAGS // 8, epoch * PARTS, 0, ERRORS // 8, epoch, RANK, RANKS,
+                         1, FINGERPRINT, False)
     rows = pool.to(tl.pointer_type(tl.bfloat16))
     chunks: tl.constexpr = (HIDDEN + BLOCK_HIDDEN - 1) // BLOCK_HIDDEN
     # A few programs loop over (token, chunk of hidden): see dispatch_receive.

@@ -12,10 +12,14 @@ each rank), at most ``max_tokens`` tokens per rank and ``token_bytes`` bytes per
   configuration); read by ``Buffer.check_errors()``;
 - ``epochs``: 2 int64 words, the dispatch and combine epochs, incremented on the device before
   each call (graph replays advance them too);
-- ``dispatch_flags`` / ``combine_flags``: one int64 per source rank, set by that rank's signal;
-- ``dispatch_counts``: ``[ranks, local_experts]`` int64, how many tokens each source sent to each
-  local expert (the source puts its row before its signal);
-- ``send_counts``: ``[experts]`` int64, this rank's tokens per expert (the source of those puts);
+- ``dispatch_flags`` / ``combine_flags``: one int64 per source rank, a counter each of the
+  source's sending programs adds 1 to (``parts`` per call: the receiver waits for
+  ``epoch * parts``);
+- ``dispatch_counts``: ``[ranks, local_experts + 1]`` int64, how many tokens each source sent to
+  each local expert, then the source's configuration fingerprint (the source puts its row
+  before its signal; the receiver checks the fingerprint);
+- ``send_counts``: ``[ranks, local_experts + 1]`` int64, this rank's rows of counts per
+  destination (the source of those puts);
 - ``dispatch_tokens``: ``[local_experts, ranks, max_tokens]`` rows, what each source sent to each
   local expert, compacted from row 0;
 - ``dispatch_send``: ``[experts, max_tokens]`` rows, this rank's tokens packed per expert;
@@ -34,8 +38,8 @@ from typing import Dict, Tuple
 ALIGNMENT_BYTES = 256
 #: Error words at the start of the pool.
 ERROR_WORDS = 8
-#: Bits of a signal's value below the epoch: the sender's configuration fingerprint, which the
-#: receiver checks (a peer with another ``max_tokens`` would otherwise write into the wrong rows).
+#: Bits of the configuration fingerprint that ends each counts row, which the receiver checks (a
+#: peer with another ``max_tokens`` would otherwise write into the wrong rows unnoticed).
 FINGERPRINT_BITS = 24
 
 
@@ -76,8 +80,8 @@ class LowLatencyLayout:
 
     @property
     def fingerprint(self) -> int:
-        """What a signal carries below the epoch: a hash of the configuration every rank must
-        share (``FINGERPRINT_BITS`` bits; never 0)."""
+        """What ends each counts row: a hash of the configuration every rank must share
+        (``FINGERPRINT_BITS`` bits; never 0)."""
         value = (self.max_tokens * 1_000_003 + self.hidden * 10_007 + self.experts * 101 + self.element_bytes) \
             % ((1 << FINGERPRINT_BITS) - 1)
         return value + 1
@@ -91,8 +95,8 @@ class LowLatencyLayout:
             ("epochs", 2 * 8),
             ("dispatch_flags", self.ranks * 8),
             ("combine_flags", self.ranks * 8),
-            ("dispatch_counts", self.ranks * self.local_experts * 8),
-            ("send_counts", self.experts * 8),
+            ("dispatch_counts", self.ranks * (self.local_experts + 1) * 8),
+            ("send_counts", self.ranks * (self.local_experts + 1) * 8),
             # From here on the places depend on max_tokens and hidden too.
             ("dispatch_tokens", self.local_experts * self.ranks * self.max_tokens * rows),
             ("dispatch_send", self.experts * self.max_tokens * rows),
