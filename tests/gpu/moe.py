@@ -231,6 +231,7 @@ def step_timing(world: Any) -> Dict[str, Any]:
             times["dispatch"].append(start.elapsed_time(middle) * 1000)
             times["combine"].append(combine_start.elapsed_time(end) * 1000)
     buffer.check_errors()
+    kernels_us = profile_kernels(world, buffer, x, topk, weights, tokens, experts)
     local_experts = experts // ranks
     sent_bytes = int((topk // local_experts != rank).sum()) * hidden * 2
     summary = {}
@@ -240,10 +241,32 @@ def step_timing(world: Any) -> Dict[str, Any]:
                          "p90_us": values[len(values) * 9 // 10]}
     return {"passed": True, "warmup_ms": warmup_ms, "max_us": {n: max(v) for n, v in times.items()}, "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks}, "us": summary, "bytes_sent_by_this_rank": sent_bytes,
-            "grids": {"pack_tokens": tokens * k, "dispatch_send": ranks - 1, "dispatch_receive": buffer.num_sms,
-                      "combine_send": ranks - 1, "combine_reduce": buffer.num_sms},
+            "kernels_us": kernels_us,
+            "grids": {"pack_tokens": tokens * k, "dispatch_send": (ranks - 1) * buffer.parts,
+                      "dispatch_receive": buffer.num_sms, "combine_send": (ranks - 1) * buffer.parts,
+                      "combine_reduce": buffer.num_sms},
             "note": "includes the torch routing ops and, for combine, the reduce; sms: the grids are programs, "
                     "each one CTA"}
+
+
+def profile_kernels(world: Any, buffer: Buffer, x: Any, topk: Any, weights: Any, tokens: int,
+                    experts: int) -> Dict[str, float]:
+    """Mean device time per call of each kernel over 10 dispatch + combine rounds (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    world.barrier()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(10):
+            _, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, tokens, experts)
+            buffer.low_latency_combine(buffer.get_next_low_latency_combine_buffer(handle), topk, weights, handle)
+        torch.cuda.synchronize()
+    world.barrier()
+    means = {}
+    for event in profiler.key_averages():
+        device_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if event.count and device_us:
+            means[event.key[:60]] = round(device_us / event.count, 1)
+    return dict(sorted(means.items(), key=lambda item: -item[1])[:16])
 
 
 def step_dead_peer(buffer: Buffer) -> Dict[str, Any]:

@@ -406,7 +406,9 @@ pub fn lift_for_simulation(
 }
 
 /// `bind` with each key that names a parameter's local variable (`src` for `src =
-/// send.to(...)`) replaced by the parameter's name (`send`), and a deprecation note for each.
+/// send.to(...)`) replaced by the parameter's name (`send`), and a deprecation note for each;
+/// a lifted parameter that reinterprets another one (`words = pool.to(...)`, both used) is bound
+/// as that one is, unless the string binds it itself.
 fn bind_by_parameter_name(
     bind: &str,
     parameters: &[lift::Parameter],
@@ -435,7 +437,26 @@ fn bind_by_parameter_name(
             }
         })
         .collect();
-    entries.join(" ")
+    let bound = |key: &str| {
+        entries
+            .iter()
+            .find_map(|entry| entry.split_once('=').filter(|(k, _)| *k == key))
+            .map(|(_, value)| value.to_string())
+    };
+    let mut derived = Vec::new();
+    for parameter in parameters {
+        if let Some(target) = &parameter.reinterprets
+            && bound(&parameter.ab_name).is_none()
+            && let Some(value) = bound(target)
+        {
+            derived.push(format!("{}={value}", parameter.ab_name));
+        }
+    }
+    entries
+        .into_iter()
+        .chain(derived)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -494,6 +515,7 @@ mod tests {
             ttir_type: "i64".into(),
             ab_name: ab_name.into(),
             local_name: local_name.map(str::to_string),
+            reinterprets: None,
         };
         let parameters = [parameter("send", Some("src")), parameter("epoch", None)];
         let mut notes = Vec::new();
@@ -508,6 +530,36 @@ mod tests {
         assert_eq!(
             bind_by_parameter_name("src=local:x", &parameters, &mut notes),
             "src=local:x"
+        );
+        assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn a_reinterpretation_of_a_bound_parameter_is_bound_as_it_is() {
+        let pool = lift::Parameter {
+            ttir_name: "%pool".into(),
+            ttir_type: "!tt.ptr<i8>".into(),
+            ab_name: "pool".into(),
+            local_name: None,
+            reinterprets: None,
+        };
+        let words = lift::Parameter {
+            ttir_name: "%words".into(),
+            ttir_type: "!tt.ptr<i64>".into(),
+            ab_name: "words".into(),
+            local_name: None,
+            reinterprets: Some("pool".into()),
+        };
+        let parameters = [pool, words];
+        let mut notes = Vec::new();
+        assert_eq!(
+            bind_by_parameter_name("pool=local:pool", &parameters, &mut notes),
+            "pool=local:pool words=local:pool"
+        );
+        // Bound explicitly: left alone.
+        assert_eq!(
+            bind_by_parameter_name("pool=local:pool words=local:other", &parameters, &mut notes),
+            "pool=local:pool words=local:other"
         );
         assert!(notes.is_empty());
     }

@@ -67,6 +67,9 @@ pub struct Parameter {
     /// The TTIR name without `%` when it differs from `ab_name` (`src`): the local variable
     /// that older `bind` strings named, still accepted with a deprecation note.
     pub local_name: Option<String>,
+    /// The kernel parameter this one reinterprets (`words = pool.to(...)` when `pool` is a
+    /// parameter of the lifted kernel too): the simulator binds it as that parameter is bound.
+    pub reinterprets: Option<String>,
 }
 
 /// The result of lifting one kernel.
@@ -500,8 +503,9 @@ impl Lifter<'_> {
             let local = sanitize(name.trim_start_matches('%'));
             // A reinterpretation yields the name to the parameter itself when that is also used.
             // So does a second reinterpretation of one parameter: it keeps its local name.
-            let parameter = self
-                .kernel_parameter_of(&opaque_definitions[index])
+            let reinterpreted = self.kernel_parameter_of(&opaque_definitions[index]);
+            let parameter = reinterpreted
+                .clone()
                 .filter(|parameter| *parameter == name || !opaque_names.contains(parameter))
                 .map(|parameter| sanitize(parameter.trim_start_matches('%')))
                 .filter(|parameter| !self.parameters.iter().any(|p| &p.ab_name == parameter));
@@ -514,11 +518,16 @@ impl Lifter<'_> {
                 ab_name = format!("{ab_name}_{index}");
             }
             self.names.insert(definition, ab_name.clone());
+            let reinterprets = reinterpreted
+                .filter(|parameter| *parameter != name)
+                .map(|parameter| sanitize(parameter.trim_start_matches('%')))
+                .filter(|parameter| *parameter != ab_name);
             self.parameters.push(Parameter {
                 ttir_name: name,
                 ttir_type: type_text,
                 local_name: (local != ab_name).then_some(local),
                 ab_name,
+                reinterprets,
             });
         }
         let function = self.function;

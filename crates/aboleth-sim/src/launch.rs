@@ -4,7 +4,9 @@
 //! The attributes are small languages: sizes are expressions over `ranks` with integers, `+`,
 //! `-`, `*` and parentheses; `regions` is `NAME=EXPR ...` (bytes per rank, every region on every
 //! rank); `bind` is `ARG=endpoints | regions:NAME | local:NAME | lkey:NAME | value:N ...`;
-//! `init` is `NAME=zero | random | random_mod:EXPR ...`. This module parses and checks them
+//! `init` is `NAME=zero | random | random_mod:EXPR ...`, where `NAME[START:END]=...` sets only
+//! those bytes (expressions; entries apply in order, so a range after a whole-region entry
+//! overrides part of it: `pool=random_mod:5 pool[0:1024]=zero`). This module parses and checks them
 //! (naming the attribute, the entry and the fix on error); it allocates nothing: that is
 //! [`crate::interpreter`]'s job. Real launches (the runtime) get the same facts from Python.
 
@@ -43,6 +45,16 @@ pub enum RegionInit {
     Random,
     /// Random little-endian `i64` words in `[0, modulus)`.
     RandomModulo(Expression),
+}
+
+/// One `init` entry: how bytes `[start, end)` of a region start (the whole region when `range`
+/// is `None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitEntry {
+    /// The byte range, as expressions over `ranks`; `None`: the whole region.
+    pub range: Option<(Expression, Expression)>,
+    /// What the bytes hold.
+    pub how: RegionInit,
 }
 
 /// A size expression over `ranks`.
@@ -195,8 +207,8 @@ pub struct LaunchSpec {
     pub regions: Vec<(String, Expression)>,
     /// Argument name -> binding.
     pub bindings: BTreeMap<String, ArgumentBinding>,
-    /// Region name -> initial contents (absent: zero).
-    pub init: BTreeMap<String, RegionInit>,
+    /// Region name -> its `init` entries in order (absent: zero).
+    pub init: BTreeMap<String, Vec<InitEntry>>,
 }
 
 impl LaunchSpec {
@@ -274,11 +286,26 @@ impl LaunchSpec {
                 return Err(format!("bind: argument `{argument}` is bound twice"));
             }
         }
-        let mut init_map = BTreeMap::new();
+        let mut init_map: BTreeMap<String, Vec<InitEntry>> = BTreeMap::new();
         for entry in init.unwrap_or("").split_whitespace() {
-            let (name, how) = entry
+            let (target, how) = entry
                 .split_once('=')
                 .ok_or_else(|| format!("init: `{entry}` is not NAME=HOW"))?;
+            let (name, range) = match target.split_once('[') {
+                None => (target, None),
+                Some((name, rest)) => {
+                    let bounds = rest
+                        .strip_suffix(']')
+                        .and_then(|inner| inner.split_once(':'));
+                    let (start, end) = bounds.ok_or_else(|| {
+                        format!("init: `{entry}`: a byte range is NAME[START:END]")
+                    })?;
+                    let parse = |text: &str| {
+                        Expression::parse(text).map_err(|e| format!("init: `{entry}`: {e}"))
+                    };
+                    (name, Some((parse(start)?, parse(end)?)))
+                }
+            };
             known(name, "init")?;
             let how = match how.split_once(':') {
                 None if how == "zero" => RegionInit::Zero,
@@ -292,7 +319,10 @@ impl LaunchSpec {
                     ));
                 }
             };
-            init_map.insert(name.to_owned(), how);
+            init_map
+                .entry(name.to_owned())
+                .or_default()
+                .push(InitEntry { range, how });
         }
         Ok(LaunchSpec {
             grid,
@@ -331,7 +361,28 @@ mod tests {
             spec.bindings["e"],
             ArgumentBinding::Value(ValueBinding::Epoch)
         );
-        assert_eq!(spec.init["send"], RegionInit::Random);
+        assert_eq!(
+            spec.init["send"],
+            vec![InitEntry {
+                range: None,
+                how: RegionInit::Random
+            }]
+        );
+        let ranged = LaunchSpec::parse(
+            None,
+            Some("pool=ranks*64"),
+            Some("p=local:pool"),
+            Some("pool=random_mod:5 pool[8:ranks*8]=zero"),
+        )
+        .unwrap();
+        assert_eq!(ranged.init["pool"].len(), 2);
+        let (start, end) = ranged.init["pool"][1].range.clone().unwrap();
+        assert_eq!((start.evaluate(4), end.evaluate(4)), (8, 32));
+        assert_eq!(
+            LaunchSpec::parse(None, Some("a=8"), Some("x=local:a"), Some("a[0-8]=zero"))
+                .unwrap_err(),
+            "init: `a[0-8]=zero`: a byte range is NAME[START:END]"
+        );
         assert_eq!(
             LaunchSpec::parse(None, Some("a=8"), Some("x=local:b"), None).unwrap_err(),
             "bind: `b` is not a region (declared: a)"

@@ -100,11 +100,14 @@ def dispatch_send(endpoints, regions, pool, pool_key, RANK: tl.constexpr, RANKS:
 @triton.jit
 def _wait_for_every_peer(endpoints, words, flags_word, target, counts_word, errors_word, epoch,
                          RANK: tl.constexpr, RANKS: tl.constexpr, ROW_WORDS: tl.constexpr,
-                         FINGERPRINT: tl.constexpr, CHECK: tl.constexpr):
+                         FINGERPRINT: tl.constexpr, CHECK: tl.constexpr, LOG_ENDPOINT: tl.constexpr = True):
     """Bounded waits for every peer's flag to reach ``target``; with ``CHECK``, a peer whose
     counts row ends in another fingerprint is recorded in the error words (rank + 1, what it
-    sent, the epoch)."""
-    ep = aboleth.endpoint(endpoints, (RANK + 1) % RANKS)  # the waits' bound and failure log
+    sent, the epoch). ``LOG_ENDPOINT``: take an endpoint first, for the waits' bound and failure
+    log (a kernel that already took one passes False: another endpoint op naming a peer's queue
+    would make the compiler treat that queue as shared)."""
+    if LOG_ENDPOINT:
+        aboleth.endpoint(endpoints, (RANK + 1) % RANKS)
     for source in range(RANKS):
         if source != RANK:
             aboleth.wait_signal(words + flags_word + source, target)
@@ -115,7 +118,6 @@ def _wait_for_every_peer(endpoints, words, flags_word, target, counts_word, erro
                     if tl.atomic_cas(words + errors_word, nothing, nothing + source + 1) == 0:
                         tl.store(words + errors_word + 1, sent)
                         tl.store(words + errors_word + 2, epoch)
-    return ep
 
 
 @triton.jit

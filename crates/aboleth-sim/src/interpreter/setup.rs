@@ -95,14 +95,27 @@ impl<'k> World<'k> {
                     .register(rank, address, length_bytes + staging_bytes)
                     .map_err(setup_error)?;
                 let mut bytes = vec![0u8; length_bytes as usize];
-                match kernel.launch.init.get(name) {
-                    None | Some(RegionInit::Zero) => {}
-                    Some(RegionInit::Random) => data_rng.fill_bytes(&mut bytes),
-                    Some(RegionInit::RandomModulo(modulus)) => {
-                        let modulus = modulus.evaluate(ranks).max(1) as u64;
-                        for word in bytes.chunks_mut(8) {
-                            let value = data_rng.next_u64() % modulus;
-                            word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
+                for entry in kernel.launch.init.get(name).into_iter().flatten() {
+                    let (start, end) = match &entry.range {
+                        None => (0, length_bytes as i64),
+                        Some((start, end)) => (start.evaluate(ranks), end.evaluate(ranks)),
+                    };
+                    if start < 0 || end < start || end > length_bytes as i64 {
+                        return Err(SimulationError::Setup(format!(
+                            "init: bytes [{start}, {end}) of region `{name}` are not inside its \
+                             {length_bytes} bytes for {ranks} ranks"
+                        )));
+                    }
+                    let part = &mut bytes[start as usize..end as usize];
+                    match &entry.how {
+                        RegionInit::Zero => part.fill(0),
+                        RegionInit::Random => data_rng.fill_bytes(part),
+                        RegionInit::RandomModulo(modulus) => {
+                            let modulus = modulus.evaluate(ranks).max(1) as u64;
+                            for word in part.chunks_mut(8) {
+                                let value = data_rng.next_u64() % modulus;
+                                word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
+                            }
                         }
                     }
                 }
