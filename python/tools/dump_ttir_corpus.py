@@ -270,6 +270,24 @@ def wait_comparisons(endpoints, my_flags, epoch, RANK: tl.constexpr):
     aboleth.wait_signal(my_flags + 5, epoch, comparison="ge")
 
 
+# aboleth.moe's dispatch shape: per peer, one put per expert of a size loaded at run time (no
+# command for a token that stays), then one counter add; p2p copies it with whole tiles split
+# from the rest, so the run-time size still moves 16-byte vectors.
+@triton.jit
+def compacted_puts(endpoints, regions, send, send_key, counts, ROW_BYTES: tl.constexpr, EXPERTS: tl.constexpr,
+                   RANK: tl.constexpr):
+    pid = tl.program_id(0)
+    peer = pid + (pid >= RANK).to(tl.int32)
+    ep = aboleth.endpoint(endpoints, peer)
+    rows = aboleth.remote(regions, peer)
+    flags = aboleth.remote(regions, peer, tl.int64)
+    for expert in range(EXPERTS):
+        count = tl.minimum(tl.load(counts + peer * EXPERTS + expert), 64)
+        aboleth.put(ep, rows.at(expert * 64 * ROW_BYTES), send + (peer * EXPERTS + expert) * 64 * ROW_BYTES,
+                    count * ROW_BYTES, source_key=send_key)
+    aboleth.signal(ep, flags.at(RANK), 1, op="add")
+
+
 # (file name, kernel, signature, constexprs, attrs, options)
 KERNELS = [
     ("masked_vector_add", masked_vector_add,
@@ -315,6 +333,10 @@ KERNELS = [
      {"BYTES": 256, "RANK": 1}, {}, {}),
     ("wait_comparisons", wait_comparisons,
      {"endpoints": "*i64", "my_flags": "*i64", "epoch": "i64", "RANK": "constexpr"}, {"RANK": 0}, {}, {}),
+    ("compacted_puts", compacted_puts,
+     {"endpoints": "*i64", "regions": "*i64", "send": "*i8", "send_key": "i32", "counts": "*i64",
+      "ROW_BYTES": "constexpr", "EXPERTS": "constexpr", "RANK": "constexpr"},
+     {"ROW_BYTES": 256, "EXPERTS": 4, "RANK": 0}, {(2, ): DIVISIBLE}, {}),
 ]
 
 

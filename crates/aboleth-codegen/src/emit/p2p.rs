@@ -2,7 +2,7 @@
 //! loops that Triton spreads over the program's threads, at the peer address read from the
 //! region descriptor: words when source, destination and size are 8-byte aligned (when they
 //! are 16-byte aligned the pointers also carry `tt.divisibility = 16`, so Triton emits 16-byte
-//! vector accesses), bytes otherwise; each iteration moves `P2P_COPY_CHUNK_ELEMENTS` elements, or, for a put of constant
+//! vector accesses), bytes otherwise; the whole tiles (masked by a bound known to be a multiple of the tile), then the rest; each tile moves `P2P_COPY_CHUNK_ELEMENTS` elements, or, for a put of constant
 //! size, the next power of two of its element count when that is fewer (a 256-byte put is one
 //! 32-word tile, not a masked 1024-word one); `p2p.signal` as one leader store or reduction with the lowering's ordering
 //! (release or volatile). Packet puts (flag in data) are in `packets.rs`; the flag wait is in
@@ -38,6 +38,9 @@ impl Generator<'_> {
         // Words when source, destination and size allow it (8x fewer accesses than bytes), as
         // 16-byte vectors when all three are 16-byte aligned; bytes otherwise.
         let constant_bytes = aboleth_ir::scalar::constant_value(self.ctx, self.operand(op, 3));
+        // A constant size's mask is already known to Triton; only a run-time size needs the
+        // whole tiles split from the rest (see `copy_loop`).
+        let split = constant_bytes.is_none();
         let either = self.binary_i64("arith.ori", &source, &destination);
         let all = self.binary_i64("arith.ori", &either, &bytes);
         let three = self.constant_i64(3);
@@ -50,7 +53,15 @@ impl Generator<'_> {
             format!("arith.cmpi eq, {low_bits_16}, {zero} : i64"),
         );
         self.emit(format!("scf.if {aligned_16} {{"));
-        self.copy_loop("i64", &source, &destination, &words, word_chunk, true);
+        self.copy_loop(
+            "i64",
+            &source,
+            &destination,
+            &words,
+            word_chunk,
+            true,
+            split,
+        );
         self.emit("} else {".into());
         let seven = self.constant_i64(7);
         let low_bits_8 = self.binary_i64("arith.andi", &all, &seven);
@@ -59,10 +70,26 @@ impl Generator<'_> {
             format!("arith.cmpi eq, {low_bits_8}, {zero} : i64"),
         );
         self.emit(format!("scf.if {aligned_8} {{"));
-        self.copy_loop("i64", &source, &destination, &words, word_chunk, false);
+        self.copy_loop(
+            "i64",
+            &source,
+            &destination,
+            &words,
+            word_chunk,
+            false,
+            split,
+        );
         self.emit("} else {".into());
         let byte_chunk = copy_chunk_elements(constant_bytes);
-        self.copy_loop("i8", &source, &destination, &bytes, byte_chunk, false);
+        self.copy_loop(
+            "i8",
+            &source,
+            &destination,
+            &bytes,
+            byte_chunk,
+            false,
+            split,
+        );
         self.emit("}".into());
         self.emit("}".into());
         for _ in 0..open_ifs {
@@ -72,8 +99,13 @@ impl Generator<'_> {
     }
 
     /// A loop copying `count` elements of `element` from `source` to `destination` (i64
-    /// addresses), `chunk` per iteration, masked at the end. With `aligned_16`, both addresses
-    /// are known 16-byte aligned (the caller tested it) and the pointers say so to Triton.
+    /// addresses), `chunk` per iteration; with `split`, the whole tiles, then the rest in one
+    /// tile (for a count known only at run time; Triton 3.6's coalescing pass asserts on the
+    /// split form of some constant-size copies, which need no split). With
+    /// `aligned_16`, both addresses are known 16-byte aligned (the caller tested it) and the
+    /// pointers say so to Triton. The split is why a put whose size is known only at run time
+    /// still moves 16-byte vectors: Triton vectorizes a masked access only when it can prove the
+    /// mask constant over a vector, which a bound of unknown divisibility defeats.
     pub(super) fn copy_loop(
         &mut self,
         element: &str,
@@ -82,6 +114,7 @@ impl Generator<'_> {
         count: &str,
         chunk: i64,
         aligned_16: bool,
+        split: bool,
     ) {
         let zero = self.constant_i64(0);
         let step = self.constant_i64(chunk);
@@ -101,12 +134,46 @@ impl Generator<'_> {
             "ab_dst",
             format!("tt.int_to_ptr {destination}{hint} : i64 -> {pointer_type}"),
         );
+        let pointers = (source_pointer, destination_pointer);
+        if !split {
+            let start = self.fresh("ab_chunk");
+            self.emit(format!(
+                "scf.for {start} = {zero} to {count} step {step} : i64 {{"
+            ));
+            self.copy_tile(element, &pointers, &start, count, chunk);
+            self.emit("}".into());
+            return;
+        }
+        // `(count / chunk) * chunk`: Triton's axis analysis then knows the bound is a multiple of
+        // the tile, so the whole tiles' mask is constant over any vector and the accesses widen.
+        // (A mask is kept: Triton 3.6's coalescing asserts on these loops' unmasked loads.)
+        let tiles = self.binary_i64("arith.divsi", count, &step);
+        let whole = self.binary_i64("arith.muli", &tiles, &step);
         let start = self.fresh("ab_chunk");
+        self.emit(format!(
+            "scf.for {start} = {zero} to {whole} step {step} : i64 {{"
+        ));
+        self.copy_tile(element, &pointers, &start, &whole, chunk);
+        self.emit("}".into());
+        let has_rest = self.assign("ab_rest", format!("arith.cmpi slt, {whole}, {count} : i64"));
+        self.emit(format!("scf.if {has_rest} {{"));
+        self.copy_tile(element, &pointers, &whole, count, chunk);
+        self.emit("}".into());
+    }
+
+    /// One tile of `chunk` elements at element `start` of the (source, destination) pointers,
+    /// masked to `start + lane < limit`.
+    fn copy_tile(
+        &mut self,
+        element: &str,
+        (source_pointer, destination_pointer): &(String, String),
+        start: &str,
+        limit: &str,
+        chunk: i64,
+    ) {
+        let pointer_type = format!("!tt.ptr<{element}>");
         let tensor = format!("tensor<{chunk}xi64>");
         let pointers = format!("tensor<{chunk}x{pointer_type}>");
-        self.emit(format!(
-            "scf.for {start} = {zero} to {count} step {step} : i64 {{"
-        ));
         let lanes = self.assign(
             "ab_lanes",
             format!("tt.make_range {{end = {chunk} : i32, start = 0 : i32}} : tensor<{chunk}xi32>"),
@@ -120,11 +187,12 @@ impl Generator<'_> {
             "ab_offsets",
             format!("arith.addi {base}, {wide_lanes} : {tensor}"),
         );
-        let limit = self.assign("ab_splat", format!("tt.splat {count} : i64 -> {tensor}"));
+        let limits = self.assign("ab_splat", format!("tt.splat {limit} : i64 -> {tensor}"));
         let mask = self.assign(
             "ab_mask",
-            format!("arith.cmpi slt, {offsets}, {limit} : {tensor}"),
+            format!("arith.cmpi slt, {offsets}, {limits} : {tensor}"),
         );
+        let mask = format!(", {mask}");
         let source_splat = self.assign(
             "ab_splat",
             format!("tt.splat {source_pointer} : {pointer_type} -> {pointers}"),
@@ -143,12 +211,11 @@ impl Generator<'_> {
         );
         let data = self.assign(
             "ab_data",
-            format!("tt.load {source_pointers}, {mask} : {pointers}"),
+            format!("tt.load {source_pointers}{mask} : {pointers}"),
         );
         self.emit(format!(
-            "tt.store {destination_pointers}, {data}, {mask} : {pointers}"
+            "tt.store {destination_pointers}, {data}{mask} : {pointers}"
         ));
-        self.emit("}".into());
     }
 
     pub(super) fn p2p_signal(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
