@@ -106,6 +106,10 @@ impl Generator<'_> {
     /// pointers say so to Triton. The split is why a put whose size is known only at run time
     /// still moves 16-byte vectors: Triton vectorizes a masked access only when it can prove the
     /// mask constant over a vector, which a bound of unknown divisibility defeats.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "what is copied, where, how much, and how the copy may be shaped"
+    )]
     pub(super) fn copy_loop(
         &mut self,
         element: &str,
