@@ -1,6 +1,7 @@
 """aboleth.moe without a GPU: the pool layout, and the communication of the low-latency mode's
-kernels (python/tests/moe_rounds.py: the package's sending kernels, then the receivers' waits)
-translation-validated by the simulator at 8 ranks on every transport it models, with the plan
+kernels of both modes (python/tests/moe_rounds.py: the package's sending kernels, then the
+receivers' waits) translation-validated by the simulator at 8 ranks on every transport it
+models, with the plan
 the compiler must find (one reservation and one doorbell per peer on the queue transports)."""
 
 import json
@@ -10,12 +11,14 @@ import sys
 
 import pytest
 
-from aboleth.moe.layout import LowLatencyLayout
+from aboleth.moe.layout import LowLatencyLayout, NormalLayout
 
 ROUNDS = str(pathlib.Path(__file__).resolve().parent / "moe_rounds.py")
 RANKS = 8
 #: 16 experts (2 per rank), at most 4 tokens per rank, 64-byte rows (hidden 32, BF16).
 LAYOUT = LowLatencyLayout(RANKS, 16, 4, 32)
+#: The normal mode: 16 experts, hidden 32 (BF16), top-2, a pool for 5 tokens per source.
+NORMAL = NormalLayout(RANKS, 16, 32, 2, NormalLayout.size_hint(5, 32, RANKS, 2, 16))
 
 
 def test_the_layout_keeps_the_configuration_independent_parts_first_and_aligned():
@@ -40,7 +43,24 @@ def test_bad_configurations_name_the_setting(arguments, message):
         LowLatencyLayout(*arguments)
 
 
+def test_the_normal_layout_fits_its_size_hint_and_names_a_pool_too_small():
+    assert NORMAL.capacity == 5
+    assert NORMAL.row_stride % 16 == 0 and NORMAL.row_stride >= 64 + 2 * 12
+    parts = NORMAL.parts()
+    assert all(offset % 256 == 0 for offset, _ in parts.values())
+    assert parts["send"][0] + parts["send"][1] <= NORMAL.pool_bytes
+    for name in ("errors", "epochs", "dispatch_flags", "combine_flags"):
+        assert parts[name] == LAYOUT.parts()[name], name  # shared with the low-latency mode
+    fp8 = NormalLayout(RANKS, 16, 256, 8, 1 << 20, 1, 2)
+    assert fp8.dispatch_row_bytes == 256 + 8 * 12 + 2 * 4 and fp8.row_stride >= 2 * 256 + 8 * 4
+    assert fp8.fingerprint != NormalLayout(RANKS, 16, 256, 8, 1 << 20).fingerprint
+    with pytest.raises(ValueError, match="holds no token row"):
+        NormalLayout(RANKS, 16, 32, 2, 4096)
+
+
 def simulate(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
+    if kernel.startswith("normal_"):
+        return simulate_normal(kernel, target, parts, *extra)
     offsets = LAYOUT.parts()
     constexprs = {"RANKS": RANKS, "LOCAL_EXPERTS": LAYOUT.local_experts, "MAX_TOKENS": LAYOUT.max_tokens,
                   "TOKEN_BYTES": LAYOUT.token_bytes, "PARTS": parts}
@@ -66,9 +86,35 @@ def simulate(kernel: str, target: str, parts: int, *extra: str) -> subprocess.Co
                  "--ranks", str(RANKS), "--grid", f"(ranks-1)*{parts}", "--rank-constexpr", "RANK",
                  "--signature", signature, "--regions", regions, "--bind", bind, "--init", init,
                  "--rounds", "2", "--schedules", "3", "--check", "--stats", *extra]
+    return run(arguments, constexprs)
+
+
+def run(arguments: list, constexprs: dict) -> subprocess.CompletedProcess:
     for name, value in constexprs.items():
         arguments += ["--constexpr", f"{name}={value}"]
     return subprocess.run(arguments, capture_output=True, text=True, timeout=900)
+
+
+def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
+    offsets = NORMAL.parts()
+    constexprs = {"RANKS": RANKS, "ROW_WORDS": NORMAL.row_words, "CAPACITY": NORMAL.capacity,
+                  "ROW_STRIDE": NORMAL.row_stride, "BLOCK_BYTES": NORMAL.block_bytes, "PARTS": parts}
+    names = ["dispatch_counts", "recv", "send"]
+    names += ["dispatch_flags", "send_counts"] if kernel == "normal_dispatch_round" else ["combine_flags"]
+    for name in names:
+        constexprs[name.upper()] = offsets[name][0]
+    # The counts words (the rows a source sends) in [0, capacity]; the flags start at zero. The
+    # dispatch sends its send_counts rows, the combine the rows its dispatch_counts say came in.
+    zero_to = offsets["send_counts" if kernel == "normal_dispatch_round" else "dispatch_counts"][0]
+    arguments = [sys.executable, "-m", "aboleth", "sim", ROUNDS, "--kernel", kernel, "--target", target,
+                 "--ranks", str(RANKS), "--grid", f"(ranks-1)*{parts}", "--rank-constexpr", "RANK",
+                 "--signature", "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32,epoch=i64",
+                 "--regions", f"pool={NORMAL.pool_bytes}",
+                 "--bind", "endpoints=endpoints regions=regions:pool pool=local:pool pool_key=lkey:pool "
+                           "epoch=value:epoch",
+                 "--init", f"pool=random_mod:{NORMAL.capacity + 1} pool[0:{zero_to}]=zero",
+                 "--rounds", "2", "--schedules", "3", "--check", "--stats", *extra]
+    return run(arguments, constexprs)
 
 
 @pytest.mark.parametrize("kernel, target, parts", [
@@ -77,8 +123,14 @@ def simulate(kernel: str, target: str, parts: int, *extra: str) -> subprocess.Co
     ("dispatch_round", "proxy", 1),
     ("combine_round", "p2p", 2),
     ("combine_round", "proxy", 1),
+    ("normal_dispatch_round", "p2p", 3),
+    ("normal_dispatch_round", "mlx5", 1),
+    ("normal_dispatch_round", "proxy", 1),
+    ("normal_combine_round", "p2p", 3),
+    ("normal_combine_round", "mlx5", 1),
+    ("normal_combine_round", "proxy", 1),
 ])
-def test_the_low_latency_mode_communication_validates_at_8_ranks(kernel, target, parts):
+def test_the_moe_communication_validates_at_8_ranks(kernel, target, parts):
     result = simulate(kernel, target, parts)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout[result.stdout.index("{"):])
@@ -89,14 +141,48 @@ def test_the_low_latency_mode_communication_validates_at_8_ranks(kernel, target,
         counts = round_["counts"]
         if target == "p2p":
             continue
-        # One batch per sending program: the puts of its experts, the counts row, the add.
+        # One batch per sending program: its puts (per expert, or its share of the rows), the
+        # counts row, the add.
         assert counts["reservations"] == programs, counts
         assert counts["doorbells"] == programs, counts
         assert counts["atomics"] == 0, counts  # each program owns its queue
 
 
-@pytest.mark.parametrize("target", ["p2p", "proxy"])
-def test_a_lowering_that_signals_before_the_data_is_caught_on_the_dispatch(target):
-    result = simulate("dispatch_round", target, 1, "--mutate", "signal-before-data")
+@pytest.mark.parametrize("kernel, target", [("dispatch_round", "p2p"), ("dispatch_round", "proxy"),
+                                            ("normal_dispatch_round", "p2p"), ("normal_combine_round", "proxy")])
+def test_a_lowering_that_signals_before_the_data_is_caught(kernel, target):
+    result = simulate(kernel, target, 1, "--mutate", "signal-before-data")
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     assert "data-not-visible" in result.stdout or "not visible" in result.stdout, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
+    """The plain-Triton kernels of the normal mode (never simulated: they move data, they do
+    not communicate) compiled to sm_90 at DeepEP's settings, 2 ranks, BF16 and FP8 rows."""
+    from helpers import compile_kernel
+    from aboleth.moe import normal_kernels
+    hidden, k, experts, ranks = 7168, 8, 256, 2
+    element_bytes, scales = (1, hidden // 128) if fp8 else (2, 0)
+    layout = NormalLayout(ranks, experts, hidden, k, NormalLayout.size_hint(4096, hidden, ranks, k, experts, fp8),
+                          element_bytes, scales)
+    parts = layout.parts()
+    shared = {"K": k, "K_POW2": k, "RANKS": ranks, "ROW_STRIDE": layout.row_stride,
+              "BLOCK_BYTES": layout.block_bytes, "RECV": parts["recv"][0]}
+    copies = {"X_WORDS": layout.x_bytes // 4, "SCALE_WORDS": scales, "HAS_TOPK": True, "BLOCK_WORDS": 1024}
+    kernels = [
+        (normal_kernels.normal_pack, "x_words=*i32,scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,in_rank=*u8,"
+         "positions=*i64,pool=*u8", {**shared, **copies, "RANK": 1, "LOCAL_EXPERTS": layout.local_experts,
+                                     "SEND": parts["send"][0]}),
+        (normal_kernels.normal_dispatch_receive, "pool=*u8,recv_info=*i64,recv_x_words=*i32,recv_scale_words=*i32,"
+         "recv_topk_idx=*i64,recv_topk_weights=*fp32", {**shared, **copies, "RANKS_POW2": ranks}),
+        (normal_kernels.normal_combine_pack, "pool=*u8,recv_info=*i64,x_words=*i32,topk_weights=*fp32",
+         {**shared, "RANKS_POW2": ranks, "HIDDEN_WORDS": hidden // 2, "HAS_WEIGHTS": True, "BLOCK_WORDS": 1024}),
+        (normal_kernels.normal_combine_reduce, "pool=*u8,in_rank=*u8,positions=*i64,out=*bf16,out_weights=*fp32",
+         {**shared, "RANK": 0, "HIDDEN": hidden, "SEND": parts["send"][0], "HAS_WEIGHTS": True,
+          "BLOCK_HIDDEN": 1024}),
+    ]
+    for kernel, signature, constexprs in kernels:
+        types = dict(item.split("=") for item in signature.split(","))
+        compiled = compile_kernel(kernel, {**types, **{name: "constexpr" for name in constexprs}}, constexprs)
+        assert compiled.asm["cubin"], kernel.__name__

@@ -4,9 +4,9 @@ A DeepEP user switches by changing the import: ``Buffer(group, num_nvl_bytes, nu
 low_latency_mode=True, ...)``, ``Buffer.get_low_latency_rdma_size_hint(...)``,
 ``low_latency_dispatch(...)`` returning ``(recv_x, recv_count, handle, event, hook)``,
 ``low_latency_combine(...)`` returning ``(combined_x, event, hook)`` and
-``get_next_low_latency_combine_buffer(handle)``. What differs is listed in
-docs/COMPILED_MOE.md. The normal (throughput) mode is not built yet: ``dispatch``/``combine``
-raise ``NotImplementedError`` saying so.
+``get_next_low_latency_combine_buffer(handle)``; and the normal (throughput) mode's
+``get_dispatch_layout``, ``dispatch`` and ``combine`` (``aboleth/moe/normal.py``, a mixin of
+``Buffer``). What differs is listed in docs/COMPILED_MOE.md.
 
 One pool per rank (``aboleth/moe/layout.py``) is registered with an :class:`aboleth.World` and
 exchanged once as the region ``pool``. Every call runs on the current stream with no host
@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Tuple
 
-from .layout import LowLatencyLayout
+from .layout import WORST_ERROR_WORD, LowLatencyLayout, NormalLayout
+from .normal import NormalMode
 
 #: Rows of hidden the copying kernels move per step, and tokens per receiving program.
 BLOCK_HIDDEN = 1024
@@ -62,11 +63,11 @@ class LowLatencyHandle:
         self.num_tokens = num_tokens
 
 
-class Buffer:
+class Buffer(NormalMode):
     """Expert-parallel dispatch and combine over Aboleth (see the module docstring)."""
 
     def __init__(self, group: Any = None, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
-                 low_latency_mode: bool = True, num_qps_per_rank: int = 1,
+                 low_latency_mode: bool = False, num_qps_per_rank: int = 1,
                  allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
                  explicitly_destroy: bool = False, *, world: Any = None, transport: str = "auto") -> None:
         torch = _torch()
@@ -95,14 +96,30 @@ class Buffer:
         registration = world.register(self.pool)
         self.table = world.exchange_regions({"pool": world.region("pool", registration)})
         self.pool_key = self.table.local("pool").lkey
+        self._check_pool_sizes()
         self.endpoints = self.table.endpoint_handles.view(torch.int64)
         self.regions = self.table.regions("pool")
-        self._layout: Optional[LowLatencyLayout] = None
+        self._layout: Any = None  # the last call's LowLatencyLayout or NormalLayout
+        self._last_call: Optional[Tuple[str, str]] = None  # (mode, "dispatch" or "combine")
         self.num_sms = DEFAULT_NUM_SMS
         # Sending programs per peer: on p2p a program's threads copy the data, so more programs
         # move it faster (each adds 1 to the peer's counter); a queue transport's NIC or proxy
         # moves it, and one program per peer keeps one doorbell per peer and the queue its own.
         self.parts = P2P_PARTS if world.compilation_target() == "p2p" else 1
+
+    def _check_pool_sizes(self) -> None:
+        """Every rank's pool must be as large as this one's: the normal mode derives its blocks
+        from the pool size, and a peer with a smaller pool would be written past its end."""
+        from aboleth import _aboleth
+        descriptor_bytes = len(_aboleth.layout_bytes("RemoteRegionDescriptor", {}))
+        table = self.table.region_table_bytes("pool")
+        for peer in range(self.group_size):
+            fields = _aboleth.layout_fields("RemoteRegionDescriptor",
+                                            table[peer * descriptor_bytes:(peer + 1) * descriptor_bytes])
+            if fields["length_bytes"] != self.pool.numel():
+                raise ValueError(f"aboleth.moe.Buffer: rank {peer}'s pool is {fields['length_bytes']} bytes, rank "
+                                 f"{self.rank}'s {self.pool.numel()}: every rank must pass the same num_nvl_bytes "
+                                 "+ num_rdma_bytes")
 
     # ---- sizing -------------------------------------------------------------------------------
 
@@ -139,6 +156,24 @@ class Buffer:
     def _compile(self) -> Any:
         return self.world.compilation()
 
+    def _begin(self, mode: str, call: str) -> None:
+        """Orders this call after the previous one. A dispatch then its combine (or a combine
+        then the next dispatch) of one mode need nothing: each waits for what the peers' previous
+        call had to finish reading. Two dispatches in a row (DeepEP's cached dispatch before the
+        combine), two combines, or a change of mode would let a peer write pool parts this rank
+        may still be reading: every rank synchronizes its device and meets at a host barrier
+        first (not inside a CUDA graph capture: there such a sequence raises)."""
+        previous, self._last_call = self._last_call, (mode, call)
+        if previous is None or (previous[0] == mode and previous[1] != call):
+            return
+        torch = _torch()
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"aboleth.moe: a {mode} {call} right after a {previous[0].replace('_', '-')} "
+                               f"{previous[1]} needs a host barrier, which a CUDA graph cannot hold; capture "
+                               "dispatch and combine alternating, in one mode")
+        torch.cuda.synchronize()
+        self.world.barrier()
+
     # ---- low-latency dispatch -----------------------------------------------------------------
 
     def low_latency_dispatch(self, x: Any, topk_idx: Any, num_max_dispatch_tokens_per_rank: int,
@@ -166,6 +201,7 @@ class Buffer:
             raise ValueError(f"aboleth.moe.low_latency_dispatch: {tokens} tokens exceed "
                              f"num_max_dispatch_tokens_per_rank={num_max_dispatch_tokens_per_rank}; nothing was sent")
         layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts)
+        self._begin("low_latency", "dispatch")
         topk_idx = topk_idx.contiguous()
         k = topk_idx.shape[1]
         ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
@@ -247,6 +283,7 @@ class Buffer:
                              f"like the dispatch's topk_idx, got {tuple(topk_weights.shape)}")
         if use_logfmt:
             raise NotImplementedError("aboleth.moe: LogFMT combine is not built; pass use_logfmt=False")
+        self._begin("low_latency", "combine")
         combine_buffer = self.get_next_low_latency_combine_buffer(handle)
         if x.data_ptr() != combine_buffer.data_ptr():
             combine_buffer.copy_(x)
@@ -287,8 +324,9 @@ class Buffer:
 
     def check_errors(self) -> None:
         """Raises ``RuntimeError`` for what the kernels recorded: a wait that gave up (a peer that
-        died or never sent: ``World.check_waits``' report, with the phase), or a peer whose
-        signal carried another configuration's fingerprint. Synchronizes the device."""
+        died or never sent: ``World.check_waits``' report, with the phase), a peer whose
+        signal carried another configuration's fingerprint, or a normal dispatch that brought
+        more rows than its ``num_worst_tokens``. Each is raised once. Synchronizes the device."""
         torch = _torch()
         torch.cuda.synchronize()
         try:
@@ -297,28 +335,33 @@ class Buffer:
             raise RuntimeError(f"aboleth.moe: a MoE wait gave up on rank {self.rank}: {error}") from None
         if self._layout is None:
             return
-        errors = self._view("errors", torch.int64, (8,)).tolist()
+        error_words = self._view("errors", torch.int64, (8,))
+        errors = error_words.tolist()
+        layout = self._layout
+        if any(errors):
+            error_words.zero_()  # each failure is raised once
         if errors[0]:
             source, sent, epoch = errors[0] - 1, errors[1], errors[2]
+            if isinstance(layout, NormalLayout):
+                settings = (f"the pool size (num_nvl_bytes + num_rdma_bytes), hidden, num_topk, num_experts and "
+                            f"the dtype must be the same on every rank (this rank: {self.pool.numel()} bytes, "
+                            f"{layout.hidden}, {layout.topk}, {layout.experts}, "
+                            f"{'FP8' if layout.element_bytes == 1 else 'BF16'})")
+            else:
+                settings = (f"num_max_dispatch_tokens_per_rank, hidden and num_experts must be the same on every "
+                            f"rank (this rank: {layout.max_tokens}, {layout.hidden}, {layout.experts})")
             raise RuntimeError(
                 f"aboleth.moe: rank {source}'s dispatch of epoch {epoch} reached rank {self.rank} with another "
-                f"configuration (fingerprint {sent:#x}, this rank's {self._layout.fingerprint:#x}): "
-                f"num_max_dispatch_tokens_per_rank, hidden and num_experts must be the same on every rank (this "
-                f"rank: {self._layout.max_tokens}, {self._layout.hidden}, {self._layout.experts})")
+                f"configuration (fingerprint {sent:#x}, this rank's {layout.fingerprint:#x}): {settings}")
+        received, bound, epoch = errors[WORST_ERROR_WORD:WORST_ERROR_WORD + 3]
+        if received:
+            raise RuntimeError(f"aboleth.moe: the dispatch of epoch {epoch} brought rank {self.rank} {received} tokens "
+                               f"but num_worst_tokens={bound}: the rows past {bound} were dropped; raise "
+                               "num_worst_tokens (at most ranks * tokens per rank)")
 
     def destroy(self) -> None:
         if self._owns_world:
             self.world.close()
-
-    # ---- not built yet ------------------------------------------------------------------------
-
-    def get_dispatch_layout(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("aboleth.moe: the normal (throughput) mode is not built yet; use "
-                                  "low_latency_dispatch / low_latency_combine")
-
-    dispatch = get_dispatch_layout
-    combine = get_dispatch_layout
-
 
 def triton_next_power_of_2(value: int) -> int:
     return 1 << max(int(value) - 1, 0).bit_length()

@@ -117,3 +117,144 @@ class LowLatencyLayout:
         """Bytes the pool needs (what ``Buffer.get_low_latency_rdma_size_hint`` returns)."""
         offset, length = list(self.parts().values())[-1]
         return _align(offset + length)
+
+
+#: Error words of the normal mode past the low-latency mode's three (source + 1, fingerprint,
+#: epoch): a receive of more rows than ``num_worst_tokens`` records the rows that arrived, the
+#: bound and the epoch.
+WORST_ERROR_WORD = 3
+
+
+@dataclass(frozen=True)
+class NormalLayout:
+    """The pool layout of the normal (throughput) mode for one configuration.
+
+    A token goes once to each rank that holds one of its experts, as one row: its hidden state
+    (``hidden * element_bytes``), its top-k expert ids as that rank's local ids (int64, -1 for
+    another rank's), its weights (f32, 0 where the id is -1) and, for FP8, its ``scales`` f32
+    words. A combine row is the expert output (BF16) and the k weights (f32). The parts:
+
+    - ``errors``, ``epochs`` (dispatch, combine), ``dispatch_flags`` / ``combine_flags`` (one
+      counter per source): as in :class:`LowLatencyLayout`;
+    - ``dispatch_counts``: ``[ranks, local_experts + 2]`` int64, what each source sent here: its
+      tokens, its tokens per local expert, its configuration's fingerprint;
+    - ``send_counts``: the same rows, this rank's, per destination;
+    - ``recv``: ``ranks`` blocks of ``capacity`` rows, block ``s`` the rows source ``s`` sent
+      (this rank's own tokens are packed straight into block ``rank``), which the combine then
+      packs the expert outputs into, in the same places;
+    - ``send``: ``ranks`` blocks, block ``r`` this rank's tokens for rank ``r`` in token order,
+      where rank ``r``'s combine puts their outputs back.
+
+    ``capacity`` (tokens one source may send to one rank) is the largest that fits the pool:
+    every rank derives it from the same pool size, and it is part of the fingerprint.
+    """
+
+    ranks: int
+    experts: int
+    hidden: int
+    topk: int
+    pool_bytes: int
+    element_bytes: int = 2  # BF16; 1 for FP8 (e4m3)
+    scales: int = 0  # f32 scale words per token row (FP8: hidden / 128)
+
+    def __post_init__(self) -> None:
+        for name in ("ranks", "experts", "hidden", "topk", "pool_bytes", "element_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"aboleth.moe: {name} must be a positive integer, got {value!r}")
+        if self.ranks < 2:
+            raise ValueError(f"aboleth.moe: the normal mode needs at least 2 ranks, got {self.ranks}")
+        if self.experts % self.ranks:
+            raise ValueError(f"aboleth.moe: num_experts ({self.experts}) must be a multiple of the number of "
+                             f"ranks ({self.ranks}): each rank holds num_experts / ranks experts")
+        if (self.hidden * self.element_bytes) % 4:
+            raise ValueError(f"aboleth.moe: a row of hidden={self.hidden} at {self.element_bytes} byte(s) per "
+                             "element must be a whole number of 4-byte words")
+        if self.capacity < 1:
+            raise ValueError(f"aboleth.moe: a pool of {self.pool_bytes} bytes holds no token row of "
+                             f"{self.row_stride} bytes for {self.ranks} ranks; size it with "
+                             "Buffer.get_normal_size_hint(...)")
+
+    @property
+    def local_experts(self) -> int:
+        return self.experts // self.ranks
+
+    @property
+    def row_words(self) -> int:
+        """Words of a counts row: the tokens, one count per local expert, the fingerprint."""
+        return self.local_experts + 2
+
+    @property
+    def x_bytes(self) -> int:
+        return self.hidden * self.element_bytes
+
+    @property
+    def dispatch_row_bytes(self) -> int:
+        return self.x_bytes + self.topk * 8 + self.topk * 4 + self.scales * 4
+
+    @property
+    def combine_row_bytes(self) -> int:
+        return self.hidden * 2 + self.topk * 4
+
+    @property
+    def row_stride(self) -> int:
+        """Bytes between rows of a block: the larger of a dispatch and a combine row, in
+        16-byte vectors."""
+        return (max(self.dispatch_row_bytes, self.combine_row_bytes) + 15) // 16 * 16
+
+    def _header(self) -> list:
+        return [
+            ("errors", ERROR_WORDS * 8),
+            ("epochs", 2 * 8),
+            ("dispatch_flags", self.ranks * 8),
+            ("combine_flags", self.ranks * 8),
+            ("dispatch_counts", self.ranks * self.row_words * 8),
+            ("send_counts", self.ranks * self.row_words * 8),
+        ]
+
+    def _header_bytes(self) -> int:
+        offset = 0
+        for _, length in self._header():
+            offset = _align(offset + length)
+        return offset
+
+    @property
+    def capacity(self) -> int:
+        """Rows per block: the most tokens one source sends one rank in a call."""
+        free = self.pool_bytes - self._header_bytes()
+        rows = max(free // (2 * self.ranks * self.row_stride), 0)
+        # Blocks start aligned: give back rows until the aligned blocks fit.
+        while rows > 0 and 2 * self.ranks * _align(rows * self.row_stride) > free:
+            rows -= 1
+        return rows
+
+    @property
+    def block_bytes(self) -> int:
+        return _align(self.capacity * self.row_stride)
+
+    @property
+    def fingerprint(self) -> int:
+        """A hash of what every rank must share (``FINGERPRINT_BITS`` bits; never 0)."""
+        value = (self.capacity * 1_000_003 + self.hidden * 10_007 + self.experts * 101 + self.topk * 13
+                 + self.element_bytes * 7 + self.scales * 3 + 1) % ((1 << FINGERPRINT_BITS) - 1)
+        return value + 1
+
+    def parts(self) -> Dict[str, Tuple[int, int]]:
+        """Each part's (offset, length) in bytes, in pool order."""
+        parts, offset = {}, 0
+        for name, length in self._header() + [("recv", self.ranks * self.block_bytes),
+                                              ("send", self.ranks * self.block_bytes)]:
+            parts[name] = (offset, length)
+            offset = _align(offset + length)
+        return parts
+
+    def offset(self, part: str) -> int:
+        return self.parts()[part][0]
+
+    @staticmethod
+    def size_hint(max_tokens: int, hidden: int, ranks: int, topk: int, experts: int, fp8: bool = False) -> int:
+        """The smallest pool whose capacity holds ``max_tokens`` tokens per source."""
+        element_bytes, scales = (1, (hidden + 127) // 128) if fp8 else (2, 0)
+        probe = NormalLayout(ranks, experts, hidden, topk, 1 << 40, element_bytes, scales)
+        blocks = 2 * ranks * _align(max_tokens * probe.row_stride)
+        return probe._header_bytes() + blocks

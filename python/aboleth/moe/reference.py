@@ -1,6 +1,7 @@
-"""Plain-torch references for the low-latency mode, computed from every rank's inputs: what
-``low_latency_dispatch`` must deliver to a rank and what ``low_latency_combine`` must return.
-Used by tests/gpu/moe.py; bit-exact by construction (copies, and sums in the kernels' order)."""
+"""Plain-torch references, computed from every rank's inputs: what ``low_latency_dispatch`` must
+deliver to a rank and what ``low_latency_combine`` must return, and the same for the normal
+mode's ``dispatch`` and ``combine`` (below). Used by tests/gpu/moe.py and
+tests/gpu/moe_normal.py; bit-exact by construction (copies, and sums in the kernels' order)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,86 @@ def expert_scale(v: Any, e: int) -> Any:
     """The tests' expert: a row times ``1 + e / 64``, in BF16 (deterministic, differs per expert)."""
     import torch
     return (v.to(torch.float32) * (1.0 + e / 64.0)).to(torch.bfloat16)
+
+
+# ---- the normal mode --------------------------------------------------------------------------
+
+def _rows_for_rank(x: Any, topk: Any, weights: Any, rank: int, local_experts: int) -> Tuple[Any, Any, Any, Any]:
+    """The rows a home rank's tokens send to ``rank``: ``(mask over tokens, x rows, local ids
+    (-1 for another rank's experts), weights (0 there))``."""
+    import torch
+    local = topk - rank * local_experts
+    mine = (topk >= 0) & (local >= 0) & (local < local_experts)
+    mask = mine.any(dim=1)
+    ids = torch.where(mine, local, torch.full_like(local, -1))[mask]
+    kept = torch.where(mine, weights.to(torch.float32), torch.zeros_like(weights, dtype=torch.float32))[mask]
+    return mask, x[mask], ids, kept
+
+
+def normal_dispatch_reference(xs: List[Any], topk: List[Any], weights: List[Any], num_experts: int,
+                              rank: int) -> Tuple[Any, Any, Any, List[int]]:
+    """What a normal ``dispatch`` delivers to ``rank`` from every rank's ``x`` (a tensor, or an
+    FP8 ``(x, scales)`` pair: then ``recv_x`` is one too), ``topk_idx`` and ``topk_weights``:
+    ``(recv_x, recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert_list)``, the
+    sources in rank order, each source's tokens in token order, each token once."""
+    import torch
+    local_experts = num_experts // len(xs)
+    fp8 = isinstance(xs[0], tuple)
+    rows, scales, ids, kept = [], [], [], []
+    for source in range(len(xs)):
+        data = xs[source][0] if fp8 else xs[source]
+        mask, x_rows, source_ids, source_weights = _rows_for_rank(data, topk[source], weights[source], rank,
+                                                                  local_experts)
+        rows.append(x_rows)
+        if fp8:
+            scales.append(xs[source][1][mask])
+        ids.append(source_ids)
+        kept.append(source_weights)
+    recv_ids = torch.cat(ids)
+    per_expert = [int((recv_ids == j).any(dim=1).sum()) for j in range(local_experts)]
+    recv_x = (torch.cat(rows), torch.cat(scales)) if fp8 else torch.cat(rows)
+    return recv_x, recv_ids, torch.cat(kept), per_expert
+
+
+def normal_expert(recv_x: Any, recv_topk_idx: Any, recv_topk_weights: Any, rank: int, local_experts: int) -> Any:
+    """The tests' expert computation on a rank's received rows (row by row, capturable in a
+    CUDA graph): the sum over k, in k order, in FP32, of ``bf16(weight) * expert_scale(x,
+    e)`` for the rank's experts ``e`` among the row's (rows of another rank's experts: 0).
+    FP8 rows are dequantized first (one scale per 128 channels)."""
+    import torch
+    if isinstance(recv_x, tuple):
+        data, scales = recv_x
+        rows, hidden = data.shape
+        x = (data.to(torch.float32).view(rows, scales.shape[1], hidden // scales.shape[1])
+             * scales[:, :, None]).view(rows, hidden)
+        x = x.to(torch.bfloat16)
+    else:
+        x = recv_x
+    total = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for k in range(recv_topk_idx.shape[1]):
+        ids = recv_topk_idx[:, k:k + 1]
+        valid = ids >= 0
+        scale = 1.0 + (rank * local_experts + ids.clamp(min=0)).to(torch.float32) / 64.0
+        scaled = (x.to(torch.float32) * scale).to(torch.bfloat16).to(torch.float32)
+        weight = recv_topk_weights[:, k:k + 1].to(torch.bfloat16).to(torch.float32)
+        total = total + torch.where(valid, weight * scaled, torch.zeros_like(scaled))
+    return total.to(torch.bfloat16)
+
+
+def normal_combine_reference(x: Any, topk: Any, weights: Any, num_experts: int, ranks: int,
+                             expert: Callable[..., Any] = normal_expert) -> Tuple[Any, Any]:
+    """What a normal ``combine`` returns on a home rank with tokens ``x``, ``topk_idx`` and
+    ``topk_weights`` when every rank applies ``expert(rows, ids, weights, rank,
+    local_experts)`` to what it received: the outputs summed per token over the ranks it went
+    to, in rank order, in FP32, rounded to BF16 once; and the weights summed the same way."""
+    import torch
+    local_experts = num_experts // ranks
+    data = x[0] if isinstance(x, tuple) else x
+    total = torch.zeros(data.shape, dtype=torch.float32, device=data.device)
+    weight_total = torch.zeros(topk.shape, dtype=torch.float32, device=data.device)
+    for rank in range(ranks):
+        mask, _, ids, kept = _rows_for_rank(data, topk, weights, rank, local_experts)
+        rows = (x[0][mask], x[1][mask]) if isinstance(x, tuple) else x[mask]
+        total[mask] = total[mask] + expert(rows, ids, kept, rank, local_experts).to(torch.float32)
+        weight_total[mask] = weight_total[mask] + kept
+    return total.to(torch.bfloat16), weight_total

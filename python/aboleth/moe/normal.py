@@ -1,0 +1,309 @@
+"""The normal (throughput) mode of :class:`aboleth.moe.Buffer`: DeepEP's ``get_dispatch_layout``,
+``dispatch`` (BF16 or FP8 with scales, cached with a handle, ``num_worst_tokens`` for CUDA
+graphs) and ``combine``, as a mixin the ``Buffer`` class inherits.
+
+Each call is a few torch ops (the layout, each token's place among a destination's tokens, the
+counts rows) and the kernels of ``aboleth/moe/normal_kernels.py``. A dispatch synchronizes the
+host once to size its outputs (as DeepEP's does), except with ``num_worst_tokens``: then the
+outputs have that many rows and nothing waits on the host, so a dispatch and a combine can be
+captured in a CUDA graph. What the pool holds is ``NormalLayout`` in ``aboleth/moe/layout.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+from .layout import WORST_ERROR_WORD, NormalLayout
+
+#: int32 words the copying kernels move per step; hidden elements per reducing program.
+BLOCK_WORDS = 1024
+BLOCK_HIDDEN = 1024
+
+
+def _torch() -> Any:
+    import torch
+    return torch
+
+
+def _next_power_of_2(value: int) -> int:
+    return 1 << max(int(value) - 1, 0).bit_length()
+
+
+class NormalHandle:
+    """What a normal dispatch leaves for its combine and for a cached dispatch: the routing
+    (``is_token_in_rank``, each token's place among each rank's tokens), the counts rows it
+    sent, the received layout on the device (``recv_info``: each source's first row, the total,
+    the aligned per-expert counts) and the number of received rows."""
+
+    def __init__(self, layout: NormalLayout, is_token_in_rank: Any, positions: Any, send_rows: Any,
+                 recv_info: Any, num_rows: int, num_worst_tokens: int, num_tokens: int,
+                 num_recv_tokens_per_expert_list: List[int]) -> None:
+        self.layout = layout
+        self.is_token_in_rank = is_token_in_rank
+        self.positions = positions
+        self.send_rows = send_rows
+        self.recv_info = recv_info
+        self.num_rows = num_rows
+        self.num_worst_tokens = num_worst_tokens
+        self.num_tokens = num_tokens
+        self.num_recv_tokens_per_expert_list = num_recv_tokens_per_expert_list
+
+
+def dispatch_layout(topk_idx: Any, num_experts: int, num_ranks: int) -> Tuple[Any, Any, Any]:
+    """``(num_tokens_per_rank [ranks] int32, num_tokens_per_expert [experts] int32,
+    is_token_in_rank [tokens, ranks] bool)`` from ``topk_idx`` (entries -1 are no expert)."""
+    torch = _torch()
+    tokens = topk_idx.shape[0]
+    valid = topk_idx >= 0
+    membership = torch.zeros(tokens, num_experts, dtype=torch.bool, device=topk_idx.device)
+    membership.scatter_(1, topk_idx.clamp(min=0), valid)
+    num_tokens_per_expert = membership.sum(0, dtype=torch.int32)
+    is_token_in_rank = membership.view(tokens, num_ranks, num_experts // num_ranks).any(dim=2)
+    num_tokens_per_rank = is_token_in_rank.sum(0, dtype=torch.int32)
+    return num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank
+
+
+class NormalMode:
+    """The normal-mode methods of ``Buffer`` (which provides ``world``, ``pool``, ``rank``,
+    ``group_size``, ``parts``, ``_begin`` and the compiled-kernel context)."""
+
+    @staticmethod
+    def get_normal_size_hint(num_max_tokens_per_rank: int, hidden: int, num_ranks: int, num_topk: int,
+                             num_experts: int, use_fp8: bool = False) -> int:
+        """Bytes of pool (``num_nvl_bytes``) the normal mode needs for up to
+        ``num_max_tokens_per_rank`` tokens per rank (FP8 rows: ``hidden / 128`` scales)."""
+        return NormalLayout.size_hint(num_max_tokens_per_rank, hidden, num_ranks, num_topk, num_experts, use_fp8)
+
+    def get_dispatch_layout(self, topk_idx: Any, num_experts: int, previous_event: Any = None,
+                            async_finish: bool = False,
+                            allocate_on_comm_stream: bool = False) -> Tuple[Any, None, Any, Any, Any]:
+        """DeepEP's layout step: ``(num_tokens_per_rank, None, num_tokens_per_expert,
+        is_token_in_rank, event)``; the second (per RDMA rank) is None, as intranode."""
+        from .buffer import EventOverlap
+        torch = _torch()
+        if topk_idx.dim() != 2 or topk_idx.dtype != torch.int64 or not topk_idx.is_cuda:
+            raise ValueError(f"aboleth.moe.get_dispatch_layout: topk_idx must be a CUDA int64 tensor [tokens, k], "
+                             f"got {tuple(topk_idx.shape)} {topk_idx.dtype} on {topk_idx.device}")
+        if num_experts % self.group_size:
+            raise ValueError(f"aboleth.moe.get_dispatch_layout: num_experts ({num_experts}) must be a multiple of "
+                             f"the number of ranks ({self.group_size})")
+        per_rank, per_expert, in_rank = dispatch_layout(topk_idx, num_experts, self.group_size)
+        return per_rank, None, per_expert, in_rank, EventOverlap()
+
+    def _normal_layout(self, hidden: int, topk: int, experts: int, element_bytes: int,
+                       scales: int) -> NormalLayout:
+        if (hidden * element_bytes) % 16:
+            raise ValueError(f"aboleth.moe.dispatch: a row of hidden={hidden} at {element_bytes} byte(s) per element "
+                             "must be a multiple of 16 bytes (as in DeepEP)")
+        return NormalLayout(self.group_size, experts, hidden, topk, self.pool.numel(), element_bytes, scales)
+
+    def dispatch(self, x: Any, handle: Optional[NormalHandle] = None, num_tokens_per_rank: Any = None,
+                 num_tokens_per_rdma_rank: Any = None, is_token_in_rank: Any = None,
+                 num_tokens_per_expert: Any = None, topk_idx: Any = None, topk_weights: Any = None,
+                 expert_alignment: int = 1, num_worst_tokens: int = 0, config: Any = None,
+                 previous_event: Any = None, async_finish: bool = False,
+                 allocate_on_comm_stream: bool = False) -> Tuple[Any, Any, Any, Any, Any, Any]:
+        """Sends each token once to each rank holding one of its experts. ``x`` is BF16
+        ``[tokens, hidden]`` or, for FP8, ``(x_e4m3 [tokens, hidden], scales f32 [tokens, s])``.
+        Returns ``(recv_x, recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert_list,
+        handle, event)``: the received rows are the sources in rank order, each source's tokens
+        in token order; ``recv_topk_idx`` holds this rank's local expert ids (-1 for another
+        rank's, weight 0). With ``handle`` (a cached dispatch) only ``x`` is sent again and
+        ``(recv_x, None, None, None, None, event)`` comes back."""
+        from . import normal_kernels
+        from .buffer import EventOverlap
+        torch = _torch()
+        fp8 = isinstance(x, tuple)
+        x_data, scales = x if fp8 else (x, None)
+        expected_dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+        if x_data.dim() != 2 or x_data.dtype != expected_dtype or not x_data.is_cuda or not x_data.is_contiguous():
+            raise ValueError(f"aboleth.moe.dispatch: x must be a contiguous CUDA {expected_dtype} tensor [tokens, "
+                             f"hidden]{' (the first of (x, scales))' if fp8 else ''}, got {tuple(x_data.shape)} "
+                             f"{x_data.dtype} on {x_data.device}")
+        tokens, hidden = x_data.shape
+        scale_words = 0
+        if fp8:
+            if scales.dim() != 2 or scales.shape[0] != tokens or scales.dtype != torch.float32 or not scales.is_contiguous():
+                raise ValueError(f"aboleth.moe.dispatch: FP8 scales must be contiguous float32 [{tokens}, hidden / 128],"
+                                 f" got {tuple(scales.shape)} {scales.dtype}")
+            scale_words = scales.shape[1]
+        ranks, rank = self.group_size, self.rank
+        cached = handle is not None
+        if cached:
+            if not isinstance(handle, NormalHandle):
+                raise ValueError("aboleth.moe.dispatch: handle must be what a normal dispatch returned")
+            if tokens != handle.num_tokens:
+                raise ValueError(f"aboleth.moe.dispatch: the cached dispatch's x has {tokens} tokens, its handle "
+                                 f"{handle.num_tokens}")
+            experts, topk = handle.layout.experts, handle.layout.topk
+            is_token_in_rank, positions, send_rows = handle.is_token_in_rank, handle.positions, handle.send_rows
+            topk_idx = topk_weights = None
+        else:
+            for name, value in (("num_tokens_per_rank", num_tokens_per_rank), ("is_token_in_rank", is_token_in_rank),
+                                ("num_tokens_per_expert", num_tokens_per_expert)):
+                if value is None:
+                    raise ValueError(f"aboleth.moe.dispatch: {name} is required without a handle (from "
+                                     "get_dispatch_layout)")
+            if tuple(is_token_in_rank.shape) != (tokens, ranks):
+                raise ValueError(f"aboleth.moe.dispatch: is_token_in_rank must be [{tokens}, {ranks}], got "
+                                 f"{tuple(is_token_in_rank.shape)}")
+            experts = num_tokens_per_expert.numel()
+            if topk_idx is not None:
+                if topk_idx.dim() != 2 or topk_idx.shape[0] != tokens or topk_idx.dtype != torch.int64:
+                    raise ValueError(f"aboleth.moe.dispatch: topk_idx must be int64 [{tokens}, k], got "
+                                     f"{tuple(topk_idx.shape)} {topk_idx.dtype}")
+                if topk_weights is None or tuple(topk_weights.shape) != tuple(topk_idx.shape):
+                    raise ValueError(f"aboleth.moe.dispatch: topk_weights must be given with topk_idx, "
+                                     f"{tuple(topk_idx.shape)}")
+                topk = topk_idx.shape[1]
+                topk_idx = topk_idx.contiguous()
+                topk_weights = topk_weights.to(torch.float32).contiguous()
+            else:
+                topk = 0
+        if not isinstance(expert_alignment, int) or expert_alignment < 1:
+            raise ValueError(f"aboleth.moe.dispatch: expert_alignment must be a positive integer, got "
+                             f"{expert_alignment!r}")
+        if not isinstance(num_worst_tokens, int) or num_worst_tokens < 0:
+            raise ValueError(f"aboleth.moe.dispatch: num_worst_tokens must be a non-negative integer, got "
+                             f"{num_worst_tokens!r}")
+        layout = self._normal_layout(hidden, max(topk, 1), experts, 1 if fp8 else 2, scale_words)
+        if cached and layout != handle.layout:
+            raise ValueError("aboleth.moe.dispatch: a cached dispatch must send the same kind of x (hidden, BF16 or "
+                             "FP8 with as many scales) as the dispatch that made its handle, on the same buffer")
+        if tokens > layout.capacity:
+            raise ValueError(f"aboleth.moe.dispatch: {tokens} tokens need {tokens} rows per destination but the "
+                             f"pool ({self.pool.numel()} bytes) holds {layout.capacity} of {layout.row_stride} bytes "
+                             f"per rank; nothing was sent. Pass num_nvl_bytes >= Buffer.get_normal_size_hint("
+                             f"{tokens}, {hidden}, {ranks}, {max(topk, 1)}, {experts}, use_fp8={fp8})")
+        self._begin("normal", "dispatch")
+        self._layout = layout
+        parts = layout.parts()
+        local_experts = layout.local_experts
+        if not cached:
+            in_rank = is_token_in_rank.to(torch.int64)
+            positions = (in_rank.cumsum(0) - in_rank).contiguous()
+            is_token_in_rank = is_token_in_rank.to(torch.uint8).contiguous()
+            send_rows = torch.full((ranks, layout.row_words), layout.fingerprint, dtype=torch.int64,
+                                   device=x_data.device)
+            send_rows[:, 0] = num_tokens_per_rank.to(torch.int64)
+            send_rows[:, 1:local_experts + 1] = num_tokens_per_expert.to(torch.int64).view(ranks, local_experts)
+        epochs = parts["epochs"][0]
+        self.pool[epochs:epochs + 8].view(torch.int64).add_(1)
+        self._view("send_counts", torch.int64, (ranks, layout.row_words)).copy_(send_rows)
+        self._view("dispatch_counts", torch.int64, (ranks, layout.row_words))[rank].copy_(send_rows[rank])
+        x_words = x_data.view(torch.int32)
+        scale_view = scales.view(torch.int32) if fp8 else x_words
+        has_topk = topk > 0
+        common = dict(K=max(topk, 1), K_POW2=_next_power_of_2(max(topk, 1)), X_WORDS=layout.x_bytes // 4,
+                      SCALE_WORDS=scale_words, ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes,
+                      RECV=parts["recv"][0], HAS_TOPK=has_topk,
+                      BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(layout.x_bytes // 4)))
+        if tokens:
+            normal_kernels.normal_pack[(tokens,)](
+                x_words, scale_view, topk_idx if has_topk else positions, topk_weights if has_topk else x_words,
+                is_token_in_rank, positions, self.pool, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
+                SEND=parts["send"][0], **common)
+        with self._compile():
+            normal_kernels.normal_dispatch_send[((ranks - 1) * self.parts,)](
+                self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
+                ROW_WORDS=layout.row_words, CAPACITY=layout.capacity, ROW_STRIDE=layout.row_stride,
+                BLOCK_BYTES=layout.block_bytes, PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
+                DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
+                RECV=parts["recv"][0], SEND=parts["send"][0])
+            recv_info = torch.empty(ranks + 1 + local_experts, dtype=torch.int64, device=x_data.device)
+            normal_kernels.normal_dispatch_wait[(1,)](
+                self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
+                RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
+                LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
+                FINGERPRINT=layout.fingerprint, EXPERT_ALIGNMENT=expert_alignment,
+                NUM_WORST=handle.num_worst_tokens if cached else num_worst_tokens, ERRORS=parts["errors"][0],
+                EPOCHS=epochs, DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+                PARTS=self.parts, WORST_ERROR_WORD=WORST_ERROR_WORD)
+        if cached:
+            num_rows, per_expert = handle.num_rows, handle.num_recv_tokens_per_expert_list
+        elif num_worst_tokens:
+            num_rows, per_expert = num_worst_tokens, []
+        else:
+            # The one host synchronization: the outputs' size. A wait that gave up, or a peer
+            # with another configuration, is raised here rather than returned as rows.
+            info = recv_info.cpu()
+            self.check_errors()
+            num_rows, per_expert = int(info[ranks]), info[ranks + 1:].tolist()
+        device = x_data.device
+        recv_x = torch.empty(num_rows, hidden, dtype=x_data.dtype, device=device)
+        recv_scales = torch.empty(num_rows, scale_words, dtype=torch.float32, device=device) if fp8 else None
+        recv_topk_idx = torch.empty(num_rows, topk, dtype=torch.int64, device=device) if has_topk else None
+        recv_topk_weights = torch.empty(num_rows, topk, dtype=torch.float32, device=device) if has_topk else None
+        if num_rows:
+            recv_x_words = recv_x.view(torch.int32)
+            normal_kernels.normal_dispatch_receive[(num_rows,)](
+                self.pool, recv_info, recv_x_words, recv_scales.view(torch.int32) if fp8 else recv_x_words,
+                recv_topk_idx if has_topk else recv_info, recv_topk_weights if has_topk else recv_x_words,
+                RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), **common)
+        received = (recv_x, recv_scales) if fp8 else recv_x
+        if cached:
+            return received, None, None, None, None, EventOverlap()
+        new_handle = NormalHandle(layout, is_token_in_rank, positions, send_rows, recv_info, num_rows,
+                                  num_worst_tokens, tokens, per_expert)
+        return received, recv_topk_idx, recv_topk_weights, per_expert, new_handle, EventOverlap()
+
+    def combine(self, x: Any, handle: NormalHandle, topk_weights: Any = None, bias: Any = None, config: Any = None,
+                previous_event: Any = None, async_finish: bool = False,
+                allocate_on_comm_stream: bool = False) -> Tuple[Any, Any, Any]:
+        """Sends the expert outputs ``x`` (BF16, one row per received row of the dispatch) back
+        to their tokens' ranks, which sum them per token over the ranks in rank order, in FP32,
+        rounded to BF16 once. Returns ``(combined_x [tokens, hidden], combined_topk_weights
+        [tokens, k] or None, event)``; the weights are summed the same way."""
+        from . import normal_kernels
+        from .buffer import EventOverlap
+        torch = _torch()
+        if not isinstance(handle, NormalHandle):
+            raise ValueError("aboleth.moe.combine: handle must be what a normal dispatch returned")
+        layout = handle.layout
+        expected = (handle.num_rows, layout.hidden)
+        if tuple(x.shape) != expected or x.dtype != torch.bfloat16 or not x.is_cuda:
+            raise ValueError(f"aboleth.moe.combine: x must be a CUDA bfloat16 tensor {list(expected)} (one row per "
+                             f"received row), got {tuple(x.shape)} {x.dtype} on {x.device}")
+        if bias is not None:
+            raise NotImplementedError("aboleth.moe.combine: bias is not built; add it to the combined output")
+        has_weights = topk_weights is not None
+        if has_weights and (topk_weights.dim() != 2 or topk_weights.shape[0] != handle.num_rows
+                            or topk_weights.shape[1] > layout.topk):
+            raise ValueError(f"aboleth.moe.combine: topk_weights must be [{handle.num_rows}, {layout.topk}] like the "
+                             f"dispatch's recv_topk_weights, got {tuple(topk_weights.shape)}")
+        self._begin("normal", "combine")
+        self._layout = layout
+        parts = layout.parts()
+        ranks, rank = layout.ranks, self.rank
+        k = topk_weights.shape[1] if has_weights else 1
+        x = x.contiguous()
+        weights = topk_weights.to(torch.float32).contiguous() if has_weights else handle.recv_info
+        epochs = parts["epochs"][0]
+        self.pool[epochs + 8:epochs + 16].view(torch.int64).add_(1)
+        hidden_words = layout.hidden // 2
+        if handle.num_rows:
+            normal_kernels.normal_combine_pack[(handle.num_rows,)](
+                self.pool, handle.recv_info, x.view(torch.int32), weights, K=k, K_POW2=_next_power_of_2(k),
+                RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), HIDDEN_WORDS=hidden_words,
+                ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0],
+                HAS_WEIGHTS=has_weights, BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(hidden_words)))
+        with self._compile():
+            normal_kernels.normal_combine_send[((ranks - 1) * self.parts,)](
+                self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
+                ROW_WORDS=layout.row_words, CAPACITY=layout.capacity, ROW_STRIDE=layout.row_stride,
+                BLOCK_BYTES=layout.block_bytes, PARTS=self.parts, COMBINE_FLAGS=parts["combine_flags"][0],
+                DISPATCH_COUNTS=parts["dispatch_counts"][0], RECV=parts["recv"][0], SEND=parts["send"][0])
+            normal_kernels.normal_combine_wait[(1,)](
+                self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
+                COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.parts)
+        tokens = handle.num_tokens
+        combined = torch.empty(tokens, layout.hidden, dtype=torch.bfloat16, device=x.device)
+        combined_weights = torch.empty(tokens, k, dtype=torch.float32, device=x.device) if has_weights else None
+        if tokens:
+            block = min(BLOCK_HIDDEN, _next_power_of_2(layout.hidden))
+            normal_kernels.normal_combine_reduce[(tokens, (layout.hidden + block - 1) // block)](
+                self.pool, handle.is_token_in_rank, handle.positions, combined,
+                combined_weights if has_weights else combined, K=k, K_POW2=_next_power_of_2(k), RANK=rank,
+                RANKS=ranks, HIDDEN=layout.hidden, ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes,
+                RECV=parts["recv"][0], SEND=parts["send"][0], HAS_WEIGHTS=has_weights, BLOCK_HIDDEN=block)
+        return combined, combined_weights, EventOverlap()

@@ -1,0 +1,350 @@
+"""aboleth.moe's normal (throughput) mode on GPUs: every correctness case of issue 15, bit-exact
+against aboleth.moe.reference, then the failure cases and a timing at DeepEP's settings.
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ABOLETH_TRANSPORT=p2p \\
+        torchrun --nproc-per-node 2 tests/gpu/moe_normal.py OUT_DIR   (tests/gpu/run_moe.sh normal does this)
+
+Steps, each rank (every rank derives every rank's inputs from seeds, so it knows what it must
+receive):
+1. ``cases``: for each routing case (random top-k; every token to rank 0's experts, so other
+   ranks receive nothing; only this rank's experts; a third of the entries -1; several top-k
+   experts on one rank in all of them), hidden size (2048, 4096, 7168) and dtype (BF16; FP8 e4m3
+   with one scale per 128 channels), three consecutive layers on one buffer (about 200 tokens,
+   1, 0): the layout against torch, dispatch (recv_x, scales, recv_topk_idx, recv_topk_weights,
+   the per-expert counts aligned to 1 or 4), the tests' expert on the received rows, combine
+   (output and summed weights), all exact.
+2. ``cached``: a dispatch, a cached dispatch of new hidden states with its handle (DeepEP's
+   order: the buffer synchronizes the ranks between two dispatches), then the combine.
+3. ``graph``: layout, dispatch with ``num_worst_tokens``, expert and combine captured in one CUDA
+   graph, replayed 3 times with new inputs copied in, each replay checked (padding rows: id -1).
+4. ``too_small``: more tokens than a small pool holds gives ValueError before anything is sent;
+   more received rows than ``num_worst_tokens`` is reported by check_errors; a pool of another
+   size on one rank is refused when the Buffer is made.
+5. ``timing``: DeepEP's settings (4096 tokens, hidden 7168, top-8, 256 experts), BF16 and FP8
+   dispatch, BF16 combine: medians of 30 calls after 5 warm-up calls, each between barriers,
+   the layout outside the timed region as in DeepEP's tests; the kernels' grids.
+
+Writes OUT_DIR/moe-normal-rank{R}.json; exit status 0 when every step passed on this rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable, Dict, List
+
+import torch
+
+from aboleth.moe import Buffer
+from aboleth.moe.reference import normal_combine_reference, normal_dispatch_reference, normal_expert
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from moe import EXPERTS, ROUTES  # noqa: E402  (the low-latency test's routing cases)
+
+HIDDENS = [2048, 4096, 7168]
+MAX_TOKENS = 256
+
+
+def inputs(seed: int, rank: int, tokens: int, hidden: int, route: Callable[..., Any], ranks: int,
+           fp8: bool) -> Any:
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(seed * 7919 + rank * 104729 + hidden + fp8)
+    x = torch.randn(tokens, hidden, generator=generator, device="cuda")
+    topk = route(generator, rank, tokens, ranks)
+    weights = torch.rand(tokens, topk.shape[1], generator=generator, device="cuda")
+    if fp8:
+        scales = torch.rand(tokens, hidden // 128, generator=generator, device="cuda") + 0.5
+        return (x.to(torch.float8_e4m3fn), scales), topk, weights
+    return x.to(torch.bfloat16), topk, weights
+
+
+def equal(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple):
+        return all(equal(u, v) for u, v in zip(a, b))
+    return a.shape == b.shape and torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                                              b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+
+
+def check_layer(buffer: Buffer, seed: int, route: Callable[..., Any], hidden: int, tokens: int, fp8: bool,
+                alignment: int) -> List[str]:
+    rank, ranks = buffer.rank, buffer.group_size
+    everyone = [inputs(seed, r, tokens, hidden, route, ranks, fp8) for r in range(ranks)]
+    x, topk, weights = everyone[rank]
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk, EXPERTS)
+    errors = []
+    local_experts = EXPERTS // ranks
+    expected_in_rank = torch.stack([((topk >= r * local_experts) & (topk < (r + 1) * local_experts)).any(dim=1)
+                                    for r in range(ranks)], dim=1)
+    if not torch.equal(in_rank, expected_in_rank) or not torch.equal(per_rank, expected_in_rank.sum(0).int()):
+        errors.append("get_dispatch_layout: is_token_in_rank or num_tokens_per_rank differ")
+    expected_per_expert = torch.stack([(topk == e).any(dim=1).sum() for e in range(EXPERTS)]).int()
+    if not torch.equal(per_expert, expected_per_expert):
+        errors.append(f"get_dispatch_layout: num_tokens_per_expert {per_expert.tolist()} != "
+                      f"{expected_per_expert.tolist()}")
+    recv_x, recv_topk, recv_weights, counts, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+        topk_idx=topk, topk_weights=weights, expert_alignment=alignment)
+    expected_x, expected_topk, expected_weights, expected_counts = normal_dispatch_reference(
+        [e[0] for e in everyone], [e[1] for e in everyone], [e[2] for e in everyone], EXPERTS, rank)
+    expected_counts = [(c + alignment - 1) // alignment * alignment for c in expected_counts]
+    if not equal(recv_x, expected_x):
+        errors.append(f"recv_x differs ({(recv_x[0] if fp8 else recv_x).shape[0]} rows, expected "
+                      f"{(expected_x[0] if fp8 else expected_x).shape[0]})")
+    if not equal(recv_topk, expected_topk) or not equal(recv_weights, expected_weights):
+        errors.append("recv_topk_idx or recv_topk_weights differ")
+    if counts != expected_counts:
+        errors.append(f"num_recv_tokens_per_expert_list {counts} != {expected_counts}")
+    if errors:
+        return errors
+    outputs = normal_expert(recv_x, recv_topk, recv_weights, rank, local_experts)
+    combined, combined_weights, _ = buffer.combine(outputs, handle, topk_weights=recv_weights)
+    expected, expected_weights = normal_combine_reference(x, topk, weights, EXPERTS, ranks)
+    if not torch.equal(combined, expected):
+        wrong = (combined != expected).any(dim=1).nonzero()
+        errors.append(f"combine: {wrong.numel()} of {tokens} tokens differ, first {int(wrong[0])}: max |diff| "
+                      f"{(combined.float() - expected.float()).abs().max().item()}")
+    if not torch.equal(combined_weights, expected_weights):
+        errors.append("combine: the summed weights differ")
+    buffer.check_errors()
+    return errors
+
+
+def step_cases(buffer: Buffer) -> Dict[str, Any]:
+    results, failed = [], 0
+    for fp8 in (False, True):
+        for name, route in ROUTES.items():
+            for hidden in HIDDENS:
+                for layer in range(3):
+                    tokens = [200 + 9 * buffer.rank, 1, 0][layer]
+                    entry = {"dtype": "fp8" if fp8 else "bf16", "route": name, "hidden": hidden, "layer": layer,
+                             "tokens": tokens}
+                    try:
+                        errors = check_layer(buffer, 300 + layer, route, hidden, tokens, fp8, 1 + 3 * (layer == 0))
+                    except RuntimeError as error:
+                        results.append({**entry, "passed": False, "errors": [str(error)[:600]]})
+                        return {"passed": False, "checked": len(results), "failed": failed + 1, "results": results}
+                    failed += bool(errors)
+                    results.append({**entry, "passed": not errors, "errors": errors[:3]})
+    return {"passed": failed == 0, "checked": len(results), "failed": failed, "results": results}
+
+
+def step_cached(buffer: Buffer) -> Dict[str, Any]:
+    rank, ranks, hidden, tokens = buffer.rank, buffer.group_size, 4096, 128
+    everyone = [inputs(21, r, tokens, hidden, ROUTES["random"], ranks, False) for r in range(ranks)]
+    later = [inputs(22, r, tokens, hidden, ROUTES["random"], ranks, False)[0] for r in range(ranks)]
+    x, topk, weights = everyone[rank]
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk, EXPERTS)
+    _, _, recv_weights, _, handle, _ = buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                                       num_tokens_per_expert=per_expert, topk_idx=topk,
+                                                       topk_weights=weights)
+    recv_x, none_topk, _, _, none_handle, _ = buffer.dispatch(later[rank], handle=handle)
+    expected_x, expected_topk, _, _ = normal_dispatch_reference(later, [e[1] for e in everyone],
+                                                                [e[2] for e in everyone], EXPERTS, rank)
+    errors = []
+    if not equal(recv_x, expected_x) or none_topk is not None or none_handle is not None:
+        errors.append("the cached dispatch's recv_x differs (or it returned top-k or a handle)")
+    outputs = normal_expert(recv_x, expected_topk, recv_weights, rank, EXPERTS // ranks)
+    combined, _, _ = buffer.combine(outputs, handle)
+    expected, _ = normal_combine_reference(later[rank], topk, weights, EXPERTS, ranks)
+    if not torch.equal(combined, expected):
+        errors.append(f"combine after the cached dispatch: {(combined != expected).any(dim=1).sum().item()} "
+                      "tokens differ")
+    buffer.check_errors()
+    return {"passed": not errors, "errors": errors}
+
+
+def step_graph(buffer: Buffer) -> Dict[str, Any]:
+    rank, ranks, hidden, tokens = buffer.rank, buffer.group_size, 2048, 96
+    route = ROUTES["masked"]
+    x, topk, weights = (t.clone() for t in inputs(0, rank, tokens, hidden, route, ranks, False))
+    worst = ranks * tokens
+    local_experts = EXPERTS // ranks
+    captured: Dict[str, Any] = {}
+
+    def layer() -> Any:
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk, EXPERTS)
+        recv_x, recv_topk, recv_weights, counts, handle, _ = buffer.dispatch(
+            x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+            topk_idx=topk, topk_weights=weights, num_worst_tokens=worst)
+        captured.update(recv_topk=recv_topk, counts=counts)
+        outputs = normal_expert(recv_x, recv_topk, recv_weights, rank, local_experts)
+        return buffer.combine(outputs, handle)[0]
+
+    layer()  # compiles and warms up outside the capture
+    torch.cuda.synchronize()
+    buffer.world.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        combined = layer()
+    errors = [] if captured["counts"] == [] else ["num_recv_tokens_per_expert_list is not [] with num_worst_tokens"]
+    for replay in range(3):
+        everyone = [inputs(60 + replay, r, tokens, hidden, route, ranks, False) for r in range(ranks)]
+        new_x, new_topk, new_weights = everyone[rank]
+        x.copy_(new_x), topk.copy_(new_topk), weights.copy_(new_weights)
+        torch.cuda.synchronize()
+        buffer.world.barrier()
+        graph.replay()
+        torch.cuda.synchronize()
+        expected, _ = normal_combine_reference(new_x, new_topk, new_weights, EXPERTS, ranks)
+        if not torch.equal(combined, expected):
+            errors.append(f"replay {replay}: {(combined != expected).any(dim=1).sum().item()} tokens differ")
+        _, expected_topk, _, _ = normal_dispatch_reference([e[0] for e in everyone], [e[1] for e in everyone],
+                                                           [e[2] for e in everyone], EXPERTS, rank)
+        received = expected_topk.shape[0]
+        recv_topk = captured["recv_topk"]
+        if not torch.equal(recv_topk[:received], expected_topk) or not bool((recv_topk[received:] == -1).all()):
+            errors.append(f"replay {replay}: recv_topk_idx differs or its padding rows are not -1")
+    buffer.check_errors()
+    return {"passed": not errors, "replays": 3, "num_worst_tokens": worst, "errors": errors}
+
+
+def step_too_small(world: Any) -> Dict[str, Any]:
+    rank, ranks, hidden = world.rank, world.world_size, 2048
+    size = Buffer.get_normal_size_hint(16, hidden, ranks, 4, EXPERTS)
+    small = Buffer(None, size, 0, world=world)
+    x, topk, weights = inputs(3, rank, 17, hidden, ROUTES["random"], ranks, False)
+    per_rank, _, per_expert, in_rank, _ = small.get_dispatch_layout(topk, EXPERTS)
+    result: Dict[str, Any] = {}
+    errors = []
+    try:
+        small.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+                       topk_idx=topk, topk_weights=weights)
+        errors.append("17 tokens in a pool for 16: no error")
+    except ValueError as error:
+        result["too_many_tokens"] = str(error)
+        if "nothing was sent" not in str(error) or "get_normal_size_hint" not in str(error):
+            errors.append(f"the error does not say what to do: {error}")
+    # 16 tokens to every rank (top-4 of 16 experts: every token reaches both ranks) but room
+    # for 8 rows: check_errors names num_worst_tokens.
+    x, topk, weights = inputs(4, rank, 16, hidden, ROUTES["random"], ranks, False)
+    per_rank, _, per_expert, in_rank, _ = small.get_dispatch_layout(topk, EXPERTS)
+    _, _, _, _, handle, _ = small.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                           num_tokens_per_expert=per_expert, topk_idx=topk, topk_weights=weights,
+                                           num_worst_tokens=8)
+    try:
+        small.check_errors()
+        errors.append("more rows than num_worst_tokens: check_errors raised nothing")
+    except RuntimeError as error:
+        result["num_worst_tokens"] = str(error)
+        if "num_worst_tokens=8" not in str(error):
+            errors.append(f"the error does not name num_worst_tokens: {error}")
+    small.combine(torch.zeros(8, hidden, dtype=torch.bfloat16, device="cuda"), handle)  # keeps the ranks in step
+    torch.cuda.synchronize()
+    world.barrier()
+    try:
+        Buffer(None, size + 4096 * rank, 0, world=world)
+        errors.append("pools of different sizes: no error")
+    except ValueError as error:
+        result["pool_sizes"] = str(error)
+        if "same num_nvl_bytes" not in str(error):
+            errors.append(f"the error does not say what to do: {error}")
+    return {"passed": not errors, "errors": errors, **result}
+
+
+def step_timing(world: Any) -> Dict[str, Any]:
+    rank, ranks = world.rank, world.world_size
+    experts, tokens, hidden, k = 256, 4096, 7168, 8
+    size = Buffer.get_normal_size_hint(tokens, hidden, ranks, k, experts)
+    buffer = Buffer(None, size, 0, world=world)
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(rank)
+    x = torch.randn(tokens, hidden, generator=generator, device="cuda").to(torch.bfloat16)
+    x_fp8 = (x.to(torch.float8_e4m3fn), torch.rand(tokens, hidden // 128, generator=generator, device="cuda"))
+    topk = torch.rand(tokens, experts, generator=generator, device="cuda").argsort(dim=1)[:, :k].to(torch.int64)
+    weights = torch.rand(tokens, k, generator=generator, device="cuda")
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk, experts)
+    arguments = dict(num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+                     topk_idx=topk, topk_weights=weights)
+    results: Dict[str, Any] = {}
+    for name, data in (("bf16", x), ("fp8", x_fp8)):
+        dispatch_us, combine_us = [], []
+        for index in range(35):
+            torch.cuda.synchronize()
+            world.barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            recv_x, _, recv_weights, _, handle, _ = buffer.dispatch(data, **arguments)
+            end.record()
+            torch.cuda.synchronize()
+            if index >= 5:
+                dispatch_us.append(start.elapsed_time(end) * 1000)
+            outputs = torch.zeros(handle.num_rows, hidden, dtype=torch.bfloat16, device="cuda")
+            torch.cuda.synchronize()
+            world.barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            buffer.combine(outputs, handle, topk_weights=recv_weights)
+            end.record()
+            torch.cuda.synchronize()
+            if index >= 5:
+                combine_us.append(start.elapsed_time(end) * 1000)
+        row_bytes = hidden * (1 if name == "fp8" else 2) + (hidden // 128 * 4 if name == "fp8" else 0) + k * 12
+        sent_rows = int(per_rank.sum()) - int(per_rank[rank])
+        results[name] = {"dispatch": summary(dispatch_us), "combine": summary(combine_us),
+                         "received_rows": handle.num_rows, "rows_sent_to_peers": sent_rows,
+                         "dispatch_bytes_to_peers": sent_rows * row_bytes,
+                         "combine_bytes_to_peers": (handle.num_rows - int(per_rank[rank])) * (hidden * 2 + k * 4)}
+    buffer.check_errors()
+    return {"passed": True, "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
+                                         "ranks": ranks, "pool_bytes": size}, "results": results,
+            "grids": {"normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.parts,
+                      "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
+                      "normal_combine_pack": "received rows", "normal_combine_send": (ranks - 1) * buffer.parts,
+                      "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"},
+            "note": "each call between host barriers; dispatch includes its host synchronization (the output "
+                    "size) and the torch ops of the counts rows, not get_dispatch_layout"}
+
+
+def summary(values: List[float]) -> Dict[str, float]:
+    values = sorted(values)
+    return {"median_us": round(values[len(values) // 2], 1), "p10_us": round(values[len(values) // 10], 1),
+            "p90_us": round(values[len(values) * 9 // 10], 1)}
+
+
+def main() -> int:
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    import aboleth
+    rank, ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    boot = aboleth.TcpStoreBootstrap.from_env()
+    world = aboleth.World(rank, ranks, device=torch.cuda.current_device(), bootstrap=boot)
+    world.connect_all(os.environ.get("ABOLETH_TRANSPORT", "p2p"))
+    report: Dict[str, Any] = {"rank": rank, "ranks": ranks, "transport": os.environ.get("ABOLETH_TRANSPORT", "p2p"),
+                              "steps": {}}
+    size = Buffer.get_normal_size_hint(MAX_TOKENS, max(HIDDENS), ranks, 4, EXPERTS)
+    buffer = Buffer(None, size, 0, world=world)
+    steps = [("cases", lambda: step_cases(buffer)), ("cached", lambda: step_cached(buffer)),
+             ("graph", lambda: step_graph(buffer)), ("too_small", lambda: step_too_small(world)),
+             ("timing", lambda: step_timing(world))]
+    wanted = os.environ.get("MOE_STEPS")  # a comma-separated subset, for a focused rerun
+    if wanted:
+        steps = [(name, step) for name, step in steps if name in wanted.split(",")]
+    status = 0
+    path = os.path.join(out_dir, f"moe-normal-rank{rank}.json")
+    for name, step in steps:
+        started = time.monotonic()
+        try:
+            result = step()
+        except Exception:  # noqa: BLE001 - the report says what failed
+            result = {"passed": False, "exception": traceback.format_exc()[-3000:]}
+        result["seconds"] = round(time.monotonic() - started, 2)
+        report["steps"][name] = result
+        print(f"rank {rank} {name}: {'passed' if result['passed'] else 'FAILED'} ({result['seconds']} s)",
+              flush=True)
+        status |= not result["passed"]
+        with open(path, "w") as file:
+            json.dump(report, file, indent=1)
+    report["passed"] = status == 0
+    world.barrier()
+    with open(path, "w") as file:
+        json.dump(report, file, indent=1)
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    main()
