@@ -234,7 +234,9 @@ class Buffer(NormalMode):
                 DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0])
         recv_x = torch.empty(local_experts, ranks * layout.max_tokens, hidden, dtype=torch.bfloat16, device=x.device)
         recv_count = torch.empty(local_experts, dtype=torch.int32, device=x.device)
-        layout_range = torch.empty(local_experts, ranks, dtype=torch.int64, device=x.device)
+        # Zeros: a wait that gives up ends dispatch_receive before it writes these, and the
+        # combine then sends nothing (no puts from stale offsets and counts).
+        layout_range = torch.zeros(local_experts, ranks, dtype=torch.int64, device=x.device)
         handle = LowLatencyHandle(layout, topk_idx, positions, layout_range, tokens)
 
         def receive() -> None:

@@ -54,11 +54,14 @@ def dispatch_layout(topk_idx: Any, num_experts: int, num_ranks: int) -> Tuple[An
     is_token_in_rank [tokens, ranks] bool)`` from ``topk_idx`` (entries -1 are no expert)."""
     torch = _torch()
     tokens = topk_idx.shape[0]
-    valid = topk_idx >= 0
-    membership = torch.zeros(tokens, num_experts, dtype=torch.bool, device=topk_idx.device)
-    membership.scatter_(1, topk_idx.clamp(min=0), valid)
+    # Entries -1 go to a column past the experts, dropped after (scattering False into expert 0
+    # instead would race with the token's own expert 0).
+    columns = torch.where(topk_idx >= 0, topk_idx, num_experts)
+    membership = torch.zeros(tokens, num_experts + 1, dtype=torch.bool, device=topk_idx.device)
+    membership.scatter_(1, columns, True)
+    membership = membership[:, :num_experts]
     num_tokens_per_expert = membership.sum(0, dtype=torch.int32)
-    is_token_in_rank = membership.view(tokens, num_ranks, num_experts // num_ranks).any(dim=2)
+    is_token_in_rank = membership.reshape(tokens, num_ranks, num_experts // num_ranks).any(dim=2)
     num_tokens_per_rank = is_token_in_rank.sum(0, dtype=torch.int32)
     return num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank
 
@@ -193,7 +196,7 @@ class NormalMode:
         self._view("dispatch_counts", torch.int64, (ranks, layout.row_words))[rank].copy_(send_rows[rank])
         x_words = x_data.view(torch.int32)
         scale_view = scales.view(torch.int32) if fp8 else x_words
-        has_topk = topk > 0
+        has_topk = topk_idx is not None  # a cached dispatch sends x (and scales) only
         common = dict(K=max(topk, 1), K_POW2=_next_power_of_2(max(topk, 1)), X_WORDS=layout.x_bytes // 4,
                       SCALE_WORDS=scale_words, ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes,
                       RECV=parts["recv"][0], HAS_TOPK=has_topk,
@@ -210,7 +213,9 @@ class NormalMode:
                 BLOCK_BYTES=layout.block_bytes, PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
                 DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
                 RECV=parts["recv"][0], SEND=parts["send"][0])
-            recv_info = torch.empty(ranks + 1 + local_experts, dtype=torch.int64, device=x_data.device)
+            # Zeros: a wait that gives up ends its kernel before it writes these, and the
+            # receive then copies nothing (no rows from stale counts).
+            recv_info = torch.zeros(ranks + 1 + local_experts, dtype=torch.int64, device=x_data.device)
             normal_kernels.normal_dispatch_wait[(1,)](
                 self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
                 RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
