@@ -325,12 +325,16 @@ class Buffer(NormalMode):
     # ---- failures -----------------------------------------------------------------------------
 
     def check_errors(self) -> None:
-        """Raises ``RuntimeError`` for what the kernels recorded: a wait that gave up (a peer that
-        died or never sent: ``World.check_waits``' report, with the phase), a peer whose
+        """Raises ``RuntimeError`` for what the kernels recorded: a proxy ring that stopped (its
+        reason), a wait that gave up (a peer that died or never sent: ``World.check_waits``' report, with the phase), a peer whose
         signal carried another configuration's fingerprint, or a normal dispatch that brought
         more rows than its ``num_worst_tokens``. Each is raised once. Synchronizes the device."""
         torch = _torch()
         torch.cuda.synchronize()
+        try:
+            self.world.check_proxy()  # a stopped proxy ring is why a wait then gives up
+        except RuntimeError as error:
+            raise RuntimeError(f"aboleth.moe: the proxy stopped on rank {self.rank}: {error}") from None
         try:
             self.world.check_waits()
         except RuntimeError as error:
