@@ -20,7 +20,8 @@ The baselines and why one may not run: NCCL refuses two ranks on one GPU, so the
 ``all_to_all_single`` rows need a GPU per rank; DeepEP (``--deepep-source``, a checkout of tag
 v1.2.1: only its ``csrc`` and ``deep_ep`` folders are read) is built on this machine with
 ``torch.utils.cpp_extension`` and ``-DDISABLE_NVSHMEM`` (intranode normal mode only: its
-low-latency mode needs NVSHMEM), over a gloo group. A system that fails to build or run is a
+low-latency mode needs NVSHMEM), over a gloo group; ``moe.py --build-deepep SOURCE DIR`` builds
+only the extension, which ``DEEPEP_PREBUILT=DIR/deep_ep_cpp.so`` then loads. A system that fails to build or run is a
 ``not_run`` entry with the reason, never a silent gap.
 
 Writes OUT_DIR/<date>-moe-<machine>.{json,md} (rank 0, the merged rows and the ratios).
@@ -207,24 +208,39 @@ def bench_all_to_all(rows: Rows, inputs: Dict[str, Any], group: Any) -> None:
 
 # ---- DeepEP -------------------------------------------------------------------------------------
 
-def build_deepep(source: str, rank: int) -> Any:
-    """DeepEP's extension from ``source`` (rank 0 builds, the others load the same build)."""
+def compile_deepep(source: str, build: str) -> Any:
+    """DeepEP's extension compiled from ``source`` into ``build`` (torch.utils.cpp_extension,
+    ninja; intranode only: ``-DDISABLE_NVSHMEM``); returns the loaded module."""
     from torch.utils.cpp_extension import load
-    build = os.environ.get("DEEPEP_BUILD_DIR", "/tmp/deepep-build")
     os.makedirs(build, exist_ok=True)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     flags = ["-O3", "-DDISABLE_NVSHMEM", "-DDISABLE_AGGRESSIVE_PTX_INSTRS"]
     sources = [os.path.join(source, "csrc", name) for name in
                ("deep_ep.cpp", "kernels/runtime.cu", "kernels/layout.cu", "kernels/intranode.cu")]
-    if rank != 0:
-        dist.barrier()  # rank 0 builds first
-    started = time.monotonic()
-    module = load("deep_ep_cpp", sources, extra_cflags=flags + ["-Wno-deprecated-declarations"],
-                  extra_cuda_cflags=flags + ["-Xcompiler", "-O3"], extra_include_paths=[os.path.join(source, "csrc")],
-                  build_directory=build, verbose=False)
-    if rank == 0:
-        print(f"[rank 0] DeepEP built in {time.monotonic() - started:.0f} s", flush=True)
-        dist.barrier()
+    return load("deep_ep_cpp", sources, extra_cflags=flags + ["-Wno-deprecated-declarations"],
+                extra_cuda_cflags=flags + ["-Xcompiler", "-O3"], extra_include_paths=[os.path.join(source, "csrc")],
+                build_directory=build, verbose=False)
+
+
+def build_deepep(source: str, rank: int) -> Any:
+    """DeepEP's Python package over its extension: ``DEEPEP_PREBUILT`` (a deep_ep_cpp .so this
+    script built earlier with ``--build-deepep``) when set, else compiled here (rank 0 builds,
+    the others load the same build)."""
+    prebuilt = os.environ.get("DEEPEP_PREBUILT")
+    if prebuilt:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("deep_ep_cpp", prebuilt)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        build = os.environ.get("DEEPEP_BUILD_DIR", "/tmp/deepep-build")
+        if rank != 0:
+            dist.barrier()  # rank 0 builds first
+        started = time.monotonic()
+        module = compile_deepep(source, build)
+        if rank == 0:
+            print(f"[rank 0] DeepEP built in {time.monotonic() - started:.0f} s", flush=True)
+            dist.barrier()
     sys.modules["deep_ep_cpp"] = module
     sys.path.insert(0, source)
     import deep_ep
@@ -307,6 +323,12 @@ def markdown(report: Dict[str, Any]) -> str:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--build-deepep"]:
+        # experiments/bench/moe.py --build-deepep SOURCE BUILD_DIR: only the extension (to carry).
+        started = time.monotonic()
+        module = compile_deepep(sys.argv[2], sys.argv[3])
+        print(f"built {module.__file__} in {time.monotonic() - started:.0f} s", flush=True)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--transport", default=os.environ.get("ABOLETH_TRANSPORT", "p2p"), choices=["p2p", "proxy"])

@@ -291,7 +291,9 @@ def step_timing(world: Any) -> Dict[str, Any]:
                          "dispatch_bytes_to_peers": sent_rows * row_bytes,
                          "combine_bytes_to_peers": (handle.num_rows - int(per_rank[rank])) * (hidden * 2 + k * 4)}
     buffer.check_errors()
-    return {"passed": True, "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
+    kernels_us = profile_kernels(world, buffer, x, arguments, hidden)
+    return {"passed": True, "kernels_us": kernels_us,
+            "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
             "grids": {"normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.parts,
                       "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
@@ -299,6 +301,29 @@ def step_timing(world: Any) -> Dict[str, Any]:
                       "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"},
             "note": "each call between host barriers; dispatch includes its host synchronization (the output "
                     "size) and the torch ops of the counts rows, not get_dispatch_layout"}
+
+
+def profile_kernels(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any], hidden: int) -> Dict[str, float]:
+    """Mean device time per call of each kernel and copy over 5 BF16 dispatch + combine rounds
+    (torch.profiler), between barriers."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(5):
+            torch.cuda.synchronize()
+            world.barrier()
+            _, _, recv_weights, _, handle, _ = buffer.dispatch(x, **arguments)
+            outputs = torch.zeros(handle.num_rows, hidden, dtype=torch.bfloat16, device="cuda")
+            torch.cuda.synchronize()
+            world.barrier()
+            buffer.combine(outputs, handle, topk_weights=recv_weights)
+        torch.cuda.synchronize()
+    world.barrier()
+    means = {}
+    for event in profiler.key_averages():
+        device_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if event.count and device_us:
+            means[event.key[:60]] = round(device_us / event.count, 1)
+    return dict(sorted(means.items(), key=lambda item: -item[1])[:20])
 
 
 def summary(values: List[float]) -> Dict[str, float]:

@@ -349,6 +349,45 @@ fn put_signal_resolves_regions_and_orders_the_signal_after_the_data() {
 }
 
 #[test]
+fn a_long_put_is_copied_in_chunks_in_order_before_its_signal() {
+    let state = Arc::new(Mutex::new(FakeState::new()));
+    fill_source(&state);
+    let engine = FakeEngine::new(&state);
+    let mut executor = ProxyExecutor::new(2, region_table(), engine.clone());
+    executor.set_copy_chunk_bytes(32);
+    let command = ProducerCommand::new(
+        2,
+        true,
+        ProxyOperation::PutSignal(put(16, 100, 8), signal(0, 1, SignalOperation::Add)),
+    )
+    .with_ticket(0);
+    executor.execute(&command).unwrap();
+    executor.wait_until_complete().unwrap();
+    let copy = |offset: u64, length_bytes: u64| Operation::Copy {
+        destination: recv_base(2) + 8 + offset,
+        source: SOURCE + 16 + offset,
+        length_bytes,
+    };
+    assert_eq!(
+        engine.effects_log(),
+        [
+            copy(0, 32),
+            copy(32, 32),
+            copy(64, 32),
+            copy(96, 4),
+            Operation::Add {
+                address: flags_base(2),
+                value: 1
+            }
+        ]
+    );
+    let state = state.lock().unwrap();
+    let start = (recv_base(2) + 8 - BASE) as usize;
+    assert_eq!(state.memory[start..start + 100], state.memory[16..116]);
+    assert_eq!(executor.engine_times().copies, 4);
+}
+
+#[test]
 fn a_deferred_completion_is_published_after_the_effects_while_the_consumer_keeps_consuming() {
     let state = Arc::new(Mutex::new(FakeState::new()));
     fill_source(&state);

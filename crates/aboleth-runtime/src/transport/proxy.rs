@@ -7,7 +7,8 @@
 //!
 //! Execution and ordering. Each ring has its own CUDA stream; its commands are enqueued on it in
 //! ticket order:
-//! - a put is `cuMemcpyAsync(peer's mapped destination, local source)`;
+//! - a put is `cuMemcpyAsync(peer's mapped destination, local source)`, one per
+//!   [`COPY_CHUNK_BYTES_MAX`] bytes of it;
 //! - a SET signal is `cuStreamWriteValue64` with default flags, which the driver precedes with
 //!   a system-wide memory fence; an ADD signal is a one-thread kernel doing `fence.sc.sys` then
 //!   a system-scope release atomic add (CUDA 13.0 has no stream atomic), as is a SET on a device
@@ -359,7 +360,7 @@ impl ProxyCompletion {
 /// the sum over its rings ([`ProxyStatistics`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineTimes {
-    /// `copy` calls (puts of nonzero length).
+    /// `copy` calls (a put of nonzero length makes one per [`COPY_CHUNK_BYTES_MAX`] bytes).
     pub copies: u64,
     /// Time in them (`cuMemcpyAsync`).
     pub copy_ns: u64,
@@ -465,10 +466,20 @@ fn lap_ns(last: &mut Instant) -> u64 {
     elapsed
 }
 
+/// The largest copy a [`ProxyExecutor`] enqueues in one engine call: a longer put becomes
+/// consecutive copies of at most this many bytes, in order on the ring's stream (the same
+/// effects, in the same order, before the same signal). Why: on the GPU machine (2026-12-03,
+/// two ranks on one H200 under CUDA MPS) one `cuMemcpyAsync` of 44 MB into the peer's
+/// IPC-mapped buffer blocked the proxy thread inside the call until the GPU's bounded wait gave
+/// up (20 s), while one of 29.5 MB returned at once.
+pub const COPY_CHUNK_BYTES_MAX: u64 = 8 << 20;
+
 /// Executes one ring's commands with a [`CopyEngine`] (see the module comment for ordering).
 #[derive(Debug)]
 pub struct ProxyExecutor<E> {
     peer_rank: u32,
+    /// At most this many bytes per engine copy ([`COPY_CHUNK_BYTES_MAX`] unless a test says).
+    copy_chunk_bytes: u64,
     regions: Arc<SharedRegionTable>,
     table: Arc<ProxyRegionTable>,
     table_generation: u64,
@@ -480,6 +491,16 @@ pub struct ProxyExecutor<E> {
 }
 
 impl<E: CopyEngine> ProxyExecutor<E> {
+    /// Splits puts into engine copies of at most `bytes` bytes (default
+    /// [`COPY_CHUNK_BYTES_MAX`]; tests use small ones). `bytes` must be positive.
+    pub fn set_copy_chunk_bytes(&mut self, bytes: u64) {
+        assert!(
+            bytes > 0,
+            "a copy chunk of 0 bytes would never finish a put"
+        );
+        self.copy_chunk_bytes = bytes;
+    }
+
     /// The executor of the ring to `peer_rank`, completing with markers.
     pub fn new(peer_rank: u32, regions: Arc<SharedRegionTable>, engine: E) -> Self {
         Self::with_completion(peer_rank, regions, engine, ProxyCompletion::default())
@@ -495,6 +516,7 @@ impl<E: CopyEngine> ProxyExecutor<E> {
         let (table_generation, table) = regions.snapshot();
         Self {
             peer_rank,
+            copy_chunk_bytes: COPY_CHUNK_BYTES_MAX,
             regions,
             table,
             table_generation,
@@ -564,10 +586,17 @@ impl<E: CopyEngine> CommandExecutor for ProxyExecutor<E> {
         if let Some((destination, source, length_bytes)) = put
             && length_bytes > 0
         {
-            let result = self.engine.copy(destination, source, length_bytes);
-            self.times.copies += 1;
+            let mut copied = 0;
+            while copied < length_bytes {
+                let chunk = (length_bytes - copied).min(self.copy_chunk_bytes);
+                let result = self
+                    .engine
+                    .copy(destination + copied, source + copied, chunk);
+                self.times.copies += 1;
+                result.map_err(engine_error)?;
+                copied += chunk;
+            }
             self.times.copy_ns += lap_ns(&mut clock);
-            result.map_err(engine_error)?;
         }
         if let Some((address, value, operation)) = signal {
             let result = match operation {
