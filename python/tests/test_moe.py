@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from aboleth.moe.layout import LowLatencyLayout, NormalLayout
+from aboleth.moe.layout import LowLatencyLayout, NormalLayout, counters_span
 
 ROUNDS = str(pathlib.Path(__file__).resolve().parent / "moe_rounds.py")
 RANKS = 8
@@ -51,6 +51,8 @@ def test_the_normal_layout_fits_its_size_hint_and_names_a_pool_too_small():
     assert parts["send"][0] + parts["send"][1] <= NORMAL.pool_bytes
     for name in ("errors", "epochs", "dispatch_flags", "combine_flags"):
         assert parts[name] == LAYOUT.parts()[name], name  # shared with the low-latency mode
+    first, end = counters_span(RANKS)
+    assert first == parts["epochs"][0] and end == parts["combine_flags"][0] + parts["combine_flags"][1]
     fp8 = NormalLayout(RANKS, 16, 256, 8, 1 << 20, 1, 2)
     assert fp8.dispatch_row_bytes == 256 + 8 * 12 + 2 * 4 and fp8.row_stride >= 2 * 256 + 8 * 4
     assert fp8.fingerprint != NormalLayout(RANKS, 16, 256, 8, 1 << 20).fingerprint

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Tuple
 
-from .layout import WORST_ERROR_WORD, LowLatencyLayout, NormalLayout
+from .layout import WORST_ERROR_WORD, LowLatencyLayout, NormalLayout, counters_span
 from .normal import NormalMode
 
 #: Rows of hidden the copying kernels move per step, and tokens per receiving program.
@@ -29,8 +29,10 @@ BLOCK_TOKENS = 16
 #: spins in bounded waits until the peers' data is there, so they must leave the rest of the GPU
 #: to other work (and, when ranks share a GPU, to the peers' kernels).
 DEFAULT_NUM_SMS = 24
-#: Sending programs per peer on p2p (see ``Buffer.parts``).
+#: Sending programs per peer on p2p (see ``Buffer.parts``): the low-latency mode's few rows
+#: per expert, and the normal mode's tens of megabytes per peer.
 P2P_PARTS = 16
+P2P_NORMAL_PARTS = 64
 
 
 def _torch() -> Any:
@@ -105,7 +107,9 @@ class Buffer(NormalMode):
         # Sending programs per peer: on p2p a program's threads copy the data, so more programs
         # move it faster (each adds 1 to the peer's counter); a queue transport's NIC or proxy
         # moves it, and one program per peer keeps one doorbell per peer and the queue its own.
-        self.parts = P2P_PARTS if world.compilation_target() == "p2p" else 1
+        p2p = world.compilation_target() == "p2p"
+        self.parts = P2P_PARTS if p2p else 1
+        self.normal_parts = P2P_NORMAL_PARTS if p2p else 1
 
     def _check_pool_sizes(self) -> None:
         """Every rank's pool must be as large as this one's: the normal mode derives its blocks
@@ -162,7 +166,9 @@ class Buffer(NormalMode):
         call had to finish reading. Two dispatches in a row (DeepEP's cached dispatch before the
         combine), two combines, or a change of mode would let a peer write pool parts this rank
         may still be reading: every rank synchronizes its device and meets at a host barrier
-        first (not inside a CUDA graph capture: there such a sequence raises)."""
+        first (not inside a CUDA graph capture: there such a sequence raises). A change of mode
+        also restarts the epochs and counters (the modes send with different numbers of
+        parts), between two barriers."""
         previous, self._last_call = self._last_call, (mode, call)
         if previous is None or (previous[0] == mode and previous[1] != call):
             return
@@ -173,6 +179,13 @@ class Buffer(NormalMode):
                                "dispatch and combine alternating, in one mode")
         torch.cuda.synchronize()
         self.world.barrier()
+        if previous[0] != mode:
+            # The modes add another number of parts to the same counters: restart them (no
+            # kernel runs anywhere between the barriers).
+            first, end = counters_span(self.group_size)
+            self.pool[first:end].zero_()
+            torch.cuda.synchronize()
+            self.world.barrier()
 
     # ---- low-latency dispatch -----------------------------------------------------------------
 
@@ -211,7 +224,10 @@ class Buffer(NormalMode):
         experts = topk_idx.clamp(min=0)
         membership = torch.zeros(tokens, num_experts, dtype=torch.int64, device=x.device)
         membership.scatter_add_(1, experts, valid.to(torch.int64))
-        before = membership.cumsum(0) - membership
+        # The scan along the tokens as rows of the transpose (torch's scan of an outer
+        # dimension is slow: see normal.py).
+        by_expert = membership.t().contiguous()
+        before = (by_expert.cumsum(1) - by_expert).t()
         positions = before.gather(1, experts).contiguous()
         counts = membership.sum(0)
         parts = layout.parts()

@@ -47,6 +47,15 @@ def _align(offset: int) -> int:
     return (offset + ALIGNMENT_BYTES - 1) // ALIGNMENT_BYTES * ALIGNMENT_BYTES
 
 
+def counters_span(ranks: int) -> Tuple[int, int]:
+    """``(first, end)`` bytes of the epochs and both counters, which both modes' layouts place
+    here (after the error words): what a switch between the modes restarts."""
+    epochs = _align(ERROR_WORDS * 8)
+    dispatch_flags = _align(epochs + 2 * 8)
+    combine_flags = _align(dispatch_flags + ranks * 8)
+    return epochs, combine_flags + ranks * 8
+
+
 @dataclass(frozen=True)
 class LowLatencyLayout:
     """The pool layout of the low-latency mode for one configuration."""
