@@ -32,7 +32,7 @@ DEFAULT_NUM_SMS = 24
 #: Sending programs per peer on p2p (see ``Buffer.parts``): the low-latency mode's few rows
 #: per expert, and the normal mode's tens of megabytes per peer.
 P2P_PARTS = 16
-P2P_NORMAL_PARTS = 64
+P2P_NORMAL_PARTS = 128
 
 
 def _torch() -> Any:
