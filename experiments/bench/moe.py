@@ -116,7 +116,8 @@ def bench_aboleth(world: Any, rows: Rows, inputs: Dict[str, Any], low_latency_in
     arguments = dict(num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
                      topk_idx=inputs["topk"], topk_weights=inputs["weights"])
     everyone = [routing(r, TOKENS) for r in range(ranks)]
-    grids = f"pack {TOKENS}, send {(ranks - 1) * buffer.parts}, waits 1 each, receive/pack: a program per row"
+    grids = (f"send {(ranks - 1) * buffer.normal_parts} programs, waits 1 each; pack, receive, reduce: plain "
+             "grids over tokens / rows")
     for dtype, key in (("bf16", "x"), ("fp8", "x_fp8")):
         # Checked once, bit-exact, before timing.
         recv_x, recv_topk, recv_weights, _, handle, _ = buffer.dispatch(inputs[key], **arguments)

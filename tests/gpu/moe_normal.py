@@ -291,7 +291,11 @@ def step_timing(world: Any) -> Dict[str, Any]:
                          "dispatch_bytes_to_peers": sent_rows * row_bytes,
                          "combine_bytes_to_peers": (handle.num_rows - int(per_rank[rank])) * (hidden * 2 + k * 4)}
     buffer.check_errors()
-    kernels_us = profile_kernels(world, buffer, x, arguments, hidden)
+    # Not on the proxy: under torch.profiler (CUPTI) the proxy thread's 59 MB of copies
+    # did not complete within the 20 s bound (seen 2026-12-03).
+    transport = os.environ.get("ABOLETH_TRANSPORT", "p2p")
+    kernels_us = profile_kernels(world, buffer, x, arguments, hidden) if transport == "p2p" else \
+        "not profiled on the proxy (CUPTI tracing stalls the proxy thread's copies)"
     return {"passed": True, "kernels_us": kernels_us,
             "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
