@@ -84,7 +84,7 @@ class Rows:
     def add(self, system: str, mode: str, dtype: str, phase: str, result: Dict[str, Any], sms: Any,
             checked: bool, **extra: Any) -> None:
         self.rows.append({"suite": "moe", "system": system, "transport": self.transport if system == "aboleth"
-                          else "nvlink-ipc" if system == "deepep" else "nccl", "mode": mode, "dtype": dtype,
+                          else "cuda-ipc" if system == "deepep" else "nccl", "mode": mode, "dtype": dtype,
                           "phase": phase, "ranks": self.ranks, **summary(result["times_us"]), "sms": sms,
                           "checked": checked and not result["errors"], "errors": result["errors"][:3], **extra})
 
