@@ -315,11 +315,14 @@ pub struct RegionTables {
 /// [`check_region_lists`]) and the transport to each rank. `map_allocation(peer, record)` maps
 /// the peer's allocation holding `record` into this process and returns its base here; it is
 /// called for p2p and proxy peers only (those this GPU reaches through mapped memory), and may be
-/// called several times for one allocation (callers cache).
+/// called several times for one allocation (callers cache). The descriptors' `region_index`
+/// (what proxy commands name) counts from `first_region_index`: the regions the World exchanged
+/// before, so that every exchanged region keeps its own index in the proxy's table.
 pub fn build_region_tables(
     local_rank: u32,
     transports: &[Transport],
     lists: &[Vec<RegionRecord>],
+    first_region_index: u32,
     mut map_allocation: impl FnMut(u32, &RegionRecord) -> RuntimeResult<u64>,
 ) -> RuntimeResult<RegionTables> {
     check_region_lists(local_rank, lists)?;
@@ -351,7 +354,7 @@ pub fn build_region_tables(
                     } else {
                         0
                     },
-                region_index: index as u32,
+                region_index: first_region_index + index as u32,
             });
         }
     }
@@ -562,7 +565,7 @@ mod tests {
         let transports = [Transport::P2p, Transport::P2p, Transport::Proxy];
         let mut mapped = Vec::new();
         // Rank 1's view: peers' allocations appear at 0xa000_0000 + peer * 0x100_0000.
-        let tables = build_region_tables(1, &transports, &lists, |peer, record| {
+        let tables = build_region_tables(1, &transports, &lists, 0, |peer, record| {
             mapped.push((peer, record.ipc_handle[0]));
             Ok(0xa000_0000 + u64::from(peer) * 0x100_0000)
         })
@@ -626,21 +629,37 @@ mod tests {
     }
 
     #[test]
+    fn region_indices_count_from_the_regions_exchanged_before() {
+        let transports = [Transport::P2p; 2];
+        let tables =
+            build_region_tables(1, &transports, &lists(2), 5, |_, _| Ok(0x9000_0000)).unwrap();
+        for (index, per_rank) in tables.remote.iter().enumerate() {
+            assert!(
+                per_rank
+                    .iter()
+                    .all(|descriptor| descriptor.region_index == 5 + index as u32),
+                "{per_rank:?}"
+            );
+        }
+    }
+
+    #[test]
     fn asymmetric_layouts_are_flagged_and_mismatched_lists_refused() {
         let mut lists = lists(2);
         lists[0][1].address += 8;
         lists[0][1].offset_in_allocation_bytes += 8;
         let transports = [Transport::P2p; 2];
-        let tables = build_region_tables(1, &transports, &lists, |_, _| Ok(0x9000_0000)).unwrap();
+        let tables =
+            build_region_tables(1, &transports, &lists, 0, |_, _| Ok(0x9000_0000)).unwrap();
         assert!(!peer_base_deltas(1, &tables)[0].uniform);
 
         lists[0].swap(0, 1);
-        let error = build_region_tables(1, &transports, &lists, |_, _| Ok(0)).unwrap_err();
+        let error = build_region_tables(1, &transports, &lists, 0, |_, _| Ok(0)).unwrap_err();
         assert_eq!(
             error.to_string(),
             "exchange_regions: rank 1 exchanged regions [recv, flags] but rank 0 exchanged [flags, recv]; every rank must exchange the same names in the same order (the order gives each region its index)"
         );
-        let error = build_region_tables(1, &transports, &lists, |_, _| {
+        let error = build_region_tables(1, &transports, &lists, 0, |_, _| {
             Err(RuntimeError::Closed { operation: "map" })
         });
         assert!(error.is_err());

@@ -36,8 +36,8 @@ use crate::registration::{AllocationSpan, Region, Registration, classify_registr
 use crate::transport::p2p::PeerMappings;
 use crate::transport::proxy::{
     CudaCopyEngine, DEFAULT_PROXY_RING_CAPACITY_ENTRIES, PinnedRing, ProxyCompletion,
-    ProxyExecutor, ProxyRegionTable, ProxyRingService, ProxyStatistics, ProxyThread,
-    ProxyThreadOptions, SharedRegionTable,
+    ProxyExecutor, ProxyRingService, ProxyStatistics, ProxyThread, ProxyThreadOptions,
+    SharedRegionTable,
 };
 use crate::transport::{TransportRequest, choose_transports, describe_transports, rdma_devices};
 use crate::wait_failure::{
@@ -620,8 +620,10 @@ impl World {
 
     /// Exchanges `regions` (key, region) with every rank and builds the tables kernels read.
     /// Keys must be the regions' names; the order gives each region its index and must be the
-    /// same on every rank. Collective. Replaces the region table the proxy resolves commands
-    /// against, so no proxy command may be in flight during an exchange.
+    /// same on every rank. Collective. The regions are appended to the table the proxy
+    /// resolves commands against, at indices after every region exchanged before (their
+    /// descriptors' `region_index`), so the kernels of earlier exchanges keep reaching their
+    /// own regions.
     pub fn exchange_regions<'a>(
         &mut self,
         regions: impl IntoIterator<Item = (&'a str, &'a Region)>,
@@ -667,7 +669,7 @@ impl World {
         let connection = self.connection.as_ref().expect("checked above");
         connection
             .proxy_regions
-            .replace(ProxyRegionTable::new(exchanged.tables.remote.clone()));
+            .append(exchanged.tables.remote.clone());
         Ok(exchanged)
     }
 
@@ -679,10 +681,13 @@ impl World {
             .collect::<RuntimeResult<Vec<_>>>()?;
         let connection = self.connection.as_ref().expect("connected");
         let peer_mappings = &mut self.peer_mappings;
-        let tables =
-            build_region_tables(self.rank, &connection.transports, &lists, |peer, record| {
-                peer_mappings.map(peer, &record.ipc_handle)
-            })?;
+        let tables = build_region_tables(
+            self.rank,
+            &connection.transports,
+            &lists,
+            connection.proxy_regions.region_count(),
+            |peer, record| peer_mappings.map(peer, &record.ipc_handle),
+        )?;
         let deltas = peer_base_deltas(self.rank, &tables);
         for (peer, delta) in deltas.iter().enumerate() {
             if !delta.uniform && connection.transports[peer] == Transport::P2p {

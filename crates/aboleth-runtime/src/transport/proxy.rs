@@ -36,7 +36,7 @@
 //!   enqueues nothing but a requested completion marker.
 //!
 //! Host cost. The executor reads the region table through a cached `Arc` that it refreshes only
-//! when [`SharedRegionTable::replace`] bumped the table's generation (one load per command, no
+//! when [`SharedRegionTable::append`] (or `replace`) bumped the table's generation (one load per command, no
 //! lock); the engine's calls run on the proxy thread, whose context is made current once at
 //! its start, not before every call. The thread accounts its time by phase
 //! ([`ProxyStatistics`]: engine calls, consumer bookkeeping, idle polling; one monotonic clock
@@ -279,8 +279,8 @@ pub enum ProxyExecutionError {
     Engine(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// A region table that `exchange_regions` replaces while the proxy thread runs. Readers keep
-/// the `Arc` they got and look at the generation (one atomic load) to learn of a replacement,
+/// A region table that `exchange_regions` appends to while the proxy thread runs. Readers keep
+/// the `Arc` they got and look at the generation (one atomic load) to learn of a change,
 /// so the proxy takes no lock per command.
 #[derive(Debug, Default)]
 pub struct SharedRegionTable {
@@ -297,6 +297,26 @@ impl SharedRegionTable {
         }
     }
 
+    /// Regions in the table (the index the next appended region gets).
+    pub fn region_count(&self) -> u32 {
+        self.snapshot().1.regions.len() as u32
+    }
+
+    /// Appends an exchange's regions (`regions[index][rank]`, their `region_index` counting from
+    /// [`Self::region_count`]); readers see them at their next command, and every index they
+    /// resolved before still names the same region.
+    pub fn append(&self, regions: Vec<Vec<RemoteRegionDescriptor>>) {
+        let mut guard = self
+            .table
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut table = (**guard).clone();
+        table.regions.extend(regions);
+        *guard = Arc::new(table);
+        // Release, under the lock: a reader that sees the new generation reads the new table.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
     /// Replaces the table; readers see the new one at their next command.
     pub fn replace(&self, table: ProxyRegionTable) {
         let mut guard = self
@@ -308,7 +328,7 @@ impl SharedRegionTable {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// The generation (how many replacements so far).
+    /// The generation (how many appends and replacements so far).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
@@ -558,7 +578,7 @@ impl<E: CopyEngine> CommandExecutor for ProxyExecutor<E> {
     type Error = ProxyExecutionError;
 
     fn execute(&mut self, command: &ProxyCommand) -> Result<Execution, ProxyExecutionError> {
-        // One load per command; the lock only after `exchange_regions` replaced the table.
+        // One load per command; the lock only after `exchange_regions` changed the table.
         if self.regions.generation() != self.table_generation {
             (self.table_generation, self.table) = self.regions.snapshot();
         }
@@ -1089,6 +1109,37 @@ fn run_proxy<M: RingMemory, E: CopyEngine>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_appended_exchange_leaves_the_earlier_regions_where_they_were() {
+        let descriptor = |index: u32, base: u64| RemoteRegionDescriptor {
+            base_address: base,
+            length_bytes: 64,
+            peer_rank: 0,
+            region_index: index,
+            ..Default::default()
+        };
+        let shared = SharedRegionTable::default();
+        assert_eq!(shared.region_count(), 0);
+        shared.append(vec![
+            vec![descriptor(0, 0x1000)],
+            vec![descriptor(1, 0x2000)],
+        ]);
+        let (first_generation, _) = shared.snapshot();
+        // A second Buffer's exchange: its pool is region 2, and region 0 is still the first's.
+        assert_eq!(shared.region_count(), 2);
+        shared.append(vec![vec![descriptor(2, 0x9000)]]);
+        let (generation, table) = shared.snapshot();
+        assert!(generation > first_generation);
+        assert_eq!(
+            table.resolve("put destination", 0, 0, 8, 8).unwrap(),
+            0x1008
+        );
+        assert_eq!(
+            table.resolve("put destination", 2, 0, 8, 8).unwrap(),
+            0x9008
+        );
+    }
 
     #[test]
     fn the_region_table_resolves_and_bounds_checks() {
