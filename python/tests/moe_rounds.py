@@ -51,12 +51,12 @@ def normal_dispatch_round(endpoints, regions, pool, pool_key, epoch, RANK: tl.co
 
 
 @triton.jit
-def normal_combine_round(endpoints, regions, pool, pool_key, epoch, RANK: tl.constexpr, RANKS: tl.constexpr,
-                         ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, ROW_STRIDE: tl.constexpr,
+def normal_combine_round(endpoints, regions, pool, pool_key, recv_info, epoch, RANK: tl.constexpr,
+                         RANKS: tl.constexpr, CAPACITY: tl.constexpr, ROW_STRIDE: tl.constexpr,
                          BLOCK_BYTES: tl.constexpr, PARTS: tl.constexpr, COMBINE_FLAGS: tl.constexpr,
-                         DISPATCH_COUNTS: tl.constexpr, RECV: tl.constexpr, SEND: tl.constexpr):
-    normal_combine_send(endpoints, regions, pool, pool_key, RANK, RANKS, ROW_WORDS, CAPACITY, ROW_STRIDE,
-                        BLOCK_BYTES, PARTS, COMBINE_FLAGS, DISPATCH_COUNTS, RECV, SEND)
+                         RECV: tl.constexpr, SEND: tl.constexpr):
+    normal_combine_send(endpoints, regions, pool, pool_key, recv_info, RANK, RANKS, CAPACITY, ROW_STRIDE,
+                        BLOCK_BYTES, PARTS, COMBINE_FLAGS, RECV, SEND)
     words = pool.to(tl.pointer_type(tl.int64))
     _wait_for_every_peer(endpoints, words, COMBINE_FLAGS // 8, epoch * PARTS, 0, 0, epoch, RANK, RANKS, 1, 0, False,
                          False)

@@ -99,22 +99,30 @@ def run(arguments: list, constexprs: dict) -> subprocess.CompletedProcess:
 
 def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
     offsets = NORMAL.parts()
-    constexprs = {"RANKS": RANKS, "ROW_WORDS": NORMAL.row_words, "CAPACITY": NORMAL.capacity,
-                  "ROW_STRIDE": NORMAL.row_stride, "BLOCK_BYTES": NORMAL.block_bytes, "PARTS": parts}
-    names = ["dispatch_counts", "recv", "send"]
-    names += ["dispatch_flags", "send_counts"] if kernel == "normal_dispatch_round" else ["combine_flags"]
+    dispatch = kernel == "normal_dispatch_round"
+    constexprs = {"RANKS": RANKS, "CAPACITY": NORMAL.capacity, "ROW_STRIDE": NORMAL.row_stride,
+                  "BLOCK_BYTES": NORMAL.block_bytes, "PARTS": parts}
+    names = ["recv", "send"] + (["dispatch_flags", "dispatch_counts", "send_counts"] if dispatch else ["combine_flags"])
     for name in names:
         constexprs[name.upper()] = offsets[name][0]
-    # The counts words (the rows a source sends) in [0, capacity]; the flags start at zero. The
-    # dispatch sends its send_counts rows, the combine the rows its dispatch_counts say came in.
-    zero_to = offsets["send_counts" if kernel == "normal_dispatch_round" else "dispatch_counts"][0]
+    signature = "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32,epoch=i64"
+    regions = f"pool={NORMAL.pool_bytes}"
+    bind = "endpoints=endpoints regions=regions:pool pool=local:pool pool_key=lkey:pool epoch=value:epoch"
+    if dispatch:
+        constexprs["ROW_WORDS"] = NORMAL.row_words
+        # The counts words (the rows a source sends) in [0, capacity]; the flags start at zero.
+        init = f"pool=random_mod:{NORMAL.capacity + 1} pool[0:{offsets['send_counts'][0]}]=zero"
+    else:
+        # The combine sends back the rows its handle's received layout says came from each
+        # source (first rows per source, then the total: words in [0, capacity], their
+        # differences clamped).
+        signature = "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32,recv_info=*i64,epoch=i64"
+        regions += f" info={(RANKS + 1) * 8}"
+        bind += " recv_info=local:info"
+        init = f"pool=random pool[0:{offsets['dispatch_counts'][0]}]=zero info=random_mod:{NORMAL.capacity + 1}"
     arguments = [sys.executable, "-m", "aboleth", "sim", ROUNDS, "--kernel", kernel, "--target", target,
                  "--ranks", str(RANKS), "--grid", f"(ranks-1)*{parts}", "--rank-constexpr", "RANK",
-                 "--signature", "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32,epoch=i64",
-                 "--regions", f"pool={NORMAL.pool_bytes}",
-                 "--bind", "endpoints=endpoints regions=regions:pool pool=local:pool pool_key=lkey:pool "
-                           "epoch=value:epoch",
-                 "--init", f"pool=random_mod:{NORMAL.capacity + 1} pool[0:{zero_to}]=zero",
+                 "--signature", signature, "--regions", regions, "--bind", bind, "--init", init,
                  "--rounds", "2", "--schedules", "3", "--check", "--stats", *extra]
     return run(arguments, constexprs)
 

@@ -220,8 +220,8 @@ def step_too_small(world: Any) -> Dict[str, Any]:
         result["too_many_tokens"] = str(error)
         if "nothing was sent" not in str(error) or "get_normal_size_hint" not in str(error):
             errors.append(f"the error does not say what to do: {error}")
-    # 16 tokens to every rank (top-4 of 16 experts: every token reaches both ranks) but room
-    # for 8 rows: check_errors names num_worst_tokens.
+    # 16 tokens per rank, most of which reach both ranks (top-4 of 16 experts lands on one rank
+    # about 8% of the time), but room for 8 rows: check_errors names num_worst_tokens.
     x, topk, weights = inputs(4, rank, 16, hidden, ROUTES["random"], ranks, False)
     per_rank, _, per_expert, in_rank, _ = small.get_dispatch_layout(topk, EXPERTS)
     _, _, _, _, handle, _ = small.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
@@ -299,9 +299,9 @@ def step_timing(world: Any) -> Dict[str, Any]:
     return {"passed": True, "kernels_us": kernels_us,
             "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
-            "grids": {"normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.parts,
+            "grids": {"normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.normal_parts,
                       "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
-                      "normal_combine_pack": "received rows", "normal_combine_send": (ranks - 1) * buffer.parts,
+                      "normal_combine_pack": "received rows", "normal_combine_send": (ranks - 1) * buffer.normal_parts,
                       "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"},
             "note": "each call between host barriers; dispatch includes its host synchronization (the output "
                     "size) and the torch ops of the counts rows, not get_dispatch_layout"}

@@ -102,7 +102,7 @@ class Buffer(NormalMode):
         self.endpoints = self.table.endpoint_handles.view(torch.int64)
         self.regions = self.table.regions("pool")
         self._layout: Any = None  # the last call's LowLatencyLayout or NormalLayout
-        self._last_call: Optional[Tuple[str, str]] = None  # (mode, "dispatch" or "combine")
+        self._last_call: Optional[Tuple[str, str, Any]] = None  # (mode, "dispatch" or "combine", layout)
         self.num_sms = DEFAULT_NUM_SMS
         # Sending programs per peer: on p2p a program's threads copy the data, so more programs
         # move it faster (each adds 1 to the peer's counter); a queue transport's NIC or proxy
@@ -160,23 +160,26 @@ class Buffer(NormalMode):
     def _compile(self) -> Any:
         return self.world.compilation()
 
-    def _begin(self, mode: str, call: str) -> None:
+    def _begin(self, mode: str, call: str, layout: Any) -> None:
         """Orders this call after the previous one. A dispatch then its combine (or a combine
         then the next dispatch) of one mode need nothing: each waits for what the peers' previous
         call had to finish reading. Two dispatches in a row (DeepEP's cached dispatch before the
         combine), two combines, or a change of mode would let a peer write pool parts this rank
-        may still be reading: every rank synchronizes its device and meets at a host barrier
-        first (not inside a CUDA graph capture: there such a sequence raises). A change of mode
-        also restarts the epochs and counters (the modes send with different numbers of
-        parts), between two barriers."""
-        previous, self._last_call = self._last_call, (mode, call)
-        if previous is None or (previous[0] == mode and previous[1] != call):
+        may still be reading, and so would a call whose layout (hidden size, top-k, dtype,
+        experts, tokens per rank) differs from the previous call's, whose pool parts it moves:
+        every rank synchronizes its device and meets at a host barrier first (not inside a CUDA
+        graph capture: there such a sequence raises). A change of mode also restarts the epochs
+        and counters (the modes send with different numbers of parts), between two barriers.
+        Calls replayed from a CUDA graph do not pass here: replays must not be mixed with eager
+        calls on the same Buffer without a device synchronize and a barrier between them."""
+        previous, self._last_call = self._last_call, (mode, call, layout)
+        if previous is None or (previous[0] == mode and previous[1] != call and previous[2] == layout):
             return
         torch = _torch()
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"aboleth.moe: a {mode} {call} right after a {previous[0].replace('_', '-')} "
-                               f"{previous[1]} needs a host barrier, which a CUDA graph cannot hold; capture "
-                               "dispatch and combine alternating, in one mode")
+                               f"{previous[1]} (or with another layout) needs a host barrier, which a CUDA graph "
+                               "cannot hold; capture dispatch and combine alternating, in one mode and configuration")
         torch.cuda.synchronize()
         self.world.barrier()
         if previous[0] != mode:
@@ -214,7 +217,7 @@ class Buffer(NormalMode):
             raise ValueError(f"aboleth.moe.low_latency_dispatch: {tokens} tokens exceed "
                              f"num_max_dispatch_tokens_per_rank={num_max_dispatch_tokens_per_rank}; nothing was sent")
         layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts)
-        self._begin("low_latency", "dispatch")
+        self._begin("low_latency", "dispatch", layout)
         topk_idx = topk_idx.contiguous()
         k = topk_idx.shape[1]
         ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
@@ -301,7 +304,7 @@ class Buffer(NormalMode):
                              f"like the dispatch's topk_idx, got {tuple(topk_weights.shape)}")
         if use_logfmt:
             raise NotImplementedError("aboleth.moe: LogFMT combine is not built; pass use_logfmt=False")
-        self._begin("low_latency", "combine")
+        self._begin("low_latency", "combine", layout)
         combine_buffer = self.get_next_low_latency_combine_buffer(handle)
         if x.data_ptr() != combine_buffer.data_ptr():
             combine_buffer.copy_(x)
@@ -360,9 +363,8 @@ class Buffer(NormalMode):
         error_words = self._view("errors", torch.int64, (8,))
         errors = error_words.tolist()
         layout = self._layout
-        if any(errors):
-            error_words.zero_()  # each failure is raised once
         if errors[0]:
+            error_words[:WORST_ERROR_WORD].zero_()  # each failure is raised once
             source, sent, epoch = errors[0] - 1, errors[1], errors[2]
             if isinstance(layout, NormalLayout):
                 settings = (f"the pool size (num_nvl_bytes + num_rdma_bytes), hidden, num_topk, num_experts and "
@@ -377,6 +379,7 @@ class Buffer(NormalMode):
                 f"configuration (fingerprint {sent:#x}, this rank's {layout.fingerprint:#x}): {settings}")
         received, bound, epoch = errors[WORST_ERROR_WORD:WORST_ERROR_WORD + 3]
         if received:
+            error_words[WORST_ERROR_WORD:WORST_ERROR_WORD + 3].zero_()
             raise RuntimeError(f"aboleth.moe: the dispatch of epoch {epoch} brought rank {self.rank} {received} tokens "
                                f"but num_worst_tokens={bound}: the rows past {bound} were dropped; raise "
                                "num_worst_tokens (at most ranks * tokens per rank)")

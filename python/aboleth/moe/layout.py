@@ -1,4 +1,7 @@
-"""Where everything of the low-latency MoE mode lives in a :class:`aboleth.moe.Buffer`'s pool.
+"""Where everything of the MoE modes lives in a :class:`aboleth.moe.Buffer`'s pool: the
+low-latency mode's :class:`LowLatencyLayout` (described here) and the normal mode's
+:class:`NormalLayout` (its docstring); both put the error words, epochs and counters first, at
+the same offsets (:func:`counters_span`).
 
 One registered CUDA tensor per rank (the pool), exchanged as one region named ``pool``: every
 rank computes the same byte offsets from the same configuration, so a kernel reaches a peer's

@@ -126,9 +126,10 @@ class NormalMode:
         tokens, hidden = x_data.shape
         scale_words = 0
         if fp8:
-            if scales.dim() != 2 or scales.shape[0] != tokens or scales.dtype != torch.float32 or not scales.is_contiguous():
-                raise ValueError(f"aboleth.moe.dispatch: FP8 scales must be contiguous float32 [{tokens}, hidden / 128],"
-                                 f" got {tuple(scales.shape)} {scales.dtype}")
+            if (scales.dim() != 2 or scales.shape[0] != tokens or scales.dtype != torch.float32
+                    or not scales.is_contiguous() or scales.device != x_data.device):
+                raise ValueError(f"aboleth.moe.dispatch: FP8 scales must be contiguous float32 [{tokens}, hidden / 128] "
+                                 f"on {x_data.device}, got {tuple(scales.shape)} {scales.dtype} on {scales.device}")
             scale_words = scales.shape[1]
         ranks, rank = self.group_size, self.rank
         cached = handle is not None
@@ -155,6 +156,8 @@ class NormalMode:
                 if topk_idx.dim() != 2 or topk_idx.shape[0] != tokens or topk_idx.dtype != torch.int64:
                     raise ValueError(f"aboleth.moe.dispatch: topk_idx must be int64 [{tokens}, k], got "
                                      f"{tuple(topk_idx.shape)} {topk_idx.dtype}")
+                if topk_idx.shape[1] < 1:
+                    raise ValueError("aboleth.moe.dispatch: topk_idx needs at least one column (k >= 1)")
                 if topk_weights is None or tuple(topk_weights.shape) != tuple(topk_idx.shape):
                     raise ValueError(f"aboleth.moe.dispatch: topk_weights must be given with topk_idx, "
                                      f"{tuple(topk_idx.shape)}")
@@ -178,7 +181,7 @@ class NormalMode:
                              f"pool ({self.pool.numel()} bytes) holds {layout.capacity} of {layout.row_stride} bytes "
                              f"per rank; nothing was sent. Pass num_nvl_bytes >= Buffer.get_normal_size_hint("
                              f"{tokens}, {hidden}, {ranks}, {max(topk, 1)}, {experts}, use_fp8={fp8})")
-        self._begin("normal", "dispatch")
+        self._begin("normal", "dispatch", layout)
         self._layout = layout
         parts = layout.parts()
         local_experts = layout.local_experts
@@ -191,7 +194,9 @@ class NormalMode:
             is_token_in_rank = is_token_in_rank.to(torch.uint8).contiguous()
             send_rows = torch.full((ranks, layout.row_words), layout.fingerprint, dtype=torch.int64,
                                    device=x_data.device)
-            send_rows[:, 0] = num_tokens_per_rank.to(torch.int64)
+            # The tokens per rank from is_token_in_rank, which places them (a num_tokens_per_rank
+            # that disagreed would send stale rows or drop some).
+            send_rows[:, 0] = by_rank.sum(1)
             send_rows[:, 1:local_experts + 1] = num_tokens_per_expert.to(torch.int64).view(ranks, local_experts)
         epochs = parts["epochs"][0]
         self.pool[epochs:epochs + 8].view(torch.int64).add_(1)
@@ -265,8 +270,8 @@ class NormalMode:
         from . import normal_kernels
         from .buffer import EventOverlap
         torch = _torch()
-        if not isinstance(handle, NormalHandle):
-            raise ValueError("aboleth.moe.combine: handle must be what a normal dispatch returned")
+        if not isinstance(handle, NormalHandle) or handle.layout.pool_bytes != self.pool.numel():
+            raise ValueError("aboleth.moe.combine: handle must be what a normal dispatch of this Buffer returned")
         layout = handle.layout
         expected = (handle.num_rows, layout.hidden)
         if tuple(x.shape) != expected or x.dtype != torch.bfloat16 or not x.is_cuda:
@@ -277,9 +282,9 @@ class NormalMode:
         has_weights = topk_weights is not None
         if has_weights and (topk_weights.dim() != 2 or topk_weights.shape[0] != handle.num_rows
                             or topk_weights.shape[1] > layout.topk):
-            raise ValueError(f"aboleth.moe.combine: topk_weights must be [{handle.num_rows}, {layout.topk}] like the "
-                             f"dispatch's recv_topk_weights, got {tuple(topk_weights.shape)}")
-        self._begin("normal", "combine")
+            raise ValueError(f"aboleth.moe.combine: topk_weights must be [{handle.num_rows}, k <= {layout.topk}] like "
+                             f"the dispatch's recv_topk_weights, got {tuple(topk_weights.shape)}")
+        self._begin("normal", "combine", layout)
         self._layout = layout
         parts = layout.parts()
         ranks, rank = layout.ranks, self.rank
@@ -297,10 +302,10 @@ class NormalMode:
                 HAS_WEIGHTS=has_weights, BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(hidden_words)))
         with self._compile():
             normal_kernels.normal_combine_send[((ranks - 1) * self.normal_parts,)](
-                self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
-                ROW_WORDS=layout.row_words, CAPACITY=layout.capacity, ROW_STRIDE=layout.row_stride,
-                BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts, COMBINE_FLAGS=parts["combine_flags"][0],
-                DISPATCH_COUNTS=parts["dispatch_counts"][0], RECV=parts["recv"][0], SEND=parts["send"][0])
+                self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RANK=rank, RANKS=ranks,
+                CAPACITY=layout.capacity, ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes,
+                PARTS=self.normal_parts, COMBINE_FLAGS=parts["combine_flags"][0], RECV=parts["recv"][0],
+                SEND=parts["send"][0])
             normal_kernels.normal_combine_wait[(1,)](
                 self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
                 COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.normal_parts)

@@ -1,6 +1,6 @@
 """The normal (throughput) mode's kernels: Triton, with ``aboleth.language`` for the communication.
 
-Eight kernels per layer (``aboleth/moe/buffer.py`` launches them; ``NormalLayout`` in
+Eight kernels per layer (``aboleth/moe/normal.py`` launches them; ``NormalLayout`` in
 ``aboleth/moe/layout.py`` says where each part of the pool is). Dispatch:
 
 - :func:`normal_pack` (plain Triton, one program per token): copies the token's row (hidden
@@ -31,8 +31,8 @@ Combine:
   the ranks the token went to, in rank order, in FP32, rounded to BF16 once (deterministic); the
   weights summed the same way.
 
-Rows are copied as int32 words (every row part is a whole number of 16-byte vectors: see
-``NormalLayout``). The plain kernels never wait; only the two one-program wait kernels spin.
+Rows are copied as int32 words (a row's hidden state and its stride are whole 16-byte vectors,
+its other parts whole words: see ``NormalLayout``). The plain kernels never wait; only the two one-program wait kernels spin.
 """
 
 import triton
@@ -212,18 +212,18 @@ def normal_combine_pack(pool, recv_info, x_words, topk_weights, K: tl.constexpr,
 
 
 @triton.jit
-def normal_combine_send(endpoints, regions, pool, pool_key, RANK: tl.constexpr, RANKS: tl.constexpr,
-                        ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, ROW_STRIDE: tl.constexpr,
-                        BLOCK_BYTES: tl.constexpr, PARTS: tl.constexpr, COMBINE_FLAGS: tl.constexpr,
-                        DISPATCH_COUNTS: tl.constexpr, RECV: tl.constexpr, SEND: tl.constexpr):
+def normal_combine_send(endpoints, regions, pool, pool_key, recv_info, RANK: tl.constexpr, RANKS: tl.constexpr,
+                        CAPACITY: tl.constexpr, ROW_STRIDE: tl.constexpr, BLOCK_BYTES: tl.constexpr,
+                        PARTS: tl.constexpr, COMBINE_FLAGS: tl.constexpr, RECV: tl.constexpr, SEND: tl.constexpr):
     peer, part = _peer_and_part(RANK, PARTS)  # the peer is the tokens' home rank
     ep = aboleth.endpoint(endpoints, peer)
     peer_pool = aboleth.remote(regions, peer)
     peer_words = aboleth.remote(regions, peer, tl.int64)
-    words = pool.to(tl.pointer_type(tl.int64))
-    # The rows the peer sent in the dispatch (its counts row is not rewritten before the peer's
-    # next dispatch, which waits for this combine).
-    count = tl.minimum(tl.maximum(tl.load(words + DISPATCH_COUNTS // 8 + peer * ROW_WORDS), 0), CAPACITY)
+    # The rows the peer sent in the dispatch of this combine's handle (its received layout:
+    # first rows per source, then the total), not the pool's latest counts row, which a later
+    # dispatch (two batches in flight) may have rewritten.
+    count = tl.load(recv_info + peer + 1) - tl.load(recv_info + peer)
+    count = tl.minimum(tl.maximum(count, 0), CAPACITY)
     _send_rows(ep, peer_pool, pool, pool_key, count, part, RECV + peer.to(tl.int64) * BLOCK_BYTES,
                SEND + RANK * BLOCK_BYTES, ROW_STRIDE, PARTS)
     aboleth.signal(ep, peer_words.at(COMBINE_FLAGS // 8 + RANK), 1, op="add")

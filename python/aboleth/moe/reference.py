@@ -69,7 +69,8 @@ def normal_dispatch_reference(xs: List[Any], topk: List[Any], weights: List[Any]
     """What a normal ``dispatch`` delivers to ``rank`` from every rank's ``x`` (a tensor, or an
     FP8 ``(x, scales)`` pair: then ``recv_x`` is one too), ``topk_idx`` and ``topk_weights``:
     ``(recv_x, recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert_list)``, the
-    sources in rank order, each source's tokens in token order, each token once."""
+    sources in rank order, each source's tokens in token order, each token once; the
+    per-expert counts are not rounded up to an expert alignment (the caller rounds)."""
     import torch
     local_experts = num_experts // len(xs)
     fp8 = isinstance(xs[0], tuple)
