@@ -338,6 +338,25 @@ def main() -> int:
     steps = [("cases", lambda: step_cases(buffer)), ("graph", lambda: step_graph(buffer)),
              ("hook", lambda: step_hook(buffer)), ("mismatch", lambda: step_mismatch(buffer_bytes)),
              ("timing", lambda: step_timing(world)), ("dead_peer", lambda: step_dead_peer(buffer))]
+
+    def after(name: str) -> None:
+        if name == "mismatch":
+            # The mismatched buffer's epochs are out of step; the others are untouched.
+            torch.cuda.synchronize()
+            world.clear_waits()
+            world.barrier()
+
+    # A rank that skipped the dispatch stays mapped until the others gave up (the final barrier);
+    # the dead-peer step leaves a peer waiting in nothing, so no teardown runs.
+    os._exit(run_steps(world, report, steps, os.path.join(out_dir, f"moe-rank{rank}.json"), after))
+
+
+def run_steps(world: Any, report: Dict[str, Any], steps: List[Any], path: str,
+              after: Callable[[str], None] = lambda name: None) -> int:
+    """Runs ``steps`` (name, callable) in order, or the subset ``MOE_STEPS`` names, recording
+    each result (or its exception) in ``report["steps"]`` and writing ``report`` to ``path``
+    after each; ``after(name)`` runs after each step. Meets the other ranks at a barrier at the
+    end and returns the exit status (0 when every step passed). Shared with moe_normal.py."""
     wanted = os.environ.get("MOE_STEPS")  # a comma-separated subset, for a focused rerun
     if wanted:
         steps = [(name, step) for name, step in steps if name in wanted.split(",")]
@@ -350,21 +369,17 @@ def main() -> int:
             result = {"passed": False, "exception": traceback.format_exc()[-3000:]}
         result["seconds"] = round(time.monotonic() - started, 2)
         report["steps"][name] = result
-        print(f"rank {rank} {name}: {'passed' if result['passed'] else 'FAILED'} ({result['seconds']} s)",
-              flush=True)
+        print(f"rank {report['rank']} {name}: {'passed' if result['passed'] else 'FAILED'} "
+              f"({result['seconds']} s)", flush=True)
         status |= not result["passed"]
-        with open(os.path.join(out_dir, f"moe-rank{rank}.json"), "w") as file:
+        with open(path, "w") as file:
             json.dump(report, file, indent=1)
-        if name in ("mismatch",):
-            # The mismatched buffer's epochs are out of step; the others are untouched.
-            torch.cuda.synchronize()
-            world.clear_waits()
-            world.barrier()
+        after(name)
     report["passed"] = status == 0
-    world.barrier()  # a rank that skipped the dispatch stays mapped until the others gave up
-    with open(os.path.join(out_dir, f"moe-rank{rank}.json"), "w") as file:
+    world.barrier()
+    with open(path, "w") as file:
         json.dump(report, file, indent=1)
-    os._exit(status)  # the dead-peer step leaves a peer waiting in nothing; do not run teardown
+    return status
 
 
 if __name__ == "__main__":

@@ -29,11 +29,8 @@ Writes OUT_DIR/moe-normal-rank{R}.json; exit status 0 when every step passed on 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-import traceback
 from typing import Any, Callable, Dict, List
 
 import torch
@@ -42,7 +39,7 @@ from aboleth.moe import Buffer
 from aboleth.moe.reference import normal_combine_reference, normal_dispatch_reference, normal_expert
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from moe import EXPERTS, ROUTES  # noqa: E402  (the low-latency test's routing cases)
+from moe import EXPERTS, ROUTES, run_steps  # noqa: E402  (the low-latency test's routing cases, its step loop)
 
 HIDDENS = [2048, 4096, 7168]
 MAX_TOKENS = 256
@@ -353,29 +350,7 @@ def main() -> int:
     steps = [("cases", lambda: step_cases(buffer)), ("cached", lambda: step_cached(buffer)),
              ("graph", lambda: step_graph(buffer)), ("too_small", lambda: step_too_small(world)),
              ("timing", lambda: step_timing(world))]
-    wanted = os.environ.get("MOE_STEPS")  # a comma-separated subset, for a focused rerun
-    if wanted:
-        steps = [(name, step) for name, step in steps if name in wanted.split(",")]
-    status = 0
-    path = os.path.join(out_dir, f"moe-normal-rank{rank}.json")
-    for name, step in steps:
-        started = time.monotonic()
-        try:
-            result = step()
-        except Exception:  # noqa: BLE001 - the report says what failed
-            result = {"passed": False, "exception": traceback.format_exc()[-3000:]}
-        result["seconds"] = round(time.monotonic() - started, 2)
-        report["steps"][name] = result
-        print(f"rank {rank} {name}: {'passed' if result['passed'] else 'FAILED'} ({result['seconds']} s)",
-              flush=True)
-        status |= not result["passed"]
-        with open(path, "w") as file:
-            json.dump(report, file, indent=1)
-    report["passed"] = status == 0
-    world.barrier()
-    with open(path, "w") as file:
-        json.dump(report, file, indent=1)
-    os._exit(status)
+    os._exit(run_steps(world, report, steps, os.path.join(out_dir, f"moe-normal-rank{rank}.json")))
 
 
 if __name__ == "__main__":

@@ -20,15 +20,6 @@ BLOCK_WORDS = 1024
 BLOCK_HIDDEN = 1024
 
 
-def _torch() -> Any:
-    import torch
-    return torch
-
-
-def _next_power_of_2(value: int) -> int:
-    return 1 << max(int(value) - 1, 0).bit_length()
-
-
 class NormalHandle:
     """What a normal dispatch leaves for its combine and for a cached dispatch: the routing
     (``is_token_in_rank``, each token's place among each rank's tokens), the counts rows it
@@ -52,7 +43,7 @@ class NormalHandle:
 def dispatch_layout(topk_idx: Any, num_experts: int, num_ranks: int) -> Tuple[Any, Any, Any]:
     """``(num_tokens_per_rank [ranks] int32, num_tokens_per_expert [experts] int32,
     is_token_in_rank [tokens, ranks] bool)`` from ``topk_idx`` (entries -1 are no expert)."""
-    torch = _torch()
+    import torch
     tokens = topk_idx.shape[0]
     # Entries -1 go to a column past the experts, dropped after (scattering False into expert 0
     # instead would race with the token's own expert 0).
@@ -82,8 +73,9 @@ class NormalMode:
                             allocate_on_comm_stream: bool = False) -> Tuple[Any, None, Any, Any, Any]:
         """DeepEP's layout step: ``(num_tokens_per_rank, None, num_tokens_per_expert,
         is_token_in_rank, event)``; the second (per RDMA rank) is None, as intranode."""
+        import torch
+
         from .buffer import EventOverlap
-        torch = _torch()
         if topk_idx.dim() != 2 or topk_idx.dtype != torch.int64 or not topk_idx.is_cuda:
             raise ValueError(f"aboleth.moe.get_dispatch_layout: topk_idx must be a CUDA int64 tensor [tokens, k], "
                              f"got {tuple(topk_idx.shape)} {topk_idx.dtype} on {topk_idx.device}")
@@ -114,8 +106,9 @@ class NormalMode:
         rank's, weight 0). With ``handle`` (a cached dispatch) only ``x`` is sent again and
         ``(recv_x, None, None, None, None, event)`` comes back."""
         from . import normal_kernels
-        from .buffer import EventOverlap
-        torch = _torch()
+        import torch
+
+        from .buffer import EventOverlap, triton_next_power_of_2 as _next_power_of_2
         fp8 = isinstance(x, tuple)
         x_data, scales = x if fp8 else (x, None)
         expected_dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
@@ -268,8 +261,9 @@ class NormalMode:
         rounded to BF16 once. Returns ``(combined_x [tokens, hidden], combined_topk_weights
         [tokens, k] or None, event)``; the weights are summed the same way."""
         from . import normal_kernels
-        from .buffer import EventOverlap
-        torch = _torch()
+        import torch
+
+        from .buffer import EventOverlap, triton_next_power_of_2 as _next_power_of_2
         if not isinstance(handle, NormalHandle) or handle.layout.pool_bytes != self.pool.numel():
             raise ValueError("aboleth.moe.combine: handle must be what a normal dispatch of this Buffer returned")
         layout = handle.layout
