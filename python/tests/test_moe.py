@@ -181,6 +181,12 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
               "BLOCK_BYTES": layout.block_bytes, "RECV": parts["recv"][0]}
     copies = {"X_WORDS": layout.x_bytes // 4, "SCALE_WORDS": scales, "HAS_TOPK": True, "BLOCK_WORDS": 1024}
     kernels = [
+        (normal_kernels.normal_prepare, "in_rank=*u8,positions=*i64,num_tokens_per_expert=*i32,pool=*u8,"
+         "recv_info=*i64,tokens=i32",
+         {"RANK": 1, "RANKS": ranks, "LOCAL_EXPERTS": layout.local_experts, "LOCAL_POW2": layout.local_experts,
+          "ROW_WORDS": layout.row_words, "FINGERPRINT": layout.fingerprint, "EPOCHS": parts["epochs"][0],
+          "SEND_COUNTS": parts["send_counts"][0], "DISPATCH_COUNTS": parts["dispatch_counts"][0],
+          "INFO_WORDS": ranks + 1 + layout.local_experts + 8, "INFO_POW2": 256, "BLOCK_TOKENS": 1024}),
         (normal_kernels.normal_pack, "x_words=*i32,scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,in_rank=*u8,"
          "positions=*i64,pool=*u8", {**shared, **copies, "RANK": 1, "LOCAL_EXPERTS": layout.local_experts,
                                      "SEND": parts["send"][0]}),

@@ -293,15 +293,16 @@ def step_timing(world: Any) -> Dict[str, Any]:
     transport = os.environ.get("ABOLETH_TRANSPORT", "p2p")
     kernels_us = profile_kernels(world, buffer, x, arguments, hidden) if transport == "p2p" else \
         "not profiled on the proxy (CUPTI tracing stalls the proxy thread's copies)"
-    return {"passed": True, "kernels_us": kernels_us,
+    host = host_profile(world, buffer, x, arguments, hidden)
+    return {"passed": True, "kernels_us": kernels_us, "host_profile": host,
             "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
-            "grids": {"normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.normal_parts,
+            "grids": {"normal_prepare": ranks, "normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.normal_parts,
                       "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
                       "normal_combine_pack": "received rows", "normal_combine_send": (ranks - 1) * buffer.normal_parts,
                       "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"},
             "note": "each call between host barriers; dispatch includes its host synchronization (the output "
-                    "size) and the torch ops of the counts rows, not get_dispatch_layout"}
+                    "size) and the prepare kernel (positions, counts rows), not get_dispatch_layout"}
 
 
 def profile_kernels(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any], hidden: int) -> Dict[str, float]:
@@ -325,6 +326,45 @@ def profile_kernels(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any
         if event.count and device_us:
             means[event.key[:60]] = round(device_us / event.count, 1)
     return dict(sorted(means.items(), key=lambda item: -item[1])[:20])
+
+
+def host_profile(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any], hidden: int) -> Dict[str, Any]:
+    """Where a dispatch's host time goes: 10 BF16 dispatch + combine rounds under cProfile on
+    every rank, between barriers. Returns the 15 functions with the most own time (us per
+    dispatch, cProfile's overhead included) and the wall time of a dispatch call without the
+    profiler (perf_counter; it ends after the call's host synchronization)."""
+    import cProfile
+    import pstats
+    import time
+    rounds, walls, stats = 10, [], None
+    for index in range(rounds + 10):
+        torch.cuda.synchronize()
+        world.barrier()
+        profiler = cProfile.Profile() if index >= 10 else None
+        started = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        _, _, recv_weights, _, handle, _ = buffer.dispatch(x, **arguments)
+        if profiler is not None:
+            profiler.disable()
+            if stats is None:
+                stats = pstats.Stats(profiler)
+            else:
+                stats.add(profiler)
+        else:
+            walls.append((time.perf_counter() - started) * 1e6)
+        outputs = torch.zeros(handle.num_rows, hidden, dtype=torch.bfloat16, device="cuda")
+        torch.cuda.synchronize()
+        world.barrier()
+        buffer.combine(outputs, handle, topk_weights=recv_weights)
+    torch.cuda.synchronize()
+    world.barrier()
+    rows = []
+    for (file, line, name), (_, calls, own, cumulative, _) in stats.stats.items():
+        rows.append({"function": f"{os.path.basename(file)}:{line}:{name}", "calls_per_dispatch": calls / rounds,
+                     "own_us": round(own / rounds * 1e6, 1), "cumulative_us": round(cumulative / rounds * 1e6, 1)})
+    rows.sort(key=lambda row: -row["own_us"])
+    return {"dispatch_wall_us": summary(walls[5:]), "top_own_time": rows[:15]}
 
 
 def summary(values: List[float]) -> Dict[str, float]:

@@ -17,9 +17,9 @@ that captured a dispatch and a combine advances them on every replay.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-from .layout import WORST_ERROR_WORD, LowLatencyLayout, NormalLayout, counters_span
+from .layout import ERROR_WORDS, WORST_ERROR_WORD, LowLatencyLayout, NormalLayout, counters_span
 from .normal import NormalMode
 
 #: Rows of hidden the copying kernels move per step, and tokens per receiving program.
@@ -345,11 +345,20 @@ class Buffer(NormalMode):
 
     def check_errors(self) -> None:
         """Raises ``RuntimeError`` for what the kernels recorded: a proxy ring that stopped (its
-        reason), a wait that gave up (a peer that died or never sent: ``World.check_waits``' report, with the phase), a peer whose
-        signal carried another configuration's fingerprint, or a normal dispatch that brought
-        more rows than its ``num_worst_tokens``. Each is raised once. Synchronizes the device."""
+        reason), a wait that gave up (a peer that died or never sent: ``World.check_waits``'
+        report, with the phase), a peer whose signal carried another configuration's
+        fingerprint, or a normal dispatch that brought more rows than its ``num_worst_tokens``.
+        Each is raised once. Synchronizes the device."""
         torch = _torch()
         torch.cuda.synchronize()
+        if self._layout is None:
+            self._raise_recorded(None)
+            return
+        self._raise_recorded(self._view("errors", torch.int64, (ERROR_WORDS,)).tolist())
+
+    def _raise_recorded(self, errors: Optional[List[int]]) -> None:
+        """``check_errors`` once the device is synchronized and its error words read (``errors``;
+        None before any call): the host's records first, then the words."""
         try:
             self.world.check_proxy()  # a stopped proxy ring is why a wait then gives up
         except RuntimeError as error:
@@ -358,10 +367,9 @@ class Buffer(NormalMode):
             self.world.check_waits()
         except RuntimeError as error:
             raise RuntimeError(f"aboleth.moe: a MoE wait gave up on rank {self.rank}: {error}") from None
-        if self._layout is None:
+        if errors is None or not any(errors):
             return
-        error_words = self._view("errors", torch.int64, (8,))
-        errors = error_words.tolist()
+        error_words = self._view("errors", _torch().int64, (ERROR_WORDS,))
         layout = self._layout
         if errors[0]:
             error_words[:WORST_ERROR_WORD].zero_()  # each failure is raised once

@@ -2,8 +2,10 @@
 ``dispatch`` (BF16 or FP8 with scales, cached with a handle, ``num_worst_tokens`` for CUDA
 graphs) and ``combine``, as a mixin the ``Buffer`` class inherits.
 
-Each call is a few torch ops (the layout, each token's place among a destination's tokens, the
-counts rows) and the kernels of ``aboleth/moe/normal_kernels.py``. A dispatch synchronizes the
+Each call is the kernels of ``aboleth/moe/normal_kernels.py`` (the first computes each token's
+place among a destination's tokens and the counts rows) and a few torch allocations.
+``num_tokens_per_rank`` is required as in DeepEP but not read: the counts come from
+``is_token_in_rank``, which defines them. A dispatch synchronizes the
 host once to size its outputs (as DeepEP's does), except with ``num_worst_tokens``: then the
 outputs have that many rows and nothing waits on the host, so a dispatch and a combine can be
 captured in a CUDA graph. What the pool holds is ``NormalLayout`` in ``aboleth/moe/layout.py``.
@@ -13,26 +15,28 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from .layout import WORST_ERROR_WORD, NormalLayout
+from .layout import ERROR_WORDS, WORST_ERROR_WORD, NormalLayout
 
-#: int32 words the copying kernels move per step; hidden elements per reducing program.
+#: int32 words the copying kernels move per step; hidden elements per reducing program; tokens
+#: per step of the prepare kernel's scan.
 BLOCK_WORDS = 1024
 BLOCK_HIDDEN = 1024
+BLOCK_TOKENS = 1024
 
 
 class NormalHandle:
     """What a normal dispatch leaves for its combine and for a cached dispatch: the routing
-    (``is_token_in_rank``, each token's place among each rank's tokens), the counts rows it
-    sent, the received layout on the device (``recv_info``: each source's first row, the total,
+    (``is_token_in_rank`` as bytes, each token's place among each rank's tokens), the
+    per-expert token counts it sent, the received layout on the device (``recv_info``: each source's first row, the total,
     the aligned per-expert counts) and the number of received rows."""
 
-    def __init__(self, layout: NormalLayout, is_token_in_rank: Any, positions: Any, send_rows: Any,
+    def __init__(self, layout: NormalLayout, is_token_in_rank: Any, positions: Any, num_tokens_per_expert: Any,
                  recv_info: Any, num_rows: int, num_worst_tokens: int, num_tokens: int,
                  num_recv_tokens_per_expert_list: List[int]) -> None:
         self.layout = layout
         self.is_token_in_rank = is_token_in_rank
         self.positions = positions
-        self.send_rows = send_rows
+        self.num_tokens_per_expert = num_tokens_per_expert
         self.recv_info = recv_info
         self.num_rows = num_rows
         self.num_worst_tokens = num_worst_tokens
@@ -133,7 +137,6 @@ class NormalMode:
                 raise ValueError(f"aboleth.moe.dispatch: the cached dispatch's x has {tokens} tokens, its handle "
                                  f"{handle.num_tokens}")
             experts, topk = handle.layout.experts, handle.layout.topk
-            is_token_in_rank, positions, send_rows = handle.is_token_in_rank, handle.positions, handle.send_rows
             topk_idx = topk_weights = None
         else:
             for name, value in (("num_tokens_per_rank", num_tokens_per_rank), ("is_token_in_rank", is_token_in_rank),
@@ -141,9 +144,9 @@ class NormalMode:
                 if value is None:
                     raise ValueError(f"aboleth.moe.dispatch: {name} is required without a handle (from "
                                      "get_dispatch_layout)")
-            if tuple(is_token_in_rank.shape) != (tokens, ranks):
-                raise ValueError(f"aboleth.moe.dispatch: is_token_in_rank must be [{tokens}, {ranks}], got "
-                                 f"{tuple(is_token_in_rank.shape)}")
+            if tuple(is_token_in_rank.shape) != (tokens, ranks) or is_token_in_rank.dtype != torch.bool:
+                raise ValueError(f"aboleth.moe.dispatch: is_token_in_rank must be bool [{tokens}, {ranks}], got "
+                                 f"{tuple(is_token_in_rank.shape)} {is_token_in_rank.dtype}")
             experts = num_tokens_per_expert.numel()
             if topk_idx is not None:
                 if topk_idx.dim() != 2 or topk_idx.shape[0] != tokens or topk_idx.dtype != torch.int64:
@@ -178,23 +181,27 @@ class NormalMode:
         self._layout = layout
         parts = layout.parts()
         local_experts = layout.local_experts
-        if not cached:
-            in_rank = is_token_in_rank.to(torch.int64)
-            # The scan along the tokens as rows of the transpose: torch scans an outer dimension
-            # of two columns with two threads (measured 500 us at 4096 tokens), an inner one fast.
-            by_rank = in_rank.t().contiguous()
-            positions = (by_rank.cumsum(1) - by_rank).t().contiguous()
-            is_token_in_rank = is_token_in_rank.to(torch.uint8).contiguous()
-            send_rows = torch.full((ranks, layout.row_words), layout.fingerprint, dtype=torch.int64,
-                                   device=x_data.device)
-            # The tokens per rank from is_token_in_rank, which places them (a num_tokens_per_rank
-            # that disagreed would send stale rows or drop some).
-            send_rows[:, 0] = by_rank.sum(1)
-            send_rows[:, 1:local_experts + 1] = num_tokens_per_expert.to(torch.int64).view(ranks, local_experts)
         epochs = parts["epochs"][0]
-        self.pool[epochs:epochs + 8].view(torch.int64).add_(1)
-        self._view("send_counts", torch.int64, (ranks, layout.row_words)).copy_(send_rows)
-        self._view("dispatch_counts", torch.int64, (ranks, layout.row_words))[rank].copy_(send_rows[rank])
+        if cached:
+            is_token_in_rank, positions = handle.is_token_in_rank, handle.positions
+            num_tokens_per_expert = handle.num_tokens_per_expert
+        else:
+            # A view, no copy: the kernels read the bool bytes.
+            is_token_in_rank = is_token_in_rank.contiguous().view(torch.uint8)
+            positions = torch.empty(tokens, ranks, dtype=torch.int64, device=x_data.device)
+            num_tokens_per_expert = num_tokens_per_expert.contiguous()
+        # The received layout (each source's first row, the total, the aligned per-expert
+        # counts), then the error words: one copy to the host reads both.
+        info_words = ranks + 1 + local_experts
+        recv_info = torch.empty(info_words + ERROR_WORDS, dtype=torch.int64, device=x_data.device)
+        # With no tokens the scan reads nothing: the pool stands in for the empty tensors.
+        normal_kernels.normal_prepare[(ranks,)](
+            is_token_in_rank if tokens else self.pool, positions if tokens else self.pool, num_tokens_per_expert,
+            self.pool, recv_info, tokens, RANK=rank, RANKS=ranks,
+            LOCAL_EXPERTS=local_experts, LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words,
+            FINGERPRINT=layout.fingerprint, EPOCHS=epochs, SEND_COUNTS=parts["send_counts"][0],
+            DISPATCH_COUNTS=parts["dispatch_counts"][0], INFO_WORDS=info_words + ERROR_WORDS,
+            INFO_POW2=_next_power_of_2(info_words + ERROR_WORDS), BLOCK_TOKENS=BLOCK_TOKENS)
         x_words = x_data.view(torch.int32)
         scale_view = scales.view(torch.int32) if fp8 else x_words
         has_topk = topk_idx is not None  # a cached dispatch sends x (and scales) only
@@ -214,9 +221,6 @@ class NormalMode:
                 BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
                 DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
                 RECV=parts["recv"][0], SEND=parts["send"][0])
-            # Zeros: a wait that gives up ends its kernel before it writes these, and the
-            # receive then copies nothing (no rows from stale counts).
-            recv_info = torch.zeros(ranks + 1 + local_experts, dtype=torch.int64, device=x_data.device)
             normal_kernels.normal_dispatch_wait[(1,)](
                 self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
                 RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
@@ -224,7 +228,7 @@ class NormalMode:
                 FINGERPRINT=layout.fingerprint, EXPERT_ALIGNMENT=expert_alignment,
                 NUM_WORST=handle.num_worst_tokens if cached else num_worst_tokens, ERRORS=parts["errors"][0],
                 EPOCHS=epochs, DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
-                PARTS=self.normal_parts, WORST_ERROR_WORD=WORST_ERROR_WORD)
+                PARTS=self.normal_parts, WORST_ERROR_WORD=WORST_ERROR_WORD, ERROR_WORDS=ERROR_WORDS)
         if cached:
             num_rows, per_expert = handle.num_rows, handle.num_recv_tokens_per_expert_list
         elif num_worst_tokens:
@@ -232,9 +236,9 @@ class NormalMode:
         else:
             # The one host synchronization: the outputs' size. A wait that gave up, or a peer
             # with another configuration, is raised here rather than returned as rows.
-            info = recv_info.cpu()
-            self.check_errors()
-            num_rows, per_expert = int(info[ranks]), info[ranks + 1:].tolist()
+            info = recv_info.tolist()
+            self._raise_recorded(info[info_words:])
+            num_rows, per_expert = info[ranks], info[ranks + 1:info_words]
         device = x_data.device
         recv_x = torch.empty(num_rows, hidden, dtype=x_data.dtype, device=device)
         recv_scales = torch.empty(num_rows, scale_words, dtype=torch.float32, device=device) if fp8 else None
@@ -249,7 +253,7 @@ class NormalMode:
         received = (recv_x, recv_scales) if fp8 else recv_x
         if cached:
             return received, None, None, None, None, EventOverlap()
-        new_handle = NormalHandle(layout, is_token_in_rank, positions, send_rows, recv_info, num_rows,
+        new_handle = NormalHandle(layout, is_token_in_rank, positions, num_tokens_per_expert, recv_info, num_rows,
                                   num_worst_tokens, tokens, per_expert)
         return received, recv_topk_idx, recv_topk_weights, per_expert, new_handle, EventOverlap()
 

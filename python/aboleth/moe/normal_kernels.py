@@ -1,8 +1,10 @@
 """The normal (throughput) mode's kernels: Triton, with ``aboleth.language`` for the communication.
 
-Eight kernels per layer (``aboleth/moe/normal.py`` launches them; ``NormalLayout`` in
+Nine kernels per layer (``aboleth/moe/normal.py`` launches them; ``NormalLayout`` in
 ``aboleth/moe/layout.py`` says where each part of the pool is). Dispatch:
 
+- :func:`normal_prepare` (plain Triton, one program per rank): each token's place among a
+  destination's tokens, the counts rows, the epoch;
 - :func:`normal_pack` (plain Triton, one program per token): copies the token's row (hidden
   state, top-k ids made local to the destination, weights, FP8 scales) once to each rank that
   holds one of its experts, at the token's place among that rank's tokens: this rank's
@@ -56,6 +58,46 @@ def _copy_words(destination, source, WORDS: tl.constexpr, BLOCK_WORDS: tl.conste
         columns = start + tl.arange(0, BLOCK_WORDS)
         mask = columns < WORDS
         tl.store(destination + columns, tl.load(source + columns, mask=mask), mask=mask)
+
+
+@triton.jit
+def normal_prepare(in_rank, positions, num_tokens_per_expert, pool, recv_info, tokens, RANK: tl.constexpr,
+                   RANKS: tl.constexpr, LOCAL_EXPERTS: tl.constexpr, LOCAL_POW2: tl.constexpr,
+                   ROW_WORDS: tl.constexpr, FINGERPRINT: tl.constexpr, EPOCHS: tl.constexpr,
+                   SEND_COUNTS: tl.constexpr, DISPATCH_COUNTS: tl.constexpr, INFO_WORDS: tl.constexpr,
+                   INFO_POW2: tl.constexpr, BLOCK_TOKENS: tl.constexpr):
+    """Program ``r``: each token's place among rank ``r``'s tokens (an exclusive scan of
+    ``is_token_in_rank[:, r]``), the counts row for ``r`` (its tokens, its experts' counts from
+    ``num_tokens_per_expert``, the fingerprint); this rank's program also copies its own row to
+    ``dispatch_counts``, advances the dispatch epoch and zeroes ``recv_info`` (a wait that gives
+    up leaves it so: the receive then copies nothing). One launch for what took eleven torch ops."""
+    rank = tl.program_id(0)
+    carry = tl.full([], 0, tl.int64)
+    for start in range(0, tokens, BLOCK_TOKENS):
+        rows = (start + tl.arange(0, BLOCK_TOKENS)).to(tl.int64)
+        mask = rows < tokens
+        present = (tl.load(in_rank + rows * RANKS + rank, mask=mask, other=0) != 0).to(tl.int64)
+        tl.store(positions + rows * RANKS + rank, carry + tl.cumsum(present, 0) - present, mask=mask)
+        carry += tl.sum(present)
+    words = pool.to(tl.pointer_type(tl.int64))
+    experts = tl.arange(0, LOCAL_POW2)
+    expert_mask = experts < LOCAL_EXPERTS
+    counts = tl.load(num_tokens_per_expert + rank * LOCAL_EXPERTS + experts, mask=expert_mask, other=0).to(tl.int64)
+    _store_counts_row(words + SEND_COUNTS // 8 + rank * ROW_WORDS, carry, counts, experts, expert_mask, ROW_WORDS,
+                      FINGERPRINT)
+    if rank == RANK:
+        _store_counts_row(words + DISPATCH_COUNTS // 8 + RANK * ROW_WORDS, carry, counts, experts, expert_mask,
+                          ROW_WORDS, FINGERPRINT)
+        tl.store(words + EPOCHS // 8, tl.load(words + EPOCHS // 8) + 1)
+        info = tl.arange(0, INFO_POW2)
+        tl.store(recv_info + info, tl.zeros([INFO_POW2], tl.int64), mask=info < INFO_WORDS)
+
+
+@triton.jit
+def _store_counts_row(row, tokens, counts, experts, expert_mask, ROW_WORDS: tl.constexpr, FINGERPRINT: tl.constexpr):
+    tl.store(row, tokens)
+    tl.store(row + 1 + experts, counts, mask=expert_mask)
+    tl.store(row + ROW_WORDS - 1, tokens * 0 + FINGERPRINT)
 
 
 @triton.jit
@@ -125,7 +167,7 @@ def normal_dispatch_wait(endpoints, pool, recv_info, RANK: tl.constexpr, RANKS: 
                          ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, FINGERPRINT: tl.constexpr,
                          EXPERT_ALIGNMENT: tl.constexpr, NUM_WORST: tl.constexpr, ERRORS: tl.constexpr,
                          EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr, DISPATCH_COUNTS: tl.constexpr,
-                         PARTS: tl.constexpr, WORST_ERROR_WORD: tl.constexpr):
+                         PARTS: tl.constexpr, WORST_ERROR_WORD: tl.constexpr, ERROR_WORDS: tl.constexpr):
     words = pool.to(tl.pointer_type(tl.int64))
     epoch = tl.load(words + EPOCHS // 8)
     _wait_for_every_peer(endpoints, words, DISPATCH_FLAGS // 8, epoch * PARTS, DISPATCH_COUNTS // 8, ERRORS // 8,
@@ -153,6 +195,12 @@ def normal_dispatch_wait(endpoints, pool, recv_info, RANK: tl.constexpr, RANKS: 
             if tl.atomic_cas(words + ERRORS // 8 + WORST_ERROR_WORD, nothing, total) == 0:
                 tl.store(words + ERRORS // 8 + WORST_ERROR_WORD + 1, nothing + NUM_WORST)
                 tl.store(words + ERRORS // 8 + WORST_ERROR_WORD + 2, epoch)
+    # The error words after the layout, so that the host's one copy brings both (the stores
+    # above come from other threads of this program: a barrier first).
+    tl.debug_barrier()
+    error_words = tl.arange(0, ERROR_WORDS)
+    tl.store(recv_info + RANKS + 1 + LOCAL_EXPERTS + error_words,
+             tl.load(words + ERRORS // 8 + error_words, volatile=True))
 
 
 @triton.jit
