@@ -203,6 +203,15 @@ class TcpStoreBootstrap:
         ranks disconnected). Does nothing once a World took it over or after a first close.
         """
     @staticmethod
+    def connect(master_address: str, master_port: SupportsIndex, rank: SupportsIndex, world_size: SupportsIndex) -> TcpStoreBootstrap:
+        """
+        Joins the rendezvous of a store at `master_address:master_port` (rank 0 hosts it there)
+        as `rank` of `world_size`, for launchers that set no MASTER_ADDR, MASTER_PORT, RANK and
+        WORLD_SIZE; the optional variables of `from_env` are still read (GIL released). Raises
+        ValueError naming an invalid argument, TimeoutError naming ranks that never arrived,
+        RuntimeError otherwise.
+        """
+    @staticmethod
     def from_env() -> TcpStoreBootstrap:
         """
         Reads the environment and joins the rendezvous (GIL released). Raises ValueError naming

@@ -108,6 +108,24 @@ def test_a_one_rank_rendezvous_and_close(bootstrap):
     bootstrap.close()  # a second close does nothing
 
 
+def test_a_rendezvous_given_in_code_needs_no_environment(bootstrap_env):
+    for name in BOOTSTRAP_VARIABLES:
+        bootstrap_env.delenv(name)
+    port = free_port()
+    boot = aboleth.TcpStoreBootstrap.connect("127.0.0.1", port, 0, 1)
+    assert (boot.rank, boot.world_size, boot.available) == (0, 1, True)
+    boot.close()
+
+
+@pytest.mark.parametrize("arguments, message", [(("", 29500, 0, 1), "master_address"),
+                                                (("127.0.0.1", 0, 0, 1), "master_port"),
+                                                (("127.0.0.1", 29500, 1, 1), "rank"),
+                                                (("127.0.0.1", 29500, 0, 0), "world_size")])
+def test_a_rendezvous_given_in_code_names_a_bad_argument(arguments, message):
+    with pytest.raises(ValueError, match=f"^{message}=.* is invalid"):
+        aboleth.TcpStoreBootstrap.connect(*arguments)
+
+
 def test_a_rank_that_never_arrives_is_a_timeout_named_and_the_gil_is_released(bootstrap_env):
     bootstrap_env.setenv("WORLD_SIZE", "2")
     bootstrap_env.setenv("ABOLETH_BOOTSTRAP_TIMEOUT_S", "1")

@@ -7,7 +7,7 @@
 //! the device tables into torch tensors, and is what users call (`aboleth.World`). Errors map by
 //! [`ErrorKind`]: `TypeError`, `ValueError` or `RuntimeError`; bootstrap errors map by variant
 //! ([`bootstrap_error`]). Every call that may wait for other ranks or for the GPU
-//! (`TcpStoreBootstrap.from_env`, `World(...)`, `connect_all`, `exchange_regions`, `barrier`,
+//! (`TcpStoreBootstrap.from_env` and `connect`, `World(...)`, `connect_all`, `exchange_regions`, `barrier`,
 //! `close`) releases the GIL, so that other Python threads run meanwhile.
 //!
 //! What it does not do: inspect tensors, choose a compilation target, or launch anything.
@@ -17,8 +17,8 @@ use std::sync::Mutex;
 
 use aboleth_abi::{LocalRegionDescriptor, Transport};
 use aboleth_runtime::{
-    BootstrapError, DeviceTable, ErrorKind, ExchangedRegions, Region, Registration, RuntimeError,
-    TcpStoreBootstrap, TransportRequest, World,
+    BootstrapConfig, BootstrapError, DeviceTable, ErrorKind, ExchangedRegions, Region,
+    Registration, RuntimeError, TcpStoreBootstrap, TransportRequest, World,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -41,7 +41,8 @@ pub fn bootstrap_error(error: BootstrapError) -> PyErr {
     let message = error.to_string();
     match error {
         BootstrapError::MissingEnvironmentVariable { .. }
-        | BootstrapError::InvalidEnvironmentVariable { .. } => PyValueError::new_err(message),
+        | BootstrapError::InvalidEnvironmentVariable { .. }
+        | BootstrapError::InvalidArgument { .. } => PyValueError::new_err(message),
         BootstrapError::Timeout { .. } | BootstrapError::KeyTimeout { .. } => {
             PyTimeoutError::new_err(message)
         }
@@ -93,6 +94,32 @@ impl PyTcpStoreBootstrap {
     fn from_env(py: Python<'_>) -> PyResult<Self> {
         let bootstrap = py
             .detach(TcpStoreBootstrap::from_env)
+            .map_err(bootstrap_error)?;
+        Ok(Self {
+            rank: bootstrap.rank(),
+            world_size: bootstrap.world_size(),
+            inner: Mutex::new(Some(bootstrap)),
+        })
+    }
+
+    /// Joins the rendezvous of a store at `master_address:master_port` (rank 0 hosts it there)
+    /// as `rank` of `world_size`, for launchers that set no MASTER_ADDR, MASTER_PORT, RANK and
+    /// WORLD_SIZE; the optional variables of `from_env` are still read (GIL released). Raises
+    /// ValueError naming an invalid argument, TimeoutError naming ranks that never arrived,
+    /// RuntimeError otherwise.
+    #[staticmethod]
+    fn connect(
+        py: Python<'_>,
+        master_address: String,
+        master_port: u16,
+        rank: u32,
+        world_size: u32,
+    ) -> PyResult<Self> {
+        let config =
+            BootstrapConfig::for_rendezvous(&master_address, master_port, rank, world_size)
+                .map_err(bootstrap_error)?;
+        let bootstrap = py
+            .detach(move || TcpStoreBootstrap::connect(config))
             .map_err(bootstrap_error)?;
         Ok(Self {
             rank: bootstrap.rank(),

@@ -144,6 +144,16 @@ pub enum BootstrapError {
         /// What would be valid.
         expected: String,
     },
+    /// An argument of [`BootstrapConfig::for_rendezvous`] has an unusable value.
+    #[error("{name}={value:?} is invalid: expected {expected}")]
+    InvalidArgument {
+        /// The argument.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What would be valid.
+        expected: String,
+    },
     /// Rank 0 cannot listen on `MASTER_PORT`.
     #[error("rank 0 cannot host the TCPStore on port {port}: {source}; choose another MASTER_PORT")]
     HostStore {
@@ -517,6 +527,67 @@ impl BootstrapConfig {
             });
         }
         Ok(())
+    }
+
+    /// The configuration of a rendezvous whose store address, rank and world size the caller
+    /// knows (a launcher that sets no `MASTER_ADDR`/`MASTER_PORT`/`RANK`/`WORLD_SIZE`, such as
+    /// vLLM's workers): those four come from the arguments, the optional variables of
+    /// [`Self::from_lookup`] from the environment, and rank 0 hosts the store (never torchrun's
+    /// agent: the port is the caller's). Errors name the argument.
+    pub fn for_rendezvous(
+        master_address: &str,
+        master_port: u16,
+        rank: u32,
+        world_size: u32,
+    ) -> Result<Self, BootstrapError> {
+        let invalid = |name, value: String, expected: String| BootstrapError::InvalidArgument {
+            name,
+            value,
+            expected,
+        };
+        if master_address.trim().is_empty() {
+            return Err(invalid(
+                "master_address",
+                master_address.to_owned(),
+                "the host name or IP address rank 0 listens on".to_owned(),
+            ));
+        }
+        if master_port == 0 {
+            return Err(invalid(
+                "master_port",
+                "0".to_owned(),
+                "a TCP port number (1-65535)".to_owned(),
+            ));
+        }
+        if world_size == 0 || world_size > MAX_WORLD_SIZE {
+            return Err(invalid(
+                "world_size",
+                world_size.to_string(),
+                format!("a number of ranks from 1 to {MAX_WORLD_SIZE}"),
+            ));
+        }
+        if rank >= world_size {
+            return Err(invalid(
+                "rank",
+                rank.to_string(),
+                format!("a rank from 0 to {} (below world_size)", world_size - 1),
+            ));
+        }
+        let given = [
+            ("MASTER_ADDR", master_address.to_owned()),
+            ("MASTER_PORT", master_port.to_string()),
+            ("RANK", rank.to_string()),
+            ("WORLD_SIZE", world_size.to_string()),
+        ];
+        Self::from_lookup(&|name| {
+            if let Some((_, value)) = given.iter().find(|(given_name, _)| *given_name == name) {
+                return Some(value.clone());
+            }
+            if name == "TORCHELASTIC_USE_AGENT_STORE" {
+                return None;
+            }
+            std::env::var(name).ok()
+        })
     }
 
     /// Reads the configuration from the process environment (see [`Self::from_lookup`]).

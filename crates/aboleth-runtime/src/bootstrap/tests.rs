@@ -611,3 +611,44 @@ fn a_store_that_stops_replying_is_bounded_by_the_client_deadline() {
     drop(client);
     server.join().unwrap();
 }
+
+#[test]
+fn a_rendezvous_given_in_code_names_the_argument_it_refuses() {
+    let refused = |address: &str, port: u16, rank: u32, world_size: u32| {
+        BootstrapConfig::for_rendezvous(address, port, rank, world_size)
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(refused(" ", 29500, 0, 2).starts_with("master_address=\" \" is invalid"));
+    assert!(refused("127.0.0.1", 0, 0, 2).starts_with("master_port=\"0\" is invalid"));
+    assert!(refused("127.0.0.1", 29500, 0, 0).starts_with("world_size=\"0\" is invalid"));
+    let rank = refused("127.0.0.1", 29500, 2, 2);
+    assert!(
+        rank.starts_with("rank=\"2\" is invalid: expected a rank from 0 to 1"),
+        "{rank}"
+    );
+}
+
+#[test]
+fn ranks_given_in_code_meet_at_rank_zeros_store() {
+    let port = free_port();
+    let threads: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut config =
+                    BootstrapConfig::for_rendezvous("127.0.0.1", port, rank, 2).unwrap();
+                assert_eq!(config.hosting, StoreHosting::RankZero);
+                // Each process counts its own bootstraps; these threads share one counter.
+                config.key_namespace = "in-code".to_owned();
+                let mut bootstrap = TcpStoreBootstrap::connect(config).unwrap();
+                assert_eq!(bootstrap.hosts_store(), rank == 0);
+                let gathered = bootstrap.all_gather("ranks", &[rank as u8]).unwrap();
+                assert_eq!(gathered, vec![vec![0], vec![1]]);
+                bootstrap.close();
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
