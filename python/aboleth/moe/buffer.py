@@ -17,7 +17,7 @@ that captured a dispatch and a combine advances them on every replay.
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .layout import ERROR_WORDS, WORST_ERROR_WORD, LowLatencyLayout, NormalLayout, counters_span
 from .normal import NormalMode
@@ -102,6 +102,8 @@ class Buffer(NormalMode):
         self.endpoints = self.table.endpoint_handles.view(torch.int64)
         self.regions = self.table.regions("pool")
         self._layout: Any = None  # the last call's LowLatencyLayout or NormalLayout
+        self._normal_layouts: Dict[Tuple[int, ...], NormalLayout] = {}  # per configuration (normal.py)
+        self._low_latency_layouts: Dict[Tuple[int, ...], LowLatencyLayout] = {}
         self._last_call: Optional[Tuple[str, str, Any]] = None  # (mode, "dispatch" or "combine", layout)
         self.num_sms = DEFAULT_NUM_SMS
         # Sending programs per peer: on p2p a program's threads copy the data, so more programs
@@ -144,7 +146,11 @@ class Buffer(NormalMode):
         # The configuration may change between calls (as in DeepEP, the pool must hold the
         # largest): the flags, counts, epochs and error words sit before every part whose place
         # depends on it, and the receivers check each signal's fingerprint.
-        layout = LowLatencyLayout(self.group_size, num_experts, num_max_dispatch_tokens_per_rank, hidden)
+        key = (num_max_dispatch_tokens_per_rank, hidden, num_experts)
+        layout = self._low_latency_layouts.get(key)
+        if layout is None:
+            layout = LowLatencyLayout(self.group_size, num_experts, num_max_dispatch_tokens_per_rank, hidden)
+            self._low_latency_layouts[key] = layout
         if layout.pool_bytes > self.pool.numel():
             raise ValueError(f"aboleth.moe.Buffer: the pool holds {self.pool.numel()} bytes but "
                              f"num_max_dispatch_tokens_per_rank={layout.max_tokens}, hidden={layout.hidden}, "

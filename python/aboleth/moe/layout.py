@@ -35,6 +35,7 @@ each rank), at most ``max_tokens`` tokens per rank and ``token_bytes`` bytes per
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, Tuple
 
 #: Every part starts at a multiple of this (16-byte vectors, and room to spare).
@@ -90,7 +91,7 @@ class LowLatencyLayout:
     def token_bytes(self) -> int:
         return self.hidden * self.element_bytes
 
-    @property
+    @cached_property
     def fingerprint(self) -> int:
         """What ends each counts row: a hash of the configuration every rank must share
         (``FINGERPRINT_BITS`` bits; never 0)."""
@@ -99,7 +100,11 @@ class LowLatencyLayout:
         return value + 1
 
     def parts(self) -> Dict[str, Tuple[int, int]]:
-        """Each part's (offset, length) in bytes, in pool order."""
+        """Each part's (offset, length) in bytes, in pool order (computed once: do not modify)."""
+        return self._parts
+
+    @cached_property
+    def _parts(self) -> Dict[str, Tuple[int, int]]:
         rows = self.token_bytes
         # The parts whose place depends only on the ranks and experts come first.
         sizes = [
@@ -124,7 +129,7 @@ class LowLatencyLayout:
     def offset(self, part: str) -> int:
         return self.parts()[part][0]
 
-    @property
+    @cached_property
     def pool_bytes(self) -> int:
         """Bytes the pool needs (what ``Buffer.get_low_latency_rdma_size_hint`` returns)."""
         offset, length = list(self.parts().values())[-1]
@@ -208,7 +213,7 @@ class NormalLayout:
     def combine_row_bytes(self) -> int:
         return self.hidden * 2 + self.topk * 4
 
-    @property
+    @cached_property
     def row_stride(self) -> int:
         """Bytes between rows of a block: the larger of a dispatch and a combine row, in
         16-byte vectors."""
@@ -230,7 +235,7 @@ class NormalLayout:
             offset = _align(offset + length)
         return offset
 
-    @property
+    @cached_property
     def capacity(self) -> int:
         """Rows per block: the most tokens one source sends one rank in a call."""
         free = self.pool_bytes - self._header_bytes()
@@ -240,11 +245,11 @@ class NormalLayout:
             rows -= 1
         return rows
 
-    @property
+    @cached_property
     def block_bytes(self) -> int:
         return _align(self.capacity * self.row_stride)
 
-    @property
+    @cached_property
     def fingerprint(self) -> int:
         """A hash of what every rank must share (``FINGERPRINT_BITS`` bits; never 0)."""
         value = (self.capacity * 1_000_003 + self.hidden * 10_007 + self.experts * 101 + self.topk * 13
@@ -252,7 +257,11 @@ class NormalLayout:
         return value + 1
 
     def parts(self) -> Dict[str, Tuple[int, int]]:
-        """Each part's (offset, length) in bytes, in pool order."""
+        """Each part's (offset, length) in bytes, in pool order (computed once: do not modify)."""
+        return self._parts
+
+    @cached_property
+    def _parts(self) -> Dict[str, Tuple[int, int]]:
         parts, offset = {}, 0
         for name, length in self._header() + [("recv", self.ranks * self.block_bytes),
                                               ("send", self.ranks * self.block_bytes)]:

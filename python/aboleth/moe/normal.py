@@ -91,10 +91,16 @@ class NormalMode:
 
     def _normal_layout(self, hidden: int, topk: int, experts: int, element_bytes: int,
                        scales: int) -> NormalLayout:
-        if (hidden * element_bytes) % 16:
-            raise ValueError(f"aboleth.moe.dispatch: a row of hidden={hidden} at {element_bytes} byte(s) per element "
-                             "must be a multiple of 16 bytes (as in DeepEP)")
-        return NormalLayout(self.group_size, experts, hidden, topk, self.pool.numel(), element_bytes, scales)
+        # One layout object per configuration: its parts are computed once, not on every call.
+        key = (hidden, topk, experts, element_bytes, scales)
+        layout = self._normal_layouts.get(key)
+        if layout is None:
+            if (hidden * element_bytes) % 16:
+                raise ValueError(f"aboleth.moe.dispatch: a row of hidden={hidden} at {element_bytes} byte(s) per "
+                                 "element must be a multiple of 16 bytes (as in DeepEP)")
+            layout = NormalLayout(self.group_size, experts, hidden, topk, self.pool.numel(), element_bytes, scales)
+            self._normal_layouts[key] = layout
+        return layout
 
     def dispatch(self, x: Any, handle: Optional[NormalHandle] = None, num_tokens_per_rank: Any = None,
                  num_tokens_per_rdma_rank: Any = None, is_token_in_rank: Any = None,
