@@ -3,7 +3,7 @@ CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test setup python-setup cuda-setup python-test stubs lint bless fuzz bench help
+.PHONY: demo test setup python-setup cuda-setup vllm-source python-test stubs lint bless fuzz bench help
 VENV ?= .venv
 PYTHON ?= python3
 
@@ -76,7 +76,13 @@ cuda-setup: python-setup
 	@$(VENV)/bin/python -c "import cutlass.cute" 2>/dev/null || { echo "installing CuTe DSL into $(VENV) ($(CUTE_DSL))"; \
 	  $(VENV)/bin/pip install -q $(CUTE_DSL); }
 
-python-test: python-setup cuda-setup
+# The source of the vLLM release integrations/vllm/0001-aboleth-all2all-backend.patch is made
+# against (47 MB, pinned by SHA-256, into .cache/vllm/): python/tests/test_vllm_integration.py
+# applies the patch to it.
+vllm-source:
+	@$(PYTHON) integrations/vllm/fetch_source.py >/dev/null
+
+python-test: python-setup cuda-setup vllm-source
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
 	$(VENV)/bin/pytest -q python/tests
 

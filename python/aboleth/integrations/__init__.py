@@ -1,0 +1,3 @@
+"""Aboleth inside other frameworks: ``aboleth.integrations.vllm`` (vLLM's expert-parallel
+all-to-all backend). Each integration imports its framework when it is imported; this package
+imports nothing."""
