@@ -55,6 +55,9 @@ def test_the_normal_layout_fits_its_size_hint_and_names_a_pool_too_small():
     assert first == parts["epochs"][0] and end == parts["combine_flags"][0] + parts["combine_flags"][1]
     fp8 = NormalLayout(RANKS, 16, 256, 8, 1 << 20, 1, 2)
     assert fp8.dispatch_row_bytes == 256 + 8 * 12 + 2 * 4 and fp8.row_stride >= 2 * 256 + 8 * 4
+    # Each phase moves rows at its own stride; a block holds capacity rows of the larger.
+    assert (fp8.dispatch_stride, fp8.combine_stride) == (368, 544) and fp8.row_stride == 544
+    assert fp8.block_bytes >= fp8.capacity * fp8.combine_stride
     assert fp8.fingerprint != NormalLayout(RANKS, 16, 256, 8, 1 << 20).fingerprint
     with pytest.raises(ValueError, match="holds no token row"):
         NormalLayout(RANKS, 16, 32, 2, 4096)
@@ -100,7 +103,8 @@ def run(arguments: list, constexprs: dict) -> subprocess.CompletedProcess:
 def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
     offsets = NORMAL.parts()
     dispatch = kernel == "normal_dispatch_round"
-    constexprs = {"RANKS": RANKS, "CAPACITY": NORMAL.capacity, "ROW_STRIDE": NORMAL.row_stride,
+    constexprs = {"RANKS": RANKS, "CAPACITY": NORMAL.capacity,
+                  "ROW_STRIDE": NORMAL.dispatch_stride if dispatch else NORMAL.combine_stride,
                   "BLOCK_BYTES": NORMAL.block_bytes, "PARTS": parts}
     names = ["recv", "send"] + (["dispatch_flags", "dispatch_counts", "send_counts"] if dispatch else ["combine_flags"])
     for name in names:
@@ -177,7 +181,7 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
     layout = NormalLayout(ranks, experts, hidden, k, NormalLayout.size_hint(4096, hidden, ranks, k, experts, fp8),
                           element_bytes, scales)
     parts = layout.parts()
-    shared = {"K": k, "K_POW2": k, "RANKS": ranks, "ROW_STRIDE": layout.row_stride,
+    shared = {"K": k, "K_POW2": k, "RANKS": ranks, "ROW_STRIDE": layout.dispatch_stride,
               "BLOCK_BYTES": layout.block_bytes, "RECV": parts["recv"][0]}
     copies = {"X_WORDS": layout.x_bytes // 4, "SCALE_WORDS": scales, "HAS_TOPK": True, "BLOCK_WORDS": 1024}
     kernels = [

@@ -158,7 +158,8 @@ class NormalLayout:
     - ``send_counts``: the same rows, this rank's, per destination;
     - ``recv``: ``ranks`` blocks of ``capacity`` rows, block ``s`` the rows source ``s`` sent
       (this rank's own tokens are packed straight into block ``rank``), which the combine then
-      packs the expert outputs into, in the same places;
+      packs the expert outputs into, row for row (each phase at its own stride:
+      ``dispatch_stride``, ``combine_stride``);
     - ``send``: ``ranks`` blocks, block ``r`` this rank's tokens for rank ``r`` in token order,
       where rank ``r``'s combine puts their outputs back.
 
@@ -214,10 +215,22 @@ class NormalLayout:
         return self.hidden * 2 + self.topk * 4
 
     @cached_property
+    def dispatch_stride(self) -> int:
+        """Bytes between the rows of a block while it holds a dispatch: a dispatch row in
+        16-byte vectors (an FP8 row is about half a combine row: the dispatch moves only its
+        own bytes)."""
+        return (self.dispatch_row_bytes + 15) // 16 * 16
+
+    @cached_property
+    def combine_stride(self) -> int:
+        """Bytes between the rows of a block while it holds a combine: a combine row in 16-byte
+        vectors. Row ``i`` of either phase sits at ``i`` times its phase's stride."""
+        return (self.combine_row_bytes + 15) // 16 * 16
+
+    @cached_property
     def row_stride(self) -> int:
-        """Bytes between rows of a block: the larger of a dispatch and a combine row, in
-        16-byte vectors."""
-        return (max(self.dispatch_row_bytes, self.combine_row_bytes) + 15) // 16 * 16
+        """The larger of the two strides: what a block holds ``capacity`` rows of."""
+        return max(self.dispatch_stride, self.combine_stride)
 
     def _header(self) -> list:
         return [

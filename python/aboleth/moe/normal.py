@@ -212,7 +212,7 @@ class NormalMode:
         scale_view = scales.view(torch.int32) if fp8 else x_words
         has_topk = topk_idx is not None  # a cached dispatch sends x (and scales) only
         common = dict(K=max(topk, 1), K_POW2=_next_power_of_2(max(topk, 1)), X_WORDS=layout.x_bytes // 4,
-                      SCALE_WORDS=scale_words, ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes,
+                      SCALE_WORDS=scale_words, ROW_STRIDE=layout.dispatch_stride, BLOCK_BYTES=layout.block_bytes,
                       RECV=parts["recv"][0], HAS_TOPK=has_topk,
                       BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(layout.x_bytes // 4)))
         if tokens:
@@ -223,7 +223,7 @@ class NormalMode:
         with self._compile():
             normal_kernels.normal_dispatch_send[((ranks - 1) * self.normal_parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
-                ROW_WORDS=layout.row_words, CAPACITY=layout.capacity, ROW_STRIDE=layout.row_stride,
+                ROW_WORDS=layout.row_words, CAPACITY=layout.capacity, ROW_STRIDE=layout.dispatch_stride,
                 BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
                 DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
                 RECV=parts["recv"][0], SEND=parts["send"][0])
@@ -302,12 +302,12 @@ class NormalMode:
             normal_kernels.normal_combine_pack[(handle.num_rows,)](
                 self.pool, handle.recv_info, x.view(torch.int32), weights, K=k, K_POW2=_next_power_of_2(k),
                 RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), HIDDEN_WORDS=hidden_words,
-                ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0],
+                ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0],
                 HAS_WEIGHTS=has_weights, BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(hidden_words)))
         with self._compile():
             normal_kernels.normal_combine_send[((ranks - 1) * self.normal_parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RANK=rank, RANKS=ranks,
-                CAPACITY=layout.capacity, ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes,
+                CAPACITY=layout.capacity, ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes,
                 PARTS=self.normal_parts, COMBINE_FLAGS=parts["combine_flags"][0], RECV=parts["recv"][0],
                 SEND=parts["send"][0])
             normal_kernels.normal_combine_wait[(1,)](
@@ -321,6 +321,6 @@ class NormalMode:
             normal_kernels.normal_combine_reduce[(tokens, (layout.hidden + block - 1) // block)](
                 self.pool, handle.is_token_in_rank, handle.positions, combined,
                 combined_weights if has_weights else combined, K=k, K_POW2=_next_power_of_2(k), RANK=rank,
-                RANKS=ranks, HIDDEN=layout.hidden, ROW_STRIDE=layout.row_stride, BLOCK_BYTES=layout.block_bytes,
+                RANKS=ranks, HIDDEN=layout.hidden, ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes,
                 RECV=parts["recv"][0], SEND=parts["send"][0], HAS_WEIGHTS=has_weights, BLOCK_HIDDEN=block)
         return combined, combined_weights, EventOverlap()
