@@ -206,3 +206,27 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
         types = dict(item.split("=") for item in signature.split(","))
         compiled = compile_kernel(kernel, {**types, **{name: "constexpr" for name in constexprs}}, constexprs)
         assert compiled.asm["cubin"], kernel.__name__
+
+
+def test_every_kernel_the_buffer_launches_takes_the_fast_launch_path():
+    """aboleth/moe/launch.py launches a cached kernel directly when the runtime parameters come
+    first and none is annotated; a kernel written otherwise would silently take Triton's slower
+    path, so each one the Buffer launches is checked here (the launches run on the GPU)."""
+    import inspect
+    import re
+    from aboleth.moe import buffer, kernels, normal, normal_kernels
+    from aboleth.moe.launch import Launcher
+    launched = set()
+    for module in (buffer, normal):
+        launched |= set(re.findall(r"_launcher\((?:normal_)?kernels\.([a-z_]+)\)", inspect.getsource(module)))
+    assert {"normal_prepare", "normal_dispatch_send", "dispatch_send", "combine_reduce"} <= launched
+    for name in sorted(launched):
+        kernel = getattr(normal_kernels, name, None) or getattr(kernels, name)
+        assert Launcher(kernel).fast, name
+    import triton
+
+    @triton.jit
+    def interleaved(a, N: triton.language.constexpr, b):
+        pass
+
+    assert not Launcher(interleaved).fast

@@ -294,7 +294,10 @@ def step_timing(world: Any) -> Dict[str, Any]:
     kernels_us = profile_kernels(world, buffer, x, arguments, hidden) if transport == "p2p" else \
         "not profiled on the proxy (CUPTI tracing stalls the proxy thread's copies)"
     host = host_profile(world, buffer, x, arguments, hidden)
-    return {"passed": True, "kernels_us": kernels_us, "host_profile": host,
+    # Launches through the cached kernels of aboleth/moe/launch.py, and through Triton.
+    launches = {getattr(kernel, "__name__", str(kernel)): {"cached": launcher.launches, "through_triton": launcher.misses}
+                for kernel, launcher in buffer._launchers.items()}
+    return {"passed": True, "kernels_us": kernels_us, "host_profile": host, "launches": launches,
             "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
             "grids": {"normal_prepare": ranks, "normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.normal_parts,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from .launch import Launcher
 from .layout import ERROR_WORDS, WORST_ERROR_WORD, LowLatencyLayout, NormalLayout, counters_span
 from .normal import NormalMode
 
@@ -102,6 +103,7 @@ class Buffer(NormalMode):
         self.endpoints = self.table.endpoint_handles.view(torch.int64)
         self.regions = self.table.regions("pool")
         self._layout: Any = None  # the last call's LowLatencyLayout or NormalLayout
+        self._launchers: Dict[Any, Launcher] = {}  # per kernel (_launcher)
         self._normal_layouts: Dict[Tuple[int, ...], NormalLayout] = {}  # per configuration (normal.py)
         self._low_latency_layouts: Dict[Tuple[int, ...], LowLatencyLayout] = {}
         self._last_call: Optional[Tuple[str, str, Any]] = None  # (mode, "dispatch" or "combine", layout)
@@ -165,6 +167,14 @@ class Buffer(NormalMode):
 
     def _compile(self) -> Any:
         return self.world.compilation()
+
+    def _launcher(self, kernel: Any) -> Launcher:
+        """This Buffer's launcher of ``kernel`` (``aboleth/moe/launch.py``): its compiled kernels
+        are this Buffer's (its World's compilation target), looked up without Triton's binding."""
+        launcher = self._launchers.get(kernel)
+        if launcher is None:
+            launcher = self._launchers[kernel] = Launcher(kernel)
+        return launcher
 
     def _begin(self, mode: str, call: str, layout: Any) -> None:
         """Orders this call after the previous one. A dispatch then its combine (or a combine
@@ -246,12 +256,12 @@ class Buffer(NormalMode):
         self._view("send_counts", torch.int64, (ranks, local_experts + 1)).copy_(rows)
         self._view("dispatch_counts", torch.int64, (ranks, local_experts + 1))[rank].copy_(rows[rank])
         if tokens * k:
-            kernels.pack_tokens[(tokens * k,)](
+            self._launcher(kernels.pack_tokens)[(tokens * k,)](
                 x, topk_idx, positions, self.pool, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
                 MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, DISPATCH_TOKENS=parts["dispatch_tokens"][0],
                 DISPATCH_SEND=parts["dispatch_send"][0], BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)))
         with self._compile():
-            kernels.dispatch_send[((ranks - 1) * self.parts,)](
+            self._launcher(kernels.dispatch_send)[((ranks - 1) * self.parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
                 LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
                 PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
@@ -267,7 +277,7 @@ class Buffer(NormalMode):
         def receive() -> None:
             items = local_experts * ranks * triton_cdiv(layout.max_tokens, BLOCK_TOKENS)
             with self._compile():
-                kernels.dispatch_receive[(min(items, self.num_sms),)](
+                self._launcher(kernels.dispatch_receive)[(min(items, self.num_sms),)](
                     self.endpoints, self.pool, recv_x, recv_count, layout_range, RANK=rank, RANKS=ranks,
                     RANKS_POW2=triton_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
                     MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, FINGERPRINT=layout.fingerprint,
@@ -318,7 +328,7 @@ class Buffer(NormalMode):
         ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
         self.pool[parts["epochs"][0] + 8:parts["epochs"][0] + 16].view(torch.int64).add_(1)
         with self._compile():
-            kernels.combine_send[((ranks - 1) * self.parts,)](
+            self._launcher(kernels.combine_send)[((ranks - 1) * self.parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, handle.layout_range, RANK=rank, RANKS=ranks,
                 LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
                 PARTS=self.parts, COMBINE_FLAGS=parts["combine_flags"][0],
@@ -334,7 +344,7 @@ class Buffer(NormalMode):
                 return
             with self._compile():
                 items = tokens * triton_cdiv(layout.hidden, block)
-                kernels.combine_reduce[(min(items, self.num_sms),)](
+                self._launcher(kernels.combine_reduce)[(min(items, self.num_sms),)](
                     self.endpoints, self.pool, handle.topk_idx, weights, handle.positions, handle.layout_range,
                     combined, tokens, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens,
                     HIDDEN=layout.hidden, FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0],

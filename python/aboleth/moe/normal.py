@@ -201,7 +201,7 @@ class NormalMode:
         info_words = ranks + 1 + local_experts
         recv_info = torch.empty(info_words + ERROR_WORDS, dtype=torch.int64, device=x_data.device)
         # With no tokens the scan reads nothing: the pool stands in for the empty tensors.
-        normal_kernels.normal_prepare[(ranks,)](
+        self._launcher(normal_kernels.normal_prepare)[(ranks,)](
             is_token_in_rank if tokens else self.pool, positions if tokens else self.pool, num_tokens_per_expert,
             self.pool, recv_info, tokens, RANK=rank, RANKS=ranks,
             LOCAL_EXPERTS=local_experts, LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words,
@@ -216,18 +216,18 @@ class NormalMode:
                       RECV=parts["recv"][0], HAS_TOPK=has_topk,
                       BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(layout.x_bytes // 4)))
         if tokens:
-            normal_kernels.normal_pack[(tokens,)](
+            self._launcher(normal_kernels.normal_pack)[(tokens,)](
                 x_words, scale_view, topk_idx if has_topk else positions, topk_weights if has_topk else x_words,
                 is_token_in_rank, positions, self.pool, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
                 SEND=parts["send"][0], **common)
         with self._compile():
-            normal_kernels.normal_dispatch_send[((ranks - 1) * self.normal_parts,)](
+            self._launcher(normal_kernels.normal_dispatch_send)[((ranks - 1) * self.normal_parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
                 ROW_WORDS=layout.row_words, CAPACITY=layout.capacity, ROW_STRIDE=layout.dispatch_stride,
                 BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
                 DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
                 RECV=parts["recv"][0], SEND=parts["send"][0])
-            normal_kernels.normal_dispatch_wait[(1,)](
+            self._launcher(normal_kernels.normal_dispatch_wait)[(1,)](
                 self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
                 RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
                 LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
@@ -252,7 +252,7 @@ class NormalMode:
         recv_topk_weights = torch.empty(num_rows, topk, dtype=torch.float32, device=device) if has_topk else None
         if num_rows:
             recv_x_words = recv_x.view(torch.int32)
-            normal_kernels.normal_dispatch_receive[(num_rows,)](
+            self._launcher(normal_kernels.normal_dispatch_receive)[(num_rows,)](
                 self.pool, recv_info, recv_x_words, recv_scales.view(torch.int32) if fp8 else recv_x_words,
                 recv_topk_idx if has_topk else recv_info, recv_topk_weights if has_topk else recv_x_words,
                 RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), **common)
@@ -299,18 +299,18 @@ class NormalMode:
         self.pool[epochs + 8:epochs + 16].view(torch.int64).add_(1)
         hidden_words = layout.hidden // 2
         if handle.num_rows:
-            normal_kernels.normal_combine_pack[(handle.num_rows,)](
+            self._launcher(normal_kernels.normal_combine_pack)[(handle.num_rows,)](
                 self.pool, handle.recv_info, x.view(torch.int32), weights, K=k, K_POW2=_next_power_of_2(k),
                 RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), HIDDEN_WORDS=hidden_words,
                 ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0],
                 HAS_WEIGHTS=has_weights, BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(hidden_words)))
         with self._compile():
-            normal_kernels.normal_combine_send[((ranks - 1) * self.normal_parts,)](
+            self._launcher(normal_kernels.normal_combine_send)[((ranks - 1) * self.normal_parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RANK=rank, RANKS=ranks,
                 CAPACITY=layout.capacity, ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes,
                 PARTS=self.normal_parts, COMBINE_FLAGS=parts["combine_flags"][0], RECV=parts["recv"][0],
                 SEND=parts["send"][0])
-            normal_kernels.normal_combine_wait[(1,)](
+            self._launcher(normal_kernels.normal_combine_wait)[(1,)](
                 self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
                 COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.normal_parts)
         tokens = handle.num_tokens
@@ -318,7 +318,7 @@ class NormalMode:
         combined_weights = torch.empty(tokens, k, dtype=torch.float32, device=x.device) if has_weights else None
         if tokens:
             block = min(BLOCK_HIDDEN, _next_power_of_2(layout.hidden))
-            normal_kernels.normal_combine_reduce[(tokens, (layout.hidden + block - 1) // block)](
+            self._launcher(normal_kernels.normal_combine_reduce)[(tokens, (layout.hidden + block - 1) // block)](
                 self.pool, handle.is_token_in_rank, handle.positions, combined,
                 combined_weights if has_weights else combined, K=k, K_POW2=_next_power_of_2(k), RANK=rank,
                 RANKS=ranks, HIDDEN=layout.hidden, ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes,
