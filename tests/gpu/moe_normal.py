@@ -291,7 +291,8 @@ def step_timing(world: Any) -> Dict[str, Any]:
     # Not on the proxy: under torch.profiler (CUPTI) the proxy thread's 59 MB of copies
     # did not complete within the 20 s bound (seen 2026-12-03).
     transport = os.environ.get("ABOLETH_TRANSPORT", "p2p")
-    kernels_us = profile_kernels(world, buffer, x, arguments, hidden) if transport == "p2p" else \
+    kernels_us = {name: profile_kernels(world, buffer, data, arguments, hidden)
+                  for name, data in (("bf16", x), ("fp8", x_fp8))} if transport == "p2p" else \
         "not profiled on the proxy (CUPTI tracing stalls the proxy thread's copies)"
     host = host_profile(world, buffer, x, arguments, hidden)
     # Launches through the cached kernels of aboleth/moe/launch.py, and through Triton.
@@ -309,8 +310,8 @@ def step_timing(world: Any) -> Dict[str, Any]:
 
 
 def profile_kernels(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any], hidden: int) -> Dict[str, float]:
-    """Mean device time per call of each kernel and copy over 5 BF16 dispatch + combine rounds
-    (torch.profiler), between barriers."""
+    """Mean device time per call of each kernel and copy over 5 dispatch (of `x`, BF16 or FP8) +
+    combine rounds (torch.profiler), between barriers."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as profiler:
         for _ in range(5):

@@ -38,11 +38,19 @@ class Launcher:
         self.fast = triton.__version__ == TRITON_VERSION and params is not None and all(
             param.is_constexpr or not param.annotation for param in params)
         if self.fast:
+            from triton import knobs
+            from triton._C.libtriton import native_specialize_impl
+            from triton.runtime.driver import driver
+            self._knobs, self._specialize, self._driver = knobs, native_specialize_impl, driver
             self.runtime = [param for param in params if not param.is_constexpr]
             self.constexprs = [param for param in params if param.is_constexpr]
+            # What native_specialize_impl takes besides the argument, per runtime parameter.
+            self._flags = [(param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment)
+                           for param in self.runtime]
             # The runtime parameters come first in every MoE kernel: positional arguments.
             self.fast = all(param.num == index for index, param in enumerate(self.runtime))
-        self.compiled: Dict[Tuple[Any, ...], Any] = {}
+        # key -> (compiled kernel, the constexprs' values in parameter order)
+        self.compiled: Dict[Tuple[Any, ...], Tuple[Any, List[Any]]] = {}
         self.launches = 0  # through the cached kernel, for the tests' profile
         self.misses = 0  # through Triton
 
@@ -52,33 +60,36 @@ class Launcher:
     def launch(self, grid: Tuple[int, ...], args: Tuple[Any, ...], constexprs: Dict[str, Any]) -> Any:
         if not self.fast or len(args) != len(self.runtime):
             return self.kernel[grid](*args, **constexprs)
-        from triton import knobs
-        from triton._C.libtriton import native_specialize_impl
-        from triton.runtime.driver import driver
-        device = driver.active.get_current_device()
+        driver = self._driver.active
+        device = driver.get_current_device()
         backend = self.kernel.device_caches[device][3]
-        values = [constexprs.get(param.name, param.default) for param in self.constexprs]
-        if any(value is inspect.Parameter.empty for value in values):
-            return self.kernel[grid](*args, **constexprs)  # Triton names the missing one
-        specialization = tuple(
-            native_specialize_impl(backend, arg, param.is_const, not param.do_not_specialize,
-                                   not param.do_not_specialize_on_alignment)
-            for arg, param in zip(args, self.runtime))
-        # Every keyword (constexprs, and options such as num_warps) with its value.
-        key = (device, specialization, tuple(sorted(constexprs.items())))
-        compiled = self.compiled.get(key)
-        if compiled is None:
+        specialize = self._specialize
+        specialization = tuple(specialize(backend, arg, is_const, specialize_value, specialize_alignment)
+                               for arg, (is_const, specialize_value, specialize_alignment) in zip(args, self._flags))
+        # Every keyword (constexprs, and options such as num_warps) with its value, in the
+        # caller's order: a call site passes them in one order, and another order only costs
+        # one more launch through Triton (whose own cache finds the same compiled kernel).
+        key = (device, specialization, tuple(constexprs.items()))
+        entry = self.compiled.get(key)
+        if entry is None:
+            values = [constexprs.get(param.name, param.default) for param in self.constexprs]
+            if any(value is inspect.Parameter.empty for value in values):
+                return self.kernel[grid](*args, **constexprs)  # Triton names the missing one
             self.misses += 1
             compiled = self.kernel[grid](*args, **constexprs)
-            self.compiled[key] = compiled
+            self.compiled[key] = (compiled, values)
             return compiled
+        compiled, values = entry
         self.launches += 1
-        stream = driver.active.get_current_stream(device)
+        stream = driver.get_current_stream(device)
         grid_x = grid[0]
         grid_y = grid[1] if len(grid) > 1 else 1
         grid_z = grid[2] if len(grid) > 2 else 1
-        arguments: List[Any] = list(args) + values
-        metadata = compiled.launch_metadata(grid, stream, *arguments)
+        arguments = (*args, *values)
+        runtime_knobs = self._knobs.runtime
+        enter_hook, exit_hook = runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook
+        # CompiledKernel.launch_metadata is None without an enter hook; asked only with one.
+        metadata = compiled.launch_metadata(grid, stream, *arguments) if enter_hook is not None else None
         compiled.run(grid_x, grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, metadata,
-                     knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *arguments)
+                     enter_hook, exit_hook, *arguments)
         return compiled
