@@ -178,3 +178,38 @@ def test_the_patched_files_use_only_what_the_package_exports(vllm_source):
                 assert len(node.args) <= len(init.args.args) - 1, path
     assert sorted(set(imported)) == ["AbolethAll2AllManager", "AbolethPrepareAndFinalize", "make_prepare_finalize"]
     assert set(imported) <= set(exported)
+
+
+def test_the_import_closure_finds_what_vllm_would_fail_to_import(tmp_path) -> None:
+    """tests/gpu/vllm_import_closure.py on a made-up vLLM tree and wheel: an unconditional
+    import, one reached through a carried wheel, a LazyLoader read by a class annotation are
+    missing; imports in functions, under TYPE_CHECKING, behind a run-time condition, guarded by
+    ImportError, and a LazyLoader never read at import time are not."""
+    import zipfile
+    source = tmp_path / "source"
+    (source / "vllm" / "sub").mkdir(parents=True)
+    (source / "vllm" / "__init__.py").write_text(
+        "import os\nimport imagepkg.part\nfrom vllm.sub import lazy\nfrom . import plain\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import typing_only\nelse:\n    import else_branch\n"
+        "if os.environ.get('X'):\n    import optional_backend\n"
+        "try:\n    import guarded\nexcept ImportError:\n    pass\n"
+        "def later():\n    import in_function\n")
+    (source / "vllm" / "plain.py").write_text("import carried\n")
+    (source / "vllm" / "sub" / "__init__.py").write_text("")
+    (source / "vllm" / "sub" / "lazy.py").write_text(
+        "from vllm.utils import LazyLoader\nread = LazyLoader('read', globals(), 'lazy_read')\n"
+        "unread = LazyLoader('unread', globals(), 'lazy_unread')\nclass Grammar:\n    matcher: read.Matcher\n")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "carried-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("carried/__init__.py", "import wheel_dependency\n")
+        wheel.writestr("carried-1.0.dist-info/METADATA", "Name: carried\n")
+    image = tmp_path / "image.txt"
+    image.write_text("# the image\nimagepkg\n")
+    script = os.path.join(ROOT, "tests", "gpu", "vllm_import_closure.py")
+    result = subprocess.run(["python3", script, str(source), str(image), str(wheels)],
+                            capture_output=True, text=True, timeout=60)
+    missing = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("missing:")}
+    assert missing == {"else_branch", "wheel_dependency", "lazy_read"}, result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "wheel_dependency (imported by carried)" in result.stdout
