@@ -55,7 +55,7 @@ impl Mlx5Fixture {
             cq_collapsed,
             receive: None,
         };
-        let mut nic = Nic::new(CostModel::default());
+        let mut nic = Nic::new();
         nic.create_queue_pair(&mut memory, config).unwrap();
         Self {
             memory,
@@ -174,7 +174,9 @@ fn writes_inline_writes_and_a_signal_land_in_the_peer() {
     let events = fixture.run_until_idle();
     assert_eq!(events.len(), 4);
     assert_eq!(events[0].doorbell_record_producer_index, Some(4));
-    assert!(events.iter().all(|event| event.cost.0 > 0));
+    assert!(events.iter().all(|event| {
+        aboleth_sim::nic::nic_work_cost(&CostModel::default(), &event.work).0 > 0
+    }));
     let immediate = events
         .iter()
         .find_map(|event| match &event.wqe.as_ref()?.outcome {

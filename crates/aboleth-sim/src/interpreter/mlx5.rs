@@ -930,7 +930,8 @@ impl<'k> World<'k> {
             .copied()
             .unwrap_or(0);
         let clock = &mut self.nic_clocks[rank as usize];
-        *clock = (*clock).max(rung_at) + event.cost.0;
+        *clock = (*clock).max(rung_at)
+            + crate::nic::nic_work_cost(&self.options.cost_model, &event.work).0;
         let now = *clock;
         let Some(execution) = event.wqe else {
             return Ok(());

@@ -180,7 +180,7 @@ impl<'k> World<'k> {
             }
             proxy_region_table.insert(index as u32, descriptors);
         }
-        let mut nic = Nic::new(options.cost_model.clone());
+        let mut nic = Nic::new();
         let mut proxies = Vec::new();
         let mut endpoint_tables = Vec::new();
         for rank in 0..ranks {
