@@ -20,6 +20,7 @@ pub mod error;
 pub mod exchange;
 pub mod proxy_ring;
 pub mod registration;
+pub mod soft_nic;
 pub mod transport;
 pub mod wait_failure;
 pub mod world;
