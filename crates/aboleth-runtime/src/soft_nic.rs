@@ -7,16 +7,29 @@
 //! Atomics are real: an 8-byte atomic of a WQE is a sequentially consistent `fetch_update` on the
 //! word through [`AtomicU64`], so it is atomic against the GPU's and other threads' atomics on
 //! host-pinned memory (PCIe atomics from the GPU to pinned memory are system-scope on Hopper).
-//! Reads and writes are byte copies, with no ordering beyond this thread's program order: the
-//! NIC thread is the only agent that moves WQE payloads.
+//! Reads and writes are byte copies, except an aligned 8-byte access, which is one atomic load
+//! (acquire) or store (release), so that doorbell records, UAR values and CQE words written by
+//! another agent while the NIC reads them are never torn.
+//!
+//! [`SoftNic`] is the NIC over that memory: each QP has a UAR word in mapped memory that the
+//! producer (a GPU thread, or a host thread for the staged path) stores its doorbell to; a poll
+//! ([`SoftNic::poll`]) turns every UAR word that changed into a doorbell of the `aboleth-nic`
+//! model, then runs each QP with work, in turn, until none has. [`SoftNicThread`] polls on a
+//! thread of its own until stopped, publishing [`SoftNicStatistics`] in atomics. Two doorbells
+//! stored between two polls are seen as one (the later names the higher producer index and the
+//! doorbell record is what the model executes up to), so `doorbells_observed` counts at most the
+//! doorbells rung.
 //!
 //! What it does not do yet: device memory (the rank's own and its peers' through CUDA IPC need
-//! copies through the copy engine and atomics through a kernel, not dereferences), the NIC thread,
-//! and the UAR watching; `world.connect_all("rdma")` still refuses with its reason.
+//! copies through the copy engine and atomics through a kernel, not dereferences), the layouts
+//! of the queues in `aboleth-abi` for the GPU's endpoint, and `connect_all("rdma")` with
+//! `ABOLETH_RDMA_DEVICE=soft` (it still refuses with its reason).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 
-use aboleth_nic::{NicMemory, NicMemoryError};
+use aboleth_nic::{Nic, NicError, NicMemory, NicMemoryError, QueuePairConfig, WqeOutcome};
 
 /// One range of some rank's addresses that this process can dereference.
 #[derive(Clone, Debug)]
@@ -159,15 +172,18 @@ impl MappedNicMemory {
 impl NicMemory for MappedNicMemory {
     fn read(&self, rank: u32, address: u64, length: u64) -> Result<Vec<u8>, NicMemoryError> {
         let (region, offset) = self.locate(rank, address, length)?;
-        let mut bytes = vec![0; length as usize];
         // SAFETY: `locate` keeps the range inside the region, valid by `add_region`'s contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                region.pointer.add(offset),
-                bytes.as_mut_ptr(),
-                bytes.len(),
-            )
-        };
+        let pointer = unsafe { region.pointer.add(offset) };
+        // An aligned word (a doorbell record, a UAR value, a CQE word) is read in one atomic load,
+        // so a concurrent store by the GPU or a host producer is never seen torn.
+        if length == 8 && (pointer as usize).is_multiple_of(8) {
+            // SAFETY: aligned and valid; racing agents store it whole.
+            let word = unsafe { AtomicU64::from_ptr(pointer.cast::<u64>()) };
+            return Ok(word.load(Ordering::Acquire).to_ne_bytes().to_vec());
+        }
+        let mut bytes = vec![0; length as usize];
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(pointer, bytes.as_mut_ptr(), bytes.len()) };
         Ok(bytes)
     }
 
@@ -178,9 +194,18 @@ impl NicMemory for MappedNicMemory {
     fn write(&mut self, rank: u32, address: u64, bytes: &[u8]) -> Result<(), NicMemoryError> {
         let (region, offset) = self.locate(rank, address, bytes.len() as u64)?;
         // SAFETY: as in `read`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), region.pointer.add(offset), bytes.len())
-        };
+        let pointer = unsafe { region.pointer.add(offset) };
+        if let Ok(word) = <[u8; 8]>::try_from(bytes)
+            && (pointer as usize).is_multiple_of(8)
+        {
+            // SAFETY: aligned and valid. A release store: what the NIC wrote before (a CQE's
+            // other words) is visible to whoever acquires this word.
+            let target = unsafe { AtomicU64::from_ptr(pointer.cast::<u64>()) };
+            target.store(u64::from_ne_bytes(word), Ordering::Release);
+            return Ok(());
+        }
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), pointer, bytes.len()) };
         Ok(())
     }
 
@@ -230,5 +255,190 @@ impl NicMemory for MappedNicMemory {
             })
             .expect("the closure always returns Some");
         Ok(u64::from_le(old))
+    }
+}
+
+/// What a [`SoftNic`] did so far, published in atomics so another thread can read it while the
+/// NIC runs.
+#[derive(Debug, Default)]
+pub struct SoftNicStatistics {
+    /// UAR stores seen (at most the doorbells rung: see the module documentation).
+    pub doorbells_observed: AtomicU64,
+    /// WQEs executed successfully.
+    pub wqes_executed: AtomicU64,
+    /// WQEs that failed (each wrote an error CQE and stopped its QP).
+    pub wqes_failed: AtomicU64,
+    /// Polls made.
+    pub polls: AtomicU64,
+}
+
+/// A QP's UAR word and the last value seen in it.
+#[derive(Debug)]
+struct WatchedUar {
+    rank: u32,
+    qpn: u32,
+    address: u64,
+    last_value: [u8; 8],
+}
+
+/// The software NIC of one process: the `aboleth-nic` model over [`MappedNicMemory`], with the
+/// UAR words it watches.
+#[derive(Debug)]
+pub struct SoftNic {
+    nic: Nic,
+    memory: MappedNicMemory,
+    uars: Vec<WatchedUar>,
+    statistics: Arc<SoftNicStatistics>,
+}
+
+fn uar_error(rank: u32, qpn: u32) -> impl Fn(NicMemoryError) -> NicError {
+    move |source| NicError::QueueMemory {
+        rank,
+        qpn,
+        structure: "UAR",
+        source,
+    }
+}
+
+impl SoftNic {
+    /// A NIC with no QPs over `memory`.
+    pub fn new(memory: MappedNicMemory) -> Self {
+        Self {
+            nic: Nic::new(),
+            memory,
+            uars: Vec::new(),
+            statistics: Arc::new(SoftNicStatistics::default()),
+        }
+    }
+
+    /// Creates a QP whose doorbells are stored to the 8-byte word at `uar_address` of
+    /// `config.rank` (mapped memory); its current value is not a doorbell.
+    pub fn create_queue_pair(
+        &mut self,
+        config: QueuePairConfig,
+        uar_address: u64,
+    ) -> Result<(), NicError> {
+        let value = self
+            .memory
+            .read(config.rank, uar_address, 8)
+            .map_err(uar_error(config.rank, config.qpn))?;
+        self.nic.create_queue_pair(&mut self.memory, config)?;
+        self.uars.push(WatchedUar {
+            rank: config.rank,
+            qpn: config.qpn,
+            address: uar_address,
+            last_value: value.try_into().expect("8 bytes"),
+        });
+        Ok(())
+    }
+
+    /// The counters, shared: they stay readable after the NIC moved to its thread.
+    pub fn statistics(&self) -> Arc<SoftNicStatistics> {
+        Arc::clone(&self.statistics)
+    }
+
+    /// The model, for status and CQ polls.
+    pub fn nic(&self) -> &Nic {
+        &self.nic
+    }
+
+    /// The memory it works on.
+    pub fn memory(&self) -> &MappedNicMemory {
+        &self.memory
+    }
+
+    /// One pass: every changed UAR word becomes a doorbell, then the QPs with work run in turn
+    /// until none has. Returns the number of WQEs executed (failed ones included).
+    pub fn poll(&mut self) -> Result<u64, NicError> {
+        self.statistics.polls.fetch_add(1, Ordering::Relaxed);
+        for uar in &mut self.uars {
+            let value: [u8; 8] = self
+                .memory
+                .read(uar.rank, uar.address, 8)
+                .map_err(uar_error(uar.rank, uar.qpn))?
+                .try_into()
+                .expect("8 bytes");
+            if value != uar.last_value {
+                uar.last_value = value;
+                self.nic.ring_doorbell(uar.rank, value)?;
+                self.statistics
+                    .doorbells_observed
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut executed = 0;
+        loop {
+            let runnable = self.nic.runnable_queue_pairs(&self.memory);
+            if runnable.is_empty() {
+                return Ok(executed);
+            }
+            for (rank, qpn) in runnable {
+                let event = self.nic.step_queue_pair(&mut self.memory, rank, qpn)?;
+                let counter = match event.wqe.map(|wqe| wqe.outcome) {
+                    Some(WqeOutcome::Completed { .. }) => &self.statistics.wqes_executed,
+                    Some(WqeOutcome::Failed { .. }) => &self.statistics.wqes_failed,
+                    None => continue,
+                };
+                // Release: a reader that sees the count also sees the WQE's effects.
+                counter.fetch_add(1, Ordering::Release);
+                executed += 1;
+            }
+        }
+    }
+}
+
+/// A [`SoftNic`] polling on a thread of its own.
+#[derive(Debug)]
+pub struct SoftNicThread {
+    stop: Arc<AtomicBool>,
+    statistics: Arc<SoftNicStatistics>,
+    handle: Option<JoinHandle<(SoftNic, Result<(), NicError>)>>,
+}
+
+impl SoftNicThread {
+    /// Starts polling `nic` until [`SoftNicThread::stop`]; an error of the model (not a failed
+    /// WQE, which is an error CQE) ends the thread and is returned by `stop`.
+    pub fn start(mut nic: SoftNic) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let statistics = nic.statistics();
+        let stop_flag = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("aboleth-soft-nic".to_owned())
+            .spawn(move || {
+                while !stop_flag.load(Ordering::Acquire) {
+                    match nic.poll() {
+                        Ok(0) => std::hint::spin_loop(),
+                        Ok(_) => {}
+                        Err(error) => return (nic, Err(error)),
+                    }
+                }
+                (nic, Ok(()))
+            })?;
+        Ok(Self {
+            stop,
+            statistics,
+            handle: Some(handle),
+        })
+    }
+
+    /// The running NIC's counters.
+    pub fn statistics(&self) -> &SoftNicStatistics {
+        &self.statistics
+    }
+
+    /// Stops the thread after its current poll and returns the NIC with how the thread ended.
+    pub fn stop(mut self) -> (SoftNic, Result<(), NicError>) {
+        self.stop.store(true, Ordering::Release);
+        let handle = self.handle.take().expect("stopped once");
+        handle.join().expect("the software NIC thread panicked")
+    }
+}
+
+impl Drop for SoftNicThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
     }
 }
