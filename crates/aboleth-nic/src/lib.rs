@@ -1089,8 +1089,18 @@ impl Nic {
             .read(responder.0, cq.config.doorbell_record_address, 4)
             .map_err(memory_error)?;
         let consumer_low = u32::from_be_bytes(word.try_into().expect("4 bytes")) & 0x00ff_ffff;
-        let consumer =
-            cq.produced - u64::from((cq.produced as u32).wrapping_sub(consumer_low) & 0x00ff_ffff);
+        // The consumer index is the CQ owner's word: a garbage value is an error, not a panic.
+        let behind = u64::from((cq.produced as u32).wrapping_sub(consumer_low) & 0x00ff_ffff);
+        let Some(consumer) = cq.produced.checked_sub(behind) else {
+            return Err(NicError::InvalidConfig {
+                rank: responder.0,
+                qpn: responder.1,
+                reason: format!(
+                    "receive CQ consumer index {consumer_low:#x} is ahead of the {} CQEs produced",
+                    cq.produced
+                ),
+            });
+        };
         if cq.produced - consumer >= u64::from(cq.config.cqe_count) {
             return Err(NicError::InvalidConfig {
                 rank: responder.0,
@@ -1149,7 +1159,7 @@ impl Nic {
 
     /// One unit of work on the QP `qpn` of `rank`: read the DBR if a doorbell is pending, then
     /// execute the next doorbelled WQE if any (and, for a write with immediate, the responder's
-    /// side). On an idle QP the event has no WQE and no doorbell record read.
+    /// side). On an idle QP, or one in error, the event has no WQE and no doorbell record read.
     pub fn step_queue_pair(
         &mut self,
         memory: &mut impl NicMemory,
@@ -1162,6 +1172,18 @@ impl Nic {
             .get_mut(&key)
             .ok_or(NicError::UnknownQueuePair { rank, qpn })?;
         let mut work = NicWork::default();
+        // A QP in error executes nothing more (and writes no second error CQE).
+        if queue_pair.state != QueuePairState::Ready {
+            return Ok(NicEvent {
+                rank,
+                qpn,
+                peer_rank: queue_pair.config.peer_rank,
+                doorbell_record_producer_index: None,
+                responder_completion: None,
+                wqe: None,
+                work,
+            });
+        }
         let mut doorbell_record_producer_index = None;
         if queue_pair.doorbell_pending {
             queue_pair.doorbell_pending = false;

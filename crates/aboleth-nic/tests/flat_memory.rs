@@ -2,7 +2,7 @@
 //! its registrations, and an atomic of its own (as the runtime's software NIC will have), driven
 //! with `step_queue_pair` as a NIC thread does. It checks that the model needs nothing from
 //! `aboleth-sim`, that atomics go through `NicMemory::atomic_update_u64`, and that a bad rkey
-//! gives the remote access error CQE and stops the QP.
+//! gives the remote access error CQE and stops the QP (the good WQE behind it never runs).
 
 use aboleth_abi::mlx5::{
     CQE_SYNDROME_REMOTE_ACCESS_ERR, DoorbellRecord, LocalBuffer, RemoteAddress, UarDoorbell,
@@ -225,18 +225,34 @@ fn a_write_and_a_fetch_add_run_over_a_memory_of_the_callers_own() {
 #[test]
 fn a_write_with_a_wrong_rkey_writes_a_remote_access_error_and_stops_the_queue() {
     let (mut nic, mut memory) = setup();
-    let wqes = [rdma_write(
-        &common(0, WQE_CTRL_CQ_UPDATE),
+    let good = rdma_write(
+        &common(1, WQE_CTRL_CQ_UPDATE),
         RemoteAddress {
             address: BUFFER,
-            rkey: RKEY + 7,
+            rkey: RKEY + 1,
         },
         LocalBuffer {
             address: BUFFER,
             lkey: LKEY,
             length_bytes: 8,
         },
-    )];
+    );
+    memory.write(0, BUFFER, &[7; 8]).unwrap();
+    let wqes = [
+        rdma_write(
+            &common(0, WQE_CTRL_CQ_UPDATE),
+            RemoteAddress {
+                address: BUFFER,
+                rkey: RKEY + 7,
+            },
+            LocalBuffer {
+                address: BUFFER,
+                lkey: LKEY,
+                length_bytes: 8,
+            },
+        ),
+        good,
+    ];
     post(&mut nic, &mut memory, &wqes);
     run(&mut nic, &mut memory);
     let error = CqPollResult::Error {

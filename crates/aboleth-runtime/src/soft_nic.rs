@@ -7,9 +7,12 @@
 //! Atomics are real: an 8-byte atomic of a WQE is a sequentially consistent `fetch_update` on the
 //! word through [`AtomicU64`], so it is atomic against the GPU's and other threads' atomics on
 //! host-pinned memory (PCIe atomics from the GPU to pinned memory are system-scope on Hopper).
-//! Reads and writes are byte copies, except an aligned 8-byte access, which is one atomic load
-//! (acquire) or store (release), so that doorbell records, UAR values and CQE words written by
-//! another agent while the NIC reads them are never torn.
+//! Reads and writes are byte copies, except that an aligned 4- or 8-byte read is one atomic load
+//! (acquire), and an aligned write of whole words ends with a release store of its last word, so
+//! that doorbell records, UAR values and consumer indices written by another agent are never read
+//! torn, and a consumer acquiring a CQE's last word (its owner byte) sees the whole CQE. A
+//! producer writes the doorbell record as one 8-byte store (not its 4-byte send word alone).
+//! Regions must map aligned addresses to aligned host addresses (`add_region` refuses others).
 //!
 //! [`SoftNic`] is the NIC over that memory: each QP has a UAR word in mapped memory that the
 //! producer (a GPU thread, or a host thread for the staged path) stores its doorbell to; a poll
@@ -26,9 +29,10 @@
 //! `ABOLETH_RDMA_DEVICE=soft` (it still refuses with its reason).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
+use aboleth_abi::mlx5::{DecodedUarDoorbell, UarDoorbell};
 use aboleth_nic::{Nic, NicError, NicMemory, NicMemoryError, QueuePairConfig, WqeOutcome};
 
 /// One range of some rank's addresses that this process can dereference.
@@ -84,6 +88,16 @@ impl MappedNicMemory {
                 message: format!(
                     "rank {}: region {} ({} B at {:#x}) is empty, wraps, or overlaps another",
                     region.rank, region.name, region.length_bytes, region.address
+                ),
+            });
+        }
+        // An aligned address must map to an aligned host address, or the words that must be
+        // accessed whole (doorbell records, UAR values, CQE words, atomics' targets) could not be.
+        if (region.pointer as u64) % 8 != region.address % 8 {
+            return Err(NicMemoryError {
+                message: format!(
+                    "rank {}: region {} at {:#x} is mapped at host address {:p}, not 8-byte congruent",
+                    region.rank, region.name, region.address, region.pointer
                 ),
             });
         }
@@ -181,6 +195,12 @@ impl NicMemory for MappedNicMemory {
             let word = unsafe { AtomicU64::from_ptr(pointer.cast::<u64>()) };
             return Ok(word.load(Ordering::Acquire).to_ne_bytes().to_vec());
         }
+        // The same for a 4-byte word (the receive doorbell word, a CQ consumer index).
+        if length == 4 && (pointer as usize).is_multiple_of(4) {
+            // SAFETY: aligned and valid; racing agents store it whole.
+            let word = unsafe { AtomicU32::from_ptr(pointer.cast::<u32>()) };
+            return Ok(word.load(Ordering::Acquire).to_ne_bytes().to_vec());
+        }
         let mut bytes = vec![0; length as usize];
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(pointer, bytes.as_mut_ptr(), bytes.len()) };
@@ -195,12 +215,17 @@ impl NicMemory for MappedNicMemory {
         let (region, offset) = self.locate(rank, address, bytes.len() as u64)?;
         // SAFETY: as in `read`.
         let pointer = unsafe { region.pointer.add(offset) };
-        if let Ok(word) = <[u8; 8]>::try_from(bytes)
-            && (pointer as usize).is_multiple_of(8)
+        // An aligned write of whole words ends with a release store of its last word: a CQE's
+        // owner and opcode byte is its last, so a consumer that acquires that word sees the
+        // whole CQE (and whatever the NIC wrote before it); a single word is stored whole.
+        if bytes.len() >= 8 && bytes.len().is_multiple_of(8) && (pointer as usize).is_multiple_of(8)
         {
-            // SAFETY: aligned and valid. A release store: what the NIC wrote before (a CQE's
-            // other words) is visible to whoever acquires this word.
-            let target = unsafe { AtomicU64::from_ptr(pointer.cast::<u64>()) };
+            let (head, last) = bytes.split_at(bytes.len() - 8);
+            // SAFETY: in range; the head is not read by others before the last word is released.
+            unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), pointer, head.len()) };
+            // SAFETY: aligned and valid.
+            let target = unsafe { AtomicU64::from_ptr(pointer.add(head.len()).cast::<u64>()) };
+            let word: [u8; 8] = last.try_into().expect("8 bytes");
             target.store(u64::from_ne_bytes(word), Ordering::Release);
             return Ok(());
         }
@@ -318,6 +343,17 @@ impl SoftNic {
         config: QueuePairConfig,
         uar_address: u64,
     ) -> Result<(), NicError> {
+        if self
+            .uars
+            .iter()
+            .any(|uar| uar.rank == config.rank && uar.address == uar_address)
+        {
+            return Err(NicError::InvalidConfig {
+                rank: config.rank,
+                qpn: config.qpn,
+                reason: format!("the UAR word at {uar_address:#x} already serves another QP"),
+            });
+        }
         let value = self
             .memory
             .read(config.rank, uar_address, 8)
@@ -360,6 +396,24 @@ impl SoftNic {
                 .expect("8 bytes");
             if value != uar.last_value {
                 uar.last_value = value;
+                // Each QP has its own UAR word: a doorbell naming another QP is the producer's
+                // error (on a ConnectX it would ring that QP), refused with both numbers.
+                let named = match UarDoorbell::from_bytes(&value).decode() {
+                    Ok(DecodedUarDoorbell::NextProducerIndex { qpn, .. })
+                    | Ok(DecodedUarDoorbell::LastWqeControl { qpn, .. }) => Some(qpn),
+                    Err(_) => None, // ring_doorbell reports the malformed value
+                };
+                if named.is_some_and(|qpn| qpn != uar.qpn) {
+                    return Err(NicError::InvalidConfig {
+                        rank: uar.rank,
+                        qpn: uar.qpn,
+                        reason: format!(
+                            "the doorbell stored to its UAR word at {:#x} names QP {:#x}",
+                            uar.address,
+                            named.unwrap_or_default()
+                        ),
+                    });
+                }
                 self.nic.ring_doorbell(uar.rank, value)?;
                 self.statistics
                     .doorbells_observed
@@ -407,7 +461,8 @@ impl SoftNicThread {
             .spawn(move || {
                 while !stop_flag.load(Ordering::Acquire) {
                     match nic.poll() {
-                        Ok(0) => std::hint::spin_loop(),
+                        // Idle: let a producer sharing the core run (2-core machines).
+                        Ok(0) => std::thread::yield_now(),
                         Ok(_) => {}
                         Err(error) => return (nic, Err(error)),
                     }
@@ -424,6 +479,11 @@ impl SoftNicThread {
     /// The running NIC's counters.
     pub fn statistics(&self) -> &SoftNicStatistics {
         &self.statistics
+    }
+
+    /// Whether the thread has ended (an error of the model ends it; `stop` returns the error).
+    pub fn is_finished(&self) -> bool {
+        self.handle.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
     /// Stops the thread after its current poll and returns the NIC with how the thread ended.

@@ -285,7 +285,7 @@ fn the_software_nics_memory_and_the_simulators_agree_on_random_wqe_streams() {
 }
 
 #[test]
-fn a_misaligned_or_unmapped_access_names_the_rank_and_the_regions() {
+fn an_unmapped_access_a_wrong_key_and_a_misaligned_mapping_are_refused_by_name() {
     let (_simulated, mapped, _backing, layout) = build(1);
     let error = NicMemory::read(&mapped, 1, layout.destination + BUFFER_BYTES - 4, 8).unwrap_err();
     assert!(
@@ -296,4 +296,22 @@ fn a_misaligned_or_unmapped_access_names_the_rank_and_the_regions() {
         .check_remote_key(1, layout.rkey ^ 1, layout.destination, 8)
         .unwrap_err();
     assert!(error.message.contains("rkey"), "{error}");
+    let mut words = vec![0u64; 4];
+    let region = MappedRegion {
+        rank: 2,
+        address: 0x1000,
+        length_bytes: 16,
+        // One byte in: an aligned address would map to an unaligned host address.
+        pointer: words.as_mut_ptr().cast::<u8>().wrapping_add(1),
+        lkey: None,
+        rkey: None,
+        name: "shifted".to_owned(),
+    };
+    let mut memory = MappedNicMemory::new();
+    // SAFETY: refused before anything is dereferenced.
+    let error = unsafe { memory.add_region(region) }.unwrap_err();
+    assert!(
+        error.message.contains("shifted") && error.message.contains("congruent"),
+        "{error}"
+    );
 }

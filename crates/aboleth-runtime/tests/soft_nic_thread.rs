@@ -112,6 +112,10 @@ fn a_producer_thread_posts_batches_and_the_nic_thread_executes_every_write() {
             > SQ_BLOCKS
         {
             assert!(
+                !thread.is_finished(),
+                "the NIC thread ended early (stop() returns why)"
+            );
+            assert!(
                 Instant::now() < deadline,
                 "the NIC thread stopped executing"
             );
@@ -161,6 +165,10 @@ fn a_producer_thread_posts_batches_and_the_nic_thread_executes_every_write() {
         .load(std::sync::atomic::Ordering::Acquire)
         < posted
     {
+        assert!(
+            !thread.is_finished(),
+            "the NIC thread ended early (stop() returns why)"
+        );
         assert!(
             Instant::now() < deadline,
             "the NIC thread executed {} of {posted} WQEs",
