@@ -1,4 +1,4 @@
-//! The software NIC's memory (issue 17, first part): [`MappedNicMemory`], the `aboleth-nic`
+//! The software NIC and its memory: [`MappedNicMemory`], the `aboleth-nic`
 //! model's [`NicMemory`] over memory this process can dereference — host-pinned memory (the send
 //! rings, doorbell records and CQs the GPU writes, staged buffers) and, once mapped, any other
 //! range the caller vouches for. Each [`MappedRegion`] says which rank's address range it is (the

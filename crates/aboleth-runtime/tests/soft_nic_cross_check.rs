@@ -14,6 +14,8 @@ use aboleth_abi::mlx5::{
 };
 use aboleth_nic::{Nic, NicMemory, QueuePairConfig};
 use aboleth_runtime::soft_nic::{MappedNicMemory, MappedRegion};
+
+mod common;
 use aboleth_sim::{Memory, MemoryKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -85,22 +87,8 @@ fn build(seed: u64) -> (Memory, MappedNicMemory, Backing, Layout) {
             .map(|range| vec![0u64; range.2.div_ceil(8) as usize])
             .collect(),
     };
-    let mut mapped = MappedNicMemory::new();
-    for (words, (rank, address, length_bytes, lkey, rkey, name)) in
-        backing.words.iter_mut().zip(ranges)
-    {
-        let region = MappedRegion {
-            rank,
-            address,
-            length_bytes,
-            pointer: words.as_mut_ptr().cast::<u8>(),
-            lkey,
-            rkey,
-            name: name.to_owned(),
-        };
-        // SAFETY: the backing vectors outlive `mapped` in every test and are never resized.
-        unsafe { mapped.add_region(region).unwrap() };
-    }
+    // SAFETY: the backing vectors outlive `mapped` in every test and are never resized.
+    let mut mapped = unsafe { common::map_regions(&mut backing.words, &ranges) };
     mapped.write(0, source, &initial_source).unwrap();
     mapped.write(1, destination, &initial_destination).unwrap();
     (simulated, mapped, backing, layout)

@@ -12,7 +12,9 @@ use aboleth_abi::mlx5::{
     rdma_write,
 };
 use aboleth_nic::{CqPollResult, NicMemory, QueuePairConfig};
-use aboleth_runtime::soft_nic::{MappedNicMemory, MappedRegion, SoftNic, SoftNicThread};
+use aboleth_runtime::soft_nic::{MappedNicMemory, SoftNic, SoftNicThread};
+
+mod common;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -47,26 +49,15 @@ fn memories(backing: &mut [Vec<u64>]) -> (MappedNicMemory, MappedNicMemory) {
             "destination",
         ),
     ];
-    let (mut nic_view, mut producer_view) = (MappedNicMemory::new(), MappedNicMemory::new());
-    for (words, (rank, address, length_bytes, lkey, rkey, name)) in backing.iter_mut().zip(ranges) {
-        assert!(words.len() as u64 * 8 >= length_bytes);
-        for view in [&mut nic_view, &mut producer_view] {
-            let region = MappedRegion {
-                rank,
-                address,
-                length_bytes,
-                pointer: words.as_mut_ptr().cast::<u8>(),
-                lkey,
-                rkey,
-                name: name.to_owned(),
-            };
-            // SAFETY: `backing` outlives both views (the test joins the NIC thread before it
-            // returns) and is never resized; the two threads share only what the doorbell
-            // protocol orders (ring slots before the UAR release store) or words accessed whole.
-            unsafe { view.add_region(region).unwrap() };
-        }
+    // SAFETY: `backing` outlives both views (the test joins the NIC thread before it returns)
+    // and is never resized; the two threads share only what the doorbell protocol orders (ring
+    // slots before the UAR release store) or words accessed whole.
+    unsafe {
+        (
+            common::map_regions(backing, &ranges),
+            common::map_regions(backing, &ranges),
+        )
     }
-    (nic_view, producer_view)
 }
 
 #[test]
