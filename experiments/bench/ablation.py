@@ -64,7 +64,8 @@ def configurations() -> List[Dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
-    parser.add_argument("--transport", default="proxy", choices=["p2p", "proxy"])
+    parser.add_argument("--transport", default="proxy", choices=["p2p", "proxy", "rdma"],
+                        help="rdma: mlx5 over the software NIC (ABOLETH_RDMA_DEVICE=soft)")
     arguments = parser.parse_args()
     environment = rank_environment()
     boot = aboleth.TcpStoreBootstrap.from_env()
@@ -114,9 +115,21 @@ def main() -> int:
                 state["epoch"] += 1
                 return errors
 
+            nic_before = world.soft_nic_statistics()
             timed = timed_repetitions(run, world.barrier, prepare, check, TIMED_LAUNCHES, warmups=WARMUP_LAUNCHES,
                                       context=lambda: world.compilation(**options), after=world.check_waits)
             epoch, errors, launch_us = state["epoch"], timed["errors"], timed["times_us"]
+            nic = {}
+            if nic_before is not None:
+                # Every launch waited for its peer's signals and its own last completion, and the
+                # barrier for the peer's: both NICs have executed the row's WQEs.
+                world.barrier()
+                nic_after = world.soft_nic_statistics()
+                launches = WARMUP_LAUNCHES + TIMED_LAUNCHES
+                nic = {f"nic_{name}_per_launch": (nic_after[name] - nic_before[name]) / launches
+                       for name in ("doorbells_observed", "wqes_executed", "wqes_failed")}
+                if nic["nic_wqes_failed_per_launch"]:
+                    errors.append(f"{configuration['variant']} {chains} chains: WQEs failed on the software NIC")
             summary = getattr(state["compiled"].metadata, "aboleth", None) if state["compiled"] is not None else None
             counts = json.loads(summary).get("counts") if isinstance(summary, str) else None
             failures += errors
@@ -128,7 +141,7 @@ def main() -> int:
                             posting_us_min=posting_min / clock_mhz if clock_mhz else None,
                             launch_us_min=min(launch_us), timed_launches=TIMED_LAUNCHES,
                             counts=counts, disabled_passes=options.get("disabled_passes", []),
-                            passes_off=options.get("passes_off", False)))
+                            passes_off=options.get("passes_off", False), **nic))
             log(rank, f"{arguments.transport} {chains} chains {configuration['variant']}: {posting:.0f} cycles "
                       f"posting (min {posting_min}), {median(launch_us):.2f} us launch "
                       f"{'checked' if not errors else 'WRONG'}")

@@ -89,10 +89,13 @@ def ablation_markdown(rows: List[Dict[str, Any]]) -> List[str]:
         chains = sorted({entry["chains"] for entry in chosen})
         variants = list(dict.fromkeys(entry["variant"] for entry in chosen))
         table = {(entry["variant"], entry["chains"]): entry for entry in chosen}
+        nic_note = (" Over rdma (mlx5 on the software NIC: the GPU's posting is real, the NIC is a host thread), "
+                    "`NIC` gives per launch the UAR stores the NIC thread observed (at most the doorbells rung) and "
+                    "the WQEs it executed." if transport == "rdma" else "")
         lines += ["", f"## Pass ablation over {transport}", "",
                   "GPU posting time (us at the run's SM clock, cycles where no clock was read) of the posting "
                   "loop, the median and, where recorded, the minimum over the timed launches, and the stage's "
-                  "reservations / doorbells / system fences for that binary.", "",
+                  "reservations / doorbells / system fences for that binary." + nic_note, "",
                   "| variant | " + " | ".join(f"{count} chains" for count in chains) + " |",
                   "| --- | " + " | ".join("---:" for _ in chains) + " |"]
         for variant in variants:
@@ -110,8 +113,13 @@ def ablation_markdown(rows: List[Dict[str, Any]]) -> List[str]:
                     time_text += f", min {entry['posting_cycles_min']:.0f}"
                 counts = entry.get("counts") or {}
                 fences = (counts.get("fences") or {}).get("sys", "?")
+                nic = ""
+                if entry.get("nic_doorbells_observed_per_launch") is not None:
+                    # The software NIC's own counts (rdma): UAR stores it saw, WQEs it executed.
+                    nic = (f" NIC {entry['nic_doorbells_observed_per_launch']:g} db, "
+                           f"{entry['nic_wqes_executed_per_launch']:g} WQEs")
                 cells.append(f"{time_text} ({counts.get('reservations', '?')}/{counts.get('doorbells', '?')}/{fences})"
-                             + ("" if entry["checked"] else " WRONG"))
+                             + nic + ("" if entry["checked"] else " WRONG"))
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return lines
 

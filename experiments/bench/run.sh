@@ -74,7 +74,9 @@ if wants per-launch; then
     done
 fi
 if [ "$nproc" = 2 ] && wants ablation; then
-    for transport in ${BENCH_ABLATION_TRANSPORTS:-proxy p2p}; do
+    # rdma: mlx5 over the software NIC (the GPU's posting is real, the NIC is a host thread).
+    export ABOLETH_RDMA_DEVICE=soft
+    for transport in ${BENCH_ABLATION_TRANSPORTS:-proxy p2p rdma}; do
         run_ranks $here/ablation.py "$out_dir" --transport "$transport"
     done
 fi

@@ -19,8 +19,8 @@
   for a ``.py`` kernel).
 
 Everything runs in the Rust extension module ``aboleth._aboleth`` (crates/aboleth-python; its
-stubs are ``_aboleth.pyi``, generated); these modules convert. What is not here: a runtime for
-mlx5 (no NIC here).
+stubs are ``_aboleth.pyi``, generated); these modules convert. mlx5 runs over the runtime's
+software NIC only (``ABOLETH_RDMA_DEVICE=soft``): no machine here has an RDMA NIC.
 """
 
 from ._aboleth import packet_staging_bytes

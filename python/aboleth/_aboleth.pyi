@@ -252,6 +252,10 @@ class World:
         """
         RuntimeError if the proxy thread stopped a ring, with each ring's reason.
         """
+    def check_soft_nic(self, /) -> None:
+        """
+        RuntimeError if the software NIC ended with an error of its model.
+        """
     def check_waits(self, /) -> None:
         """
         RuntimeError describing the first GPU wait that gave up, if any did.
@@ -305,6 +309,15 @@ class World:
     def register(self, /, address: SupportsIndex, length_bytes: SupportsIndex) -> Registration:
         """
         Registers `length_bytes` bytes of this World's GPU memory at `address`. Not collective.
+        """
+    def soft_nic_statistics(self, /) -> dict[str, int] | None:
+        """
+        The software NIC's counters (`doorbells_observed`, `wqes_executed`, `wqes_failed`,
+        `polls`), or None when no peer is reached over rdma with the software NIC.
+        """
+    def stop_soft_nic(self, /) -> None:
+        """
+        Stops the software NIC's thread (kernels waiting for it then give up at their bound).
         """
     @property
     def wait_failure_log_address(self, /) -> int:

@@ -13,10 +13,10 @@ registration and IPC export, region exchange, transports. This module only conve
   lives as long as any such tensor (or the table) does. Nothing is copied. Host copies are
   ``RegionTable.region_table_bytes(name)`` and ``endpoint_handle_bytes()``.
 - ``World.compilation()`` is ``aboleth.compilation(target=...)`` with the target this World's
-  transports need: "p2p" when every peer is reached over p2p, "proxy" over the proxy. Kernels
-  compile for mlx5 too, but the runtime has no rdma transport to run them (no RDMA NIC on these
-  machines), and a kernel is compiled for one transport: for rdma, or peers reached over
-  several transports, it raises ``NotImplementedError`` naming what to connect with instead.
+  transports need: "p2p" when every peer is reached over p2p, "proxy" over the proxy, "mlx5" over
+  rdma (which the runtime runs only over its software NIC, ``ABOLETH_RDMA_DEVICE=soft``: no machine
+  here has an RDMA NIC). A kernel is compiled for one transport: for peers reached over several
+  transports it raises ``NotImplementedError`` naming what to connect with instead.
 
 Errors of the runtime keep their class: ``TypeError`` (wrong kind of argument), ``ValueError``
 (wrong value, e.g. a region past the end of its registration), ``RuntimeError`` (driver, other
@@ -333,9 +333,8 @@ class World:
 
     def compilation_target(self) -> str:
         """The aboleth target kernels of this World compile for: "p2p" when every peer is
-        reached over p2p, "proxy" over the proxy. ``RuntimeError`` before ``connect_all``;
-        ``NotImplementedError`` for a transport the runtime cannot run yet (rdma/mlx5: no NIC here)
-        or a mix of transports."""
+        reached over p2p, "proxy" over the proxy, "mlx5" over rdma (the software NIC).
+        ``RuntimeError`` before ``connect_all``; ``NotImplementedError`` for a mix of transports."""
         if self._compilation_target is not None:
             return self._compilation_target
         if self._transports is None:
@@ -348,11 +347,12 @@ class World:
                 f"aboleth: this World reaches its peers over several transports ({described}), and a kernel is "
                 "compiled for one; per-peer transports in one kernel are not built yet: connect with a single kind")
         target = kinds[0]
-        if target not in _TRANSPORTS_WITH_RUNTIME:
+        # connect_all returns mlx5 only over the software NIC (ABOLETH_RDMA_DEVICE=soft).
+        if target not in _TRANSPORTS_WITH_RUNTIME and target != "mlx5":
             raise NotImplementedError(
-                f"aboleth: this World reaches its peers over {target} ({described}); kernels compile for it "
-                f"(`aboleth compile --target mlx5`) but the runtime has no {target} transport to run them yet "
-                "(no RDMA NIC on these machines): connect with connect_all(\"p2p\") or \"proxy\"")
+                f"aboleth: this World reaches its peers over {target} ({described}), and the runtime has no {target} "
+                "transport to run kernels yet: connect with connect_all(\"p2p\"), \"proxy\", or \"rdma\" with "
+                "ABOLETH_RDMA_DEVICE=soft (mlx5 over the software NIC)")
         self._compilation_target = target
         return target
 
@@ -415,6 +415,25 @@ class World:
         ``ABOLETH_PROXY_COMPLETION=synchronize`` (read by ``World(...)``) makes the proxy wait
         for its stream on each requested completion instead of polling a marker."""
         return {name: int(value) for name, value in self._world.proxy_statistics().items()}
+
+    def soft_nic_statistics(self) -> Optional[Dict[str, int]]:
+        """The software NIC's counters since it started (``connect_all("rdma")`` with
+        ``ABOLETH_RDMA_DEVICE=soft``): ``doorbells_observed`` (UAR stores it saw: at most the
+        doorbells rung, two rung between two of its polls count once), ``wqes_executed``,
+        ``wqes_failed`` (each wrote an error CQE and stopped its queue pair) and ``polls``;
+        ``None`` without a software NIC."""
+        statistics = self._world.soft_nic_statistics()
+        return None if statistics is None else {name: int(value) for name, value in statistics.items()}
+
+    def check_soft_nic(self) -> None:
+        """``RuntimeError`` if the software NIC's thread ended with an error of its model."""
+        self._world.check_soft_nic()
+
+    def stop_soft_nic(self) -> None:
+        """Stops the software NIC's thread: WQEs posted afterwards never execute, and kernels
+        waiting for their completions give up at their bound (for tests of bounded waits).
+        ``RuntimeError`` without a software NIC."""
+        self._world.stop_soft_nic()
 
     def close(self) -> None:
         """Waits for every rank, stops the proxy, unmaps peers' memory, leaves the bootstrap and

@@ -366,8 +366,16 @@ def test_a_proxy_world_compiles_for_proxy():
     assert world.compilation_target() == "proxy"
 
 
+def test_an_rdma_world_compiles_for_mlx5():
+    # connect_all returns mlx5 only over the software NIC (ABOLETH_RDMA_DEVICE=soft).
+    world, raw = fake_world(rank=0, world_size=2)
+    raw.transports = ["p2p", "mlx5"]
+    world.connect_all("auto")
+    assert world.compilation_target() == "mlx5"
+
+
 @pytest.mark.parametrize("transports, message", [
-    (["p2p", "mlx5"], r"the runtime has no mlx5 transport to run them yet"),
+    (["p2p", "efa"], r"the runtime has no efa transport to run kernels yet"),
     (["p2p", "p2p", "proxy"], r"over several transports \(0: p2p, 1: p2p, 2: proxy\)"),
 ])
 def test_compilation_refuses_transports_without_code_generation(transports, message):

@@ -12,7 +12,7 @@
 set -u
 source "$(dirname "$0")/common.sh"
 start_mps_if_ranks_share_gpus
-command="ABOLETH_TRANSPORT=$transport NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 timeout 300 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port tests/gpu/seed_alltoall.py $out_dir"
+command="ABOLETH_TRANSPORT=$transport ${ABOLETH_RDMA_DEVICE:+ABOLETH_RDMA_DEVICE=$ABOLETH_RDMA_DEVICE }NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 timeout 300 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port tests/gpu/seed_alltoall.py $out_dir"
 echo "+ $command"
 started=$(date +%s.%N)
 timeout 300 $launcher --nproc-per-node "$nproc" --master-addr 127.0.0.1 --master-port "$port" \

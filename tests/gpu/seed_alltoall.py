@@ -85,7 +85,8 @@ def payload(round_seed: int, source_rank: int, nbytes: int) -> Any:
     return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda", generator=generator)
 
 
-#: The transport the run connects with: "p2p" (the seed's line) or "proxy" (ABOLETH_TRANSPORT).
+#: The transport the run connects with (ABOLETH_TRANSPORT): "p2p" (the seed's line), "proxy", or
+#: "rdma" (mlx5 over the software NIC, with ABOLETH_RDMA_DEVICE=soft).
 TRANSPORT = os.environ.get("ABOLETH_TRANSPORT", "p2p")
 
 
@@ -353,6 +354,8 @@ def main() -> int:
 
         step = "close"
         world.check_waits()
+        # Over rdma with the software NIC: what its thread executed (None on other transports).
+        report["soft_nic"] = world.soft_nic_statistics()
         world.close()
         report["steps"]["close"] = {"passed": True}
         report["passed"] = all(value.get("passed") for value in report["steps"].values())

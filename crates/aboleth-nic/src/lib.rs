@@ -522,6 +522,46 @@ impl QueuePair {
         Ok(data)
     }
 
+    /// Checks the gather list of a write (each lkey, each range mapped) without reading it;
+    /// returns its length.
+    fn check_gather(
+        &self,
+        memory: &impl NicMemory,
+        segments: &[LocalBuffer],
+    ) -> Result<u64, WqeFailure> {
+        let mut length = 0;
+        for segment in segments.iter().filter(|segment| segment.length_bytes > 0) {
+            let (address, segment_length) = (segment.address, u64::from(segment.length_bytes));
+            memory
+                .check_local_key(self.config.rank, segment.lkey, address, segment_length)
+                .and_then(|()| memory.check_mapped(self.config.rank, address, segment_length))
+                .map_err(failure(CQE_SYNDROME_LOCAL_PROT_ERR))?;
+            length += segment_length;
+        }
+        Ok(length)
+    }
+
+    /// Copies a checked gather list to consecutive bytes of the peer at `remote_address`, one
+    /// [`NicMemory::copy`] per segment, in list order.
+    fn copy_gathered(
+        &self,
+        memory: &mut impl NicMemory,
+        segments: &[LocalBuffer],
+        remote_address: u64,
+    ) -> Result<(), NicMemoryError> {
+        let mut offset = 0;
+        for segment in segments.iter().filter(|segment| segment.length_bytes > 0) {
+            let length = u64::from(segment.length_bytes);
+            memory.copy(
+                (self.config.rank, segment.address),
+                (self.config.peer_rank, remote_address + offset),
+                length,
+            )?;
+            offset += length;
+        }
+        Ok(())
+    }
+
     fn check_remote(
         &self,
         memory: &impl NicMemory,
@@ -605,18 +645,23 @@ impl QueuePair {
                 payload,
                 with_immediate,
             } => {
-                let data = match payload {
-                    WritePayload::Inline(bytes) => bytes.clone(),
-                    WritePayload::Gather(segments) => self.gather(memory, segments)?,
+                let length = match payload {
+                    WritePayload::Inline(bytes) => bytes.len() as u64,
+                    WritePayload::Gather(segments) => self.check_gather(memory, segments)?,
                 };
-                let length = data.len() as u64;
                 let mut written = Vec::new();
                 // A zero-length write touches no memory, so it checks no rkey (IB semantics).
                 if length > 0 {
                     self.check_remote(memory, remote, length)?;
-                    memory
-                        .write(peer_rank, remote.address, &data)
-                        .map_err(failure(CQE_SYNDROME_REMOTE_ACCESS_ERR))?;
+                    match payload {
+                        WritePayload::Inline(bytes) => {
+                            memory.write(peer_rank, remote.address, bytes)
+                        }
+                        WritePayload::Gather(segments) => {
+                            self.copy_gathered(memory, segments, remote.address)
+                        }
+                    }
+                    .map_err(failure(CQE_SYNDROME_REMOTE_ACCESS_ERR))?;
                     written.push(WrittenRange {
                         rank: peer_rank,
                         address: remote.address,

@@ -74,6 +74,19 @@ pub trait NicMemory {
         Ok(old)
     }
 
+    /// Copies `length` bytes from `source_address` of `source_rank` to `destination_address` of
+    /// `destination_rank` (the gather of an RDMA write). The default reads then writes; a memory
+    /// whose bytes are not in this process (GPU memory) copies without the round trip.
+    fn copy(
+        &mut self,
+        (source_rank, source_address): (u32, u64),
+        (destination_rank, destination_address): (u32, u64),
+        length: u64,
+    ) -> Result<(), NicMemoryError> {
+        let bytes = self.read(source_rank, source_address, length)?;
+        self.write(destination_rank, destination_address, &bytes)
+    }
+
     /// Stores the little-endian 8-byte `value` at `address` of `rank`.
     fn write_u64(&mut self, rank: u32, address: u64, value: u64) -> Result<(), NicMemoryError> {
         self.write(rank, address, &value.to_le_bytes())

@@ -538,6 +538,28 @@ impl PyWorld {
             .collect()
     }
 
+    /// The software NIC's counters (`doorbells_observed`, `wqes_executed`, `wqes_failed`,
+    /// `polls`), or None when no peer is reached over rdma with the software NIC.
+    fn soft_nic_statistics(&self) -> Option<BTreeMap<&'static str, u64>> {
+        let [doorbells, executed, failed, polls] = lock(&self.inner).soft_nic_statistics()?;
+        Some(BTreeMap::from([
+            ("doorbells_observed", doorbells),
+            ("wqes_executed", executed),
+            ("wqes_failed", failed),
+            ("polls", polls),
+        ]))
+    }
+
+    /// RuntimeError if the software NIC ended with an error of its model.
+    fn check_soft_nic(&self) -> PyResult<()> {
+        lock(&self.inner).check_soft_nic().map_err(runtime_error)
+    }
+
+    /// Stops the software NIC's thread (kernels waiting for it then give up at their bound).
+    fn stop_soft_nic(&self) -> PyResult<()> {
+        lock(&self.inner).stop_soft_nic().map_err(runtime_error)
+    }
+
     /// Device address of the wait-failure log (for kernels' bounded waits).
     #[getter]
     fn wait_failure_log_address(&self) -> u64 {

@@ -3,7 +3,8 @@
 //! the device and its primary context ([`Device`]), device allocations ([`DeviceMemory`]),
 //! host-pinned device-mapped allocations ([`PinnedHostMemory`]), pointer queries
 //! ([`Device::pointer_facts`]), CUDA IPC export and mapping ([`Device::ipc_handle`],
-//! [`IpcMapping`]), streams ([`Stream`]) and the runtime's own PTX kernels ([`RuntimeKernels`]).
+//! [`IpcMapping`]), streams ([`Stream`]) and the runtime's own PTX kernels ([`RuntimeKernels`]:
+//! signal add and set, the reference bounded wait, the software NIC's compare-and-swap).
 //!
 //! cudarc's safe layer does not wrap IPC, pinned mapped memory or stream memory operations, so
 //! this module calls `sys` directly; every call's result is checked and turned into a
@@ -864,6 +865,7 @@ pub struct RuntimeKernels {
     signal_add: sys::CUfunction,
     signal_set: sys::CUfunction,
     bounded_wait: sys::CUfunction,
+    compare_and_swap: sys::CUfunction,
 }
 
 // SAFETY: module and function handles may be used from any thread with the context current.
@@ -898,9 +900,10 @@ impl RuntimeKernels {
                 function(c"aboleth_signal_add_u64")?,
                 function(c"aboleth_signal_set_u64")?,
                 function(c"aboleth_bounded_wait_u64")?,
+                function(c"aboleth_compare_and_swap_u64")?,
             ))
         })();
-        let (signal_add, signal_set, bounded_wait) = match functions {
+        let (signal_add, signal_set, bounded_wait, compare_and_swap) = match functions {
             Ok(functions) => functions,
             Err(error) => {
                 // SAFETY: loaded above, unloaded once.
@@ -914,6 +917,7 @@ impl RuntimeKernels {
             signal_add,
             signal_set,
             bounded_wait,
+            compare_and_swap,
         })
     }
 
@@ -980,6 +984,32 @@ impl RuntimeKernels {
             stream,
             &mut parameters,
             "aboleth_signal_set_u64",
+        )
+    }
+
+    /// Enqueues a system-scope compare-and-swap of the 8-byte word at `address` (`desired` if it
+    /// equals `expected`) that stores the word it found to `result_address`, after everything
+    /// enqueued on `stream` before it (the software NIC's atomics).
+    pub fn compare_and_swap(
+        &self,
+        stream: &Stream,
+        address: u64,
+        (expected, desired): (u64, u64),
+        result_address: u64,
+    ) -> RuntimeResult<()> {
+        let mut arguments = [address, expected, desired, result_address];
+        let [address, expected, desired, result] = &mut arguments;
+        let mut parameters = [
+            (address as *mut u64).cast::<c_void>(),
+            (expected as *mut u64).cast(),
+            (desired as *mut u64).cast(),
+            (result as *mut u64).cast(),
+        ];
+        self.launch_one_thread(
+            self.compare_and_swap,
+            stream,
+            &mut parameters,
+            "aboleth_compare_and_swap_u64",
         )
     }
 
@@ -1067,6 +1097,7 @@ mod tests {
         assert!(RUNTIME_KERNELS_PTX.contains(".entry aboleth_signal_add_u64("));
         assert!(RUNTIME_KERNELS_PTX.contains(".entry aboleth_signal_set_u64("));
         assert!(RUNTIME_KERNELS_PTX.contains(".entry aboleth_bounded_wait_u64("));
+        assert!(RUNTIME_KERNELS_PTX.contains(".entry aboleth_compare_and_swap_u64("));
         assert!(!RUNTIME_KERNELS_PTX.contains('\0'));
     }
 }

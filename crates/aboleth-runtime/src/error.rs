@@ -349,6 +349,14 @@ pub enum RuntimeError {
         /// Each failure, one per ring.
         failures: String,
     },
+    /// The software NIC stopped, or could not be set up.
+    #[error("rank {rank}: the software NIC stopped: {reason}")]
+    SoftNicStopped {
+        /// This rank.
+        rank: u32,
+        /// Why.
+        reason: String,
+    },
     /// A GPU wait gave up; the kernels recorded why.
     #[error("rank {rank}: {count} GPU wait(s) timed out or gave up: {first}")]
     WaitTimedOut {
@@ -397,6 +405,7 @@ impl RuntimeError {
             | Self::PeerUnreachable { .. }
             | Self::ProxyRing { .. }
             | Self::ProxyStopped { .. }
+            | Self::SoftNicStopped { .. }
             | Self::WaitTimedOut { .. } => ErrorKind::Runtime,
         }
     }

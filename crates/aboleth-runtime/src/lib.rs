@@ -1,7 +1,8 @@
 //! The host runtime of Aboleth: the rank bootstrap ([`bootstrap`]: rendezvous and blob exchange
 //! over PyTorch's TCPStore protocol), the host side of the proxy command ring ([`proxy_ring`]),
 //! and the GPU side behind the Python API ([`world::World`]): device memory registration, region
-//! exchange into device tables, and the p2p and proxy transports ([`transport`]).
+//! exchange into device tables, and the p2p, proxy and software-NIC mlx5 transports
+//! ([`transport`], [`soft_nic`]).
 //!
 //! CUDA is reached through the driver API loaded at run time ([`cuda`]); the crate builds on a
 //! machine without CUDA, and there creating a World fails with
@@ -10,8 +11,9 @@
 //! [`registration`], [`transport`], [`transport::proxy`]) and is tested on the CPU; the GPU
 //! paths are checked by the `aboleth-runtime-gpu-check` binary (tests/gpu/README.md).
 //!
-//! What it does not contain yet: the RDMA (mlx5) transport's device setup (refused with the
-//! reason), the Python bindings (crates/aboleth-python wraps [`world::World`]), and kernel
+//! What it does not contain yet: the mlx5 transport on a real NIC (DEVX queues, UAR mapping:
+//! `connect_all("rdma")` runs mlx5 over the software NIC only, with `ABOLETH_RDMA_DEVICE=soft`,
+//! and is refused with the reason otherwise), the Python bindings (crates/aboleth-python wraps [`world::World`]), and kernel
 //! launching for user programs.
 
 pub mod bootstrap;

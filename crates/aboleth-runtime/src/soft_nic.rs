@@ -1,18 +1,26 @@
-//! The software NIC and its memory: [`MappedNicMemory`], the `aboleth-nic`
-//! model's [`NicMemory`] over memory this process can dereference — host-pinned memory (the send
-//! rings, doorbell records and CQs the GPU writes, staged buffers) and, once mapped, any other
-//! range the caller vouches for. Each [`MappedRegion`] says which rank's address range it is (the
-//! addresses WQEs carry), where it lives in this process, and the lkey and rkey registered on it.
+//! The software NIC and its memory: [`MappedNicMemory`], the `aboleth-nic` model's
+//! [`NicMemory`] over the memory of this process — host memory it dereferences (the host-pinned
+//! send rings, doorbell records, CQs and UAR words the GPU writes) and GPU memory it reaches
+//! through a [`DeviceAccess`] (the rank's own registered buffers, and its peers' mapped through
+//! CUDA IPC: copies on a stream of the copy engine, atomics through a one-thread kernel). Each
+//! [`MappedRegion`] says which rank's address range it is (the addresses WQEs carry), where it
+//! lives in this process ([`RegionBacking`]), and the lkey and rkey registered on it.
 //!
-//! Atomics are real: an 8-byte atomic of a WQE is a sequentially consistent `fetch_update` on the
-//! word through [`AtomicU64`], so it is atomic against the GPU's and other threads' atomics on
-//! host-pinned memory (PCIe atomics from the GPU to pinned memory are system-scope on Hopper).
-//! Reads and writes are byte copies, except that an aligned 4- or 8-byte read is one atomic load
-//! (acquire), and an aligned write of whole words ends with a release store of its last word, so
-//! that doorbell records, UAR values and consumer indices written by another agent are never read
-//! torn, and a consumer acquiring a CQE's last word (its owner byte) sees the whole CQE. A
-//! producer writes the doorbell record as one 8-byte store (not its 4-byte send word alone).
-//! Regions must map aligned addresses to aligned host addresses (`add_region` refuses others).
+//! Atomics are real. On host memory an 8-byte atomic of a WQE is a sequentially consistent
+//! `fetch_update` on the word through [`AtomicU64`], so it is atomic against the GPU's and other
+//! threads' atomics on host-pinned memory (PCIe atomics from the GPU to pinned memory are
+//! system-scope on Hopper). On GPU memory it is a compare-and-swap loop through
+//! [`DeviceAccess::compare_and_swap_u64`] (a system-scope `atom.cas` on the GPU), so a kernel's
+//! concurrent atomics on the word are never lost. Host reads and writes are byte copies, except
+//! that an aligned 4- or 8-byte read is one atomic load (acquire), and an aligned write of whole
+//! words ends with a release store of its last word, so that doorbell records, UAR values and
+//! consumer indices written by another agent are never read torn, and a consumer acquiring a
+//! CQE's last word (its owner byte) sees the whole CQE. A producer writes the doorbell record as
+//! one 8-byte store (not its 4-byte send word alone). Every [`DeviceAccess`] operation has
+//! completed when it returns, so the WQE order is the order of effects, and a CQE written after
+//! them (host memory) is seen only after the data. Host regions must map aligned addresses to
+//! aligned host addresses (`add_region` refuses others). Regions of one rank may overlap (two
+//! registered regions of one buffer) only where they translate alike.
 //!
 //! [`SoftNic`] is the NIC over that memory: each QP has a UAR word in mapped memory that the
 //! producer (a GPU thread, or a host thread for the staged path) stores its doorbell to; a poll
@@ -23,10 +31,8 @@
 //! doorbell record is what the model executes up to), so `doorbells_observed` counts at most the
 //! doorbells rung.
 //!
-//! What it does not do yet: device memory (the rank's own and its peers' through CUDA IPC need
-//! copies through the copy engine and atomics through a kernel, not dereferences), the layouts
-//! of the queues in `aboleth-abi` for the GPU's endpoint, and `connect_all("rdma")` with
-//! `ABOLETH_RDMA_DEVICE=soft` (it still refuses with its reason).
+//! What it does not do: allocate queues or choose keys (`transport::soft_rdma` does), or talk to
+//! CUDA itself (the runtime's `DeviceAccess` over `cuda.rs` does).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -35,7 +41,52 @@ use std::thread::JoinHandle;
 use aboleth_abi::mlx5::{DecodedUarDoorbell, UarDoorbell};
 use aboleth_nic::{Nic, NicError, NicMemory, NicMemoryError, QueuePairConfig, WqeOutcome};
 
-/// One range of some rank's addresses that this process can dereference.
+/// Where a region's first byte is in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionBacking {
+    /// Host memory this process dereferences (host-pinned queues, staged buffers).
+    Host {
+        /// The first byte.
+        pointer: *mut u8,
+    },
+    /// GPU memory at this device address of this process (the rank's own allocation, or a
+    /// peer's mapped through CUDA IPC), reached through the memory's [`DeviceAccess`].
+    Device {
+        /// The first byte's device address here.
+        address: u64,
+    },
+}
+
+impl RegionBacking {
+    /// Where byte `offset` of the region is, in this process's terms.
+    fn at(self, offset: u64) -> u64 {
+        match self {
+            RegionBacking::Host { pointer } => pointer as u64 + offset,
+            RegionBacking::Device { address } => address + offset,
+        }
+    }
+}
+
+/// GPU memory of this process, for a [`MappedNicMemory`]: every operation has completed (its
+/// effects visible to the GPU and the host) when it returns. Errors are the driver's, in words.
+pub trait DeviceAccess: Send + std::fmt::Debug {
+    /// Reads `bytes.len()` bytes at `address`.
+    fn read(&self, address: u64, bytes: &mut [u8]) -> Result<(), String>;
+    /// Writes `bytes` at `address`.
+    fn write(&self, address: u64, bytes: &[u8]) -> Result<(), String>;
+    /// Copies `length` bytes from `source` to `destination` (both device addresses here).
+    fn copy(&self, destination: u64, source: u64, length: u64) -> Result<(), String>;
+    /// Atomically replaces the 8-byte word at `address` (aligned) by `desired` if it equals
+    /// `expected`; returns the word it found.
+    fn compare_and_swap_u64(
+        &self,
+        address: u64,
+        expected: u64,
+        desired: u64,
+    ) -> Result<u64, String>;
+}
+
+/// One range of some rank's addresses that this process can reach.
 #[derive(Clone, Debug)]
 pub struct MappedRegion {
     /// The rank whose address space the range belongs to.
@@ -45,7 +96,7 @@ pub struct MappedRegion {
     /// Bytes.
     pub length_bytes: u64,
     /// Where the first byte is in this process.
-    pub pointer: *mut u8,
+    pub backing: RegionBacking,
     /// The local key registered on the range, if any (gather lists and atomic results).
     pub lkey: Option<u32>,
     /// The remote key registered on the range, if any (targets of writes, reads and atomics).
@@ -54,10 +105,12 @@ pub struct MappedRegion {
     pub name: String,
 }
 
-/// The memory a software NIC works on: every mapped region, looked up by (rank, address).
+/// The memory a software NIC works on: every mapped region, looked up by (rank, address), and
+/// the access to GPU memory that device-backed regions go through.
 #[derive(Debug, Default)]
 pub struct MappedNicMemory {
     regions: Vec<MappedRegion>,
+    device: Option<Box<dyn DeviceAccess>>,
 }
 
 // SAFETY: the regions' pointers are only dereferenced through `&self`/`&mut self` methods, and
@@ -65,9 +118,17 @@ pub struct MappedNicMemory {
 unsafe impl Send for MappedNicMemory {}
 
 impl MappedNicMemory {
-    /// No regions.
+    /// No regions, no GPU memory.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// No regions yet; device-backed regions go through `device`.
+    pub fn with_device(device: Box<dyn DeviceAccess>) -> Self {
+        Self {
+            regions: Vec::new(),
+            device: Some(device),
+        }
     }
 
     /// Adds a region. Overlapping ranges of one rank are refused.
@@ -78,31 +139,89 @@ impl MappedNicMemory {
     /// agents may write it concurrently only with atomics or where the protocol orders them.
     pub unsafe fn add_region(&mut self, region: MappedRegion) -> Result<(), NicMemoryError> {
         let end = region.address.checked_add(region.length_bytes);
-        let overlaps = self.regions.iter().any(|other| {
+        // Two registrations of one buffer overlap; they must then reach the same bytes.
+        let translates_alike = |other: &MappedRegion| match (other.backing, region.backing) {
+            (RegionBacking::Host { .. }, RegionBacking::Host { .. })
+            | (RegionBacking::Device { .. }, RegionBacking::Device { .. }) => {
+                other.backing.at(0).wrapping_sub(other.address)
+                    == region.backing.at(0).wrapping_sub(region.address)
+            }
+            _ => false,
+        };
+        let conflicting = self.regions.iter().find(|other| {
             other.rank == region.rank
                 && region.address < other.address + other.length_bytes
                 && other.address < end.unwrap_or(u64::MAX)
+                && !translates_alike(other)
         });
-        if end.is_none() || overlaps || region.length_bytes == 0 {
+        if end.is_none() || region.length_bytes == 0 {
             return Err(NicMemoryError {
                 message: format!(
-                    "rank {}: region {} ({} B at {:#x}) is empty, wraps, or overlaps another",
+                    "rank {}: region {} ({} B at {:#x}) is empty or wraps",
                     region.rank, region.name, region.length_bytes, region.address
                 ),
             });
         }
-        // An aligned address must map to an aligned host address, or the words that must be
-        // accessed whole (doorbell records, UAR values, CQE words, atomics' targets) could not be.
-        if (region.pointer as u64) % 8 != region.address % 8 {
+        if let Some(other) = conflicting {
             return Err(NicMemoryError {
                 message: format!(
-                    "rank {}: region {} at {:#x} is mapped at host address {:p}, not 8-byte congruent",
-                    region.rank, region.name, region.address, region.pointer
+                    "rank {}: region {} ({} B at {:#x}) overlaps {} ({} B at {:#x}) but maps to other memory",
+                    region.rank,
+                    region.name,
+                    region.length_bytes,
+                    region.address,
+                    other.name,
+                    other.length_bytes,
+                    other.address
                 ),
             });
         }
+        match region.backing {
+            // An aligned address must map to an aligned host address, or the words that must be
+            // accessed whole (doorbell records, UAR values, CQE words, atomics' targets) could
+            // not be.
+            RegionBacking::Host { pointer } if (pointer as u64) % 8 != region.address % 8 => {
+                return Err(NicMemoryError {
+                    message: format!(
+                        "rank {}: region {} at {:#x} is mapped at host address {pointer:p}, not 8-byte congruent",
+                        region.rank, region.name, region.address
+                    ),
+                });
+            }
+            RegionBacking::Device { .. } if self.device.is_none() => {
+                return Err(NicMemoryError {
+                    message: format!(
+                        "rank {}: region {} at {:#x} is GPU memory, and this memory has no device access (make it with MappedNicMemory::with_device)",
+                        region.rank, region.name, region.address
+                    ),
+                });
+            }
+            _ => {}
+        }
         self.regions.push(region);
         Ok(())
+    }
+
+    /// The device access of a device-backed region (present: `add_region` checked it).
+    fn device(&self) -> &dyn DeviceAccess {
+        self.device
+            .as_deref()
+            .expect("device regions need a device access")
+    }
+
+    /// A driver error on a device region, naming the rank, the access and the region.
+    fn device_error(
+        rank: u32,
+        region: &MappedRegion,
+        what: &str,
+        address: u64,
+    ) -> impl Fn(String) -> NicMemoryError {
+        let name = region.name.clone();
+        move |error| NicMemoryError {
+            message: format!(
+                "rank {rank}: {what} at {address:#x} of {name} (GPU memory) failed: {error}"
+            ),
+        }
     }
 
     fn locate(
@@ -186,8 +305,18 @@ impl MappedNicMemory {
 impl NicMemory for MappedNicMemory {
     fn read(&self, rank: u32, address: u64, length: u64) -> Result<Vec<u8>, NicMemoryError> {
         let (region, offset) = self.locate(rank, address, length)?;
-        // SAFETY: `locate` keeps the range inside the region, valid by `add_region`'s contract.
-        let pointer = unsafe { region.pointer.add(offset) };
+        let pointer = match region.backing {
+            // SAFETY: `locate` keeps the range inside the region, valid by `add_region`'s
+            // contract.
+            RegionBacking::Host { pointer } => unsafe { pointer.add(offset) },
+            RegionBacking::Device { .. } => {
+                let mut bytes = vec![0; length as usize];
+                self.device()
+                    .read(region.backing.at(offset as u64), &mut bytes)
+                    .map_err(Self::device_error(rank, region, "a read", address))?;
+                return Ok(bytes);
+            }
+        };
         // An aligned word (a doorbell record, a UAR value, a CQE word) is read in one atomic load,
         // so a concurrent store by the GPU or a host producer is never seen torn.
         if length == 8 && (pointer as usize).is_multiple_of(8) {
@@ -213,8 +342,16 @@ impl NicMemory for MappedNicMemory {
 
     fn write(&mut self, rank: u32, address: u64, bytes: &[u8]) -> Result<(), NicMemoryError> {
         let (region, offset) = self.locate(rank, address, bytes.len() as u64)?;
-        // SAFETY: as in `read`.
-        let pointer = unsafe { region.pointer.add(offset) };
+        let pointer = match region.backing {
+            // SAFETY: as in `read`.
+            RegionBacking::Host { pointer } => unsafe { pointer.add(offset) },
+            RegionBacking::Device { .. } => {
+                return self
+                    .device()
+                    .write(region.backing.at(offset as u64), bytes)
+                    .map_err(Self::device_error(rank, region, "a write", address));
+            }
+        };
         // An aligned write of whole words ends with a release store of its last word: a CQE's
         // owner and opcode byte is its last, so a consumer that acquires that word sees the
         // whole CQE (and whatever the NIC wrote before it); a single word is stored whole.
@@ -232,6 +369,37 @@ impl NicMemory for MappedNicMemory {
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), pointer, bytes.len()) };
         Ok(())
+    }
+
+    fn copy(
+        &mut self,
+        (source_rank, source_address): (u32, u64),
+        (destination_rank, destination_address): (u32, u64),
+        length: u64,
+    ) -> Result<(), NicMemoryError> {
+        let (source, source_offset) = self.locate(source_rank, source_address, length)?;
+        let (destination, destination_offset) =
+            self.locate(destination_rank, destination_address, length)?;
+        if let (RegionBacking::Device { .. }, RegionBacking::Device { .. }) =
+            (source.backing, destination.backing)
+        {
+            // GPU to GPU (the rank's buffer to a peer's IPC mapping): one copy-engine copy.
+            return self
+                .device()
+                .copy(
+                    destination.backing.at(destination_offset as u64),
+                    source.backing.at(source_offset as u64),
+                    length,
+                )
+                .map_err(Self::device_error(
+                    destination_rank,
+                    destination,
+                    &format!("a {length} B copy from rank {source_rank}'s {source_address:#x}"),
+                    destination_address,
+                ));
+        }
+        let bytes = self.read(source_rank, source_address, length)?;
+        self.write(destination_rank, destination_address, &bytes)
     }
 
     fn check_local_key(
@@ -261,9 +429,28 @@ impl NicMemory for MappedNicMemory {
         update: &dyn Fn(u64) -> u64,
     ) -> Result<u64, NicMemoryError> {
         let (region, offset) = self.locate(rank, address, 8)?;
-        // SAFETY: in range as above; WQE targets are 8-byte aligned (the model checks it), so
-        // the word is aligned when the region's pointer is, which `add_region` requires.
-        let pointer = unsafe { region.pointer.add(offset) };
+        let pointer = match region.backing {
+            // SAFETY: in range as above; WQE targets are 8-byte aligned (the model checks it), so
+            // the word is aligned when the region's pointer is, which `add_region` requires.
+            RegionBacking::Host { pointer } => unsafe { pointer.add(offset) },
+            RegionBacking::Device { .. } => {
+                // A compare-and-swap loop: the GPU's atomics on the word between the read and
+                // the swap make the swap fail and the loop retry with what they left.
+                let device = self.device();
+                let target = region.backing.at(offset as u64);
+                let failed = Self::device_error(rank, region, "an atomic", address);
+                let mut expected = device.compare_and_swap_u64(target, 0, 0).map_err(&failed)?;
+                loop {
+                    let found = device
+                        .compare_and_swap_u64(target, expected, update(expected))
+                        .map_err(&failed)?;
+                    if found == expected {
+                        return Ok(expected);
+                    }
+                    expected = found;
+                }
+            }
+        };
         if !(pointer as usize).is_multiple_of(8) {
             return Err(NicMemoryError {
                 message: format!(
@@ -381,6 +568,16 @@ impl SoftNic {
     /// The memory it works on.
     pub fn memory(&self) -> &MappedNicMemory {
         &self.memory
+    }
+
+    /// Adds a region to its memory ([`MappedNicMemory::add_region`]), e.g. the buffers of a later
+    /// region exchange.
+    ///
+    /// # Safety
+    /// As [`MappedNicMemory::add_region`].
+    pub unsafe fn add_region(&mut self, region: MappedRegion) -> Result<(), NicMemoryError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.memory.add_region(region) }
     }
 
     /// One pass: every changed UAR word becomes a doorbell, then the QPs with work run in turn

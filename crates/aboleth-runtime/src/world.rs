@@ -5,15 +5,18 @@
 //!
 //! Lifecycle: [`World::new`] opens the device (its primary context, shared with PyTorch) and a
 //! wait-failure log; [`World::connect_all`] gathers every rank's identity, chooses a transport
-//! per peer, allocates a proxy ring per proxy peer and starts the proxy thread;
+//! per peer, allocates a proxy ring per proxy peer and starts the proxy thread, and the software
+//! NIC with a queue pair per mlx5 peer;
 //! [`World::register`] checks and exports GPU memory; [`World::exchange_regions`] all-gathers
 //! region records, maps peers' allocations (CUDA IPC), and uploads the region and endpoint
-//! tables to the GPU; [`World::close`] waits for every rank, stops the proxy and unmaps.
+//! tables to the GPU (and gives the software NIC the regions and their keys); [`World::close`]
+//! waits for every rank, stops the proxy and the software NIC, and unmaps.
 //! Every collective step ends with an agreement round, so that when one rank fails, every rank
 //! fails with that rank's reason instead of waiting for it.
 //!
 //! What it does not do: launch kernels or compile (the Python layer and the code generator do),
-//! move data on the host's behalf outside the proxy, or set up RDMA (refused with the reason).
+//! move data on the host's behalf outside the proxy and the software NIC, or set up a real RDMA
+//! NIC (refused with the reason).
 
 use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
@@ -39,6 +42,7 @@ use crate::transport::proxy::{
     ProxyExecutor, ProxyRingService, ProxyStatistics, ProxyThread, ProxyThreadOptions,
     SharedRegionTable,
 };
+use crate::transport::soft_rdma::SoftRdma;
 use crate::transport::{TransportRequest, choose_transports, describe_transports, rdma_devices};
 use crate::wait_failure::{
     WaitFailureLog, WaitFailureRecord, describe_wait_failure, wait_failure_log_bytes,
@@ -241,6 +245,8 @@ struct Connection {
     rings: BTreeMap<u32, Arc<PinnedRing>>,
     proxy_regions: Arc<SharedRegionTable>,
     proxy_thread: Option<ProxyThread>,
+    /// The software NIC serving the mlx5 peers, if any.
+    soft_rdma: Option<SoftRdma>,
 }
 
 // The Python layer keeps these in `Mutex`es inside `#[pyclass]`es, which must be Send.
@@ -483,7 +489,7 @@ impl World {
                 self.rank,
                 &identities,
                 |peer| device.peer_access(&peer.device_pci_bus_id),
-                &rdma_devices(),
+                &rdma_devices()?,
             )?;
             let connection = self.start_connection(transports, identities)?;
             Ok(connection)
@@ -546,12 +552,24 @@ impl World {
                 })?;
             Some(thread)
         };
+        let soft_rdma = if transports.contains(&Transport::Mlx5) {
+            let kernels = self.runtime_kernels()?;
+            Some(SoftRdma::start(
+                &self.device,
+                kernels,
+                self.rank,
+                &transports,
+            )?)
+        } else {
+            None
+        };
         Ok(Connection {
             transports,
             identities,
             rings,
             proxy_regions,
             proxy_thread,
+            soft_rdma,
         })
     }
 
@@ -679,15 +697,32 @@ impl World {
             .enumerate()
             .map(|(rank, bytes)| decode_region_records(bytes, rank as u32))
             .collect::<RuntimeResult<Vec<_>>>()?;
-        let connection = self.connection.as_ref().expect("connected");
+        let connection = self.connection.as_mut().expect("connected");
         let peer_mappings = &mut self.peer_mappings;
-        let tables = build_region_tables(
+        let first_region_index = connection.proxy_regions.region_count();
+        let mut tables = build_region_tables(
             self.rank,
             &connection.transports,
             &lists,
-            connection.proxy_regions.region_count(),
+            first_region_index,
             |peer, record| peer_mappings.map(peer, &record.ipc_handle),
         )?;
+        if let Some(soft_rdma) = &mut connection.soft_rdma {
+            SoftRdma::assign_keys(
+                &connection.transports,
+                &mut tables.local,
+                &mut tables.remote,
+            );
+            let regions = soft_rdma.regions_of_exchange(
+                &connection.transports,
+                &lists,
+                first_region_index,
+                |peer, record| peer_mappings.map(peer, &record.ipc_handle),
+            )?;
+            // SAFETY: registered tensors stay alive while the World is open (the Python layer
+            // keeps them), and the peers' mappings until `tear_down`, which stops the NIC first.
+            unsafe { soft_rdma.add_regions(regions) }?;
+        }
         let deltas = peer_base_deltas(self.rank, &tables);
         for (peer, delta) in deltas.iter().enumerate() {
             if !delta.uniform && connection.transports[peer] == Transport::P2p {
@@ -715,6 +750,11 @@ impl World {
             build_endpoint_handles(self.rank, &connection.transports, &placements, &deltas);
         for handle in &mut endpoint_handles {
             handle.wait_failure_log_address = self.wait_failure_memory.device_address();
+            if let Some(soft_rdma) = &connection.soft_rdma
+                && connection.transports[handle.peer_rank as usize] == Transport::Mlx5
+            {
+                soft_rdma.fill_endpoint_handle(handle);
+            }
         }
         let region_table_memory = tables
             .remote
@@ -791,6 +831,49 @@ impl World {
         }
     }
 
+    /// The software NIC's counters (doorbells observed, WQEs executed, WQEs failed, polls), or
+    /// `None` without mlx5 peers.
+    pub fn soft_nic_statistics(&self) -> Option<[u64; 4]> {
+        let soft_rdma = self.connection.as_ref()?.soft_rdma.as_ref()?;
+        let statistics = soft_rdma.statistics();
+        Some(
+            [
+                &statistics.doorbells_observed,
+                &statistics.wqes_executed,
+                &statistics.wqes_failed,
+                &statistics.polls,
+            ]
+            .map(|counter| counter.load(Ordering::Acquire)),
+        )
+    }
+
+    /// Fails if the software NIC ended with an error of its model.
+    pub fn check_soft_nic(&self) -> RuntimeResult<()> {
+        match self.connection.as_ref().and_then(|c| c.soft_rdma.as_ref()) {
+            Some(soft_rdma) => soft_rdma.check(),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the software NIC's thread: nothing posted afterwards executes, and kernels waiting
+    /// for its completions give up at their bound (what the bounded-wait tests need). Not
+    /// collective; the World stays usable for everything else.
+    pub fn stop_soft_nic(&mut self) -> RuntimeResult<()> {
+        let rank = self.rank;
+        let soft_rdma = self
+            .connection
+            .as_mut()
+            .and_then(|connection| connection.soft_rdma.as_mut())
+            .ok_or_else(|| RuntimeError::SoftNicStopped {
+                rank,
+                reason: "this World has no software NIC (connect_all(\"rdma\") with ABOLETH_RDMA_DEVICE=soft makes one)".to_owned(),
+            })?;
+        match soft_rdma.stop() {
+            None => Ok(()),
+            Some(reason) => Err(RuntimeError::SoftNicStopped { rank, reason }),
+        }
+    }
+
     /// Device address of the wait-failure log, for kernels' bounded waits.
     pub fn wait_failure_log_address(&self) -> u64 {
         self.wait_failure_memory.device_address()
@@ -862,10 +945,14 @@ impl World {
 
     fn tear_down(&mut self) -> Vec<String> {
         let mut failures = Vec::new();
-        if let Some(mut connection) = self.connection.take()
-            && let Some(thread) = connection.proxy_thread.take()
-        {
-            failures = thread.stop();
+        if let Some(mut connection) = self.connection.take() {
+            if let Some(thread) = connection.proxy_thread.take() {
+                failures = thread.stop();
+            }
+            // Before the peers' memory is unmapped: the NIC writes into it.
+            if let Some(reason) = connection.soft_rdma.as_mut().and_then(SoftRdma::stop) {
+                failures.push(format!("the software NIC had stopped: {reason}"));
+            }
         }
         self.peer_mappings.clear();
         if let Some(bootstrap) = self.bootstrap.take() {

@@ -13,7 +13,7 @@ use aboleth_abi::mlx5::{
     rdma_write_inline,
 };
 use aboleth_nic::{Nic, NicMemory, QueuePairConfig};
-use aboleth_runtime::soft_nic::{MappedNicMemory, MappedRegion};
+use aboleth_runtime::soft_nic::{MappedNicMemory, MappedRegion, RegionBacking};
 
 mod common;
 use aboleth_sim::{Memory, MemoryKind};
@@ -42,7 +42,7 @@ struct Backing {
     words: Vec<Vec<u64>>,
 }
 
-fn build(seed: u64) -> (Memory, MappedNicMemory, Backing, Layout) {
+fn build(seed: u64, buffers_on_device: bool) -> (Memory, MappedNicMemory, Backing, Layout) {
     let mut simulated = Memory::new();
     let sq = simulated.allocate(0, u64::from(SQ_BLOCKS) * 64, MemoryKind::HostPinned, "sq");
     let dbr = simulated.allocate(0, 8, MemoryKind::HostPinned, "dbr");
@@ -88,7 +88,12 @@ fn build(seed: u64) -> (Memory, MappedNicMemory, Backing, Layout) {
             .collect(),
     };
     // SAFETY: the backing vectors outlive `mapped` in every test and are never resized.
-    let mut mapped = unsafe { common::map_regions(&mut backing.words, &ranges) };
+    let on_device: &[&str] = if buffers_on_device {
+        &["source", "destination"]
+    } else {
+        &[]
+    };
+    let mut mapped = unsafe { common::map_regions(&mut backing.words, &ranges, on_device) };
     mapped.write(0, source, &initial_source).unwrap();
     mapped.write(1, destination, &initial_destination).unwrap();
     (simulated, mapped, backing, layout)
@@ -209,8 +214,8 @@ fn without_reason(mut event: aboleth_nic::NicEvent) -> aboleth_nic::NicEvent {
     event
 }
 
-fn run_stream(seed: u64) -> usize {
-    let (mut simulated, mut mapped, _backing, layout) = build(seed);
+fn run_stream(seed: u64, buffers_on_device: bool) -> usize {
+    let (mut simulated, mut mapped, _backing, layout) = build(seed, buffers_on_device);
     let (mut simulated_nic, mut mapped_nic) = (Nic::new(), Nic::new());
     simulated_nic
         .create_queue_pair(&mut simulated, queue_pair(&layout))
@@ -268,13 +273,21 @@ fn run_stream(seed: u64) -> usize {
 
 #[test]
 fn the_software_nics_memory_and_the_simulators_agree_on_random_wqe_streams() {
-    let steps: usize = (0..40).map(run_stream).sum();
+    let steps: usize = (0..40).map(|seed| run_stream(seed, false)).sum();
+    assert!(steps > 400, "the streams executed only {steps} steps");
+}
+
+/// The same streams with the buffers in "GPU memory" (heap words behind a `DeviceAccess`): the
+/// gathers go through `DeviceAccess::copy`, the atomics through the compare-and-swap loop.
+#[test]
+fn the_device_paths_agree_with_the_simulator_on_random_wqe_streams() {
+    let steps: usize = (0..40).map(|seed| run_stream(seed, true)).sum();
     assert!(steps > 400, "the streams executed only {steps} steps");
 }
 
 #[test]
 fn an_unmapped_access_a_wrong_key_and_a_misaligned_mapping_are_refused_by_name() {
-    let (_simulated, mapped, _backing, layout) = build(1);
+    let (_simulated, mapped, _backing, layout) = build(1, false);
     let error = NicMemory::read(&mapped, 1, layout.destination + BUFFER_BYTES - 4, 8).unwrap_err();
     assert!(
         error.message.contains("rank 1") && error.message.contains("destination"),
@@ -290,7 +303,9 @@ fn an_unmapped_access_a_wrong_key_and_a_misaligned_mapping_are_refused_by_name()
         address: 0x1000,
         length_bytes: 16,
         // One byte in: an aligned address would map to an unaligned host address.
-        pointer: words.as_mut_ptr().cast::<u8>().wrapping_add(1),
+        backing: RegionBacking::Host {
+            pointer: words.as_mut_ptr().cast::<u8>().wrapping_add(1),
+        },
         lkey: None,
         rkey: None,
         name: "shifted".to_owned(),

@@ -54,8 +54,8 @@ fn memories(backing: &mut [Vec<u64>]) -> (MappedNicMemory, MappedNicMemory) {
     // slots before the UAR release store) or words accessed whole.
     unsafe {
         (
-            common::map_regions(backing, &ranges),
-            common::map_regions(backing, &ranges),
+            common::map_regions(backing, &ranges, &[]),
+            common::map_regions(backing, &ranges, &[]),
         )
     }
 }

@@ -1,8 +1,9 @@
 //! Choosing how this rank reaches each peer ([`choose_transports`], from the gathered
 //! [`PeerIdentity`] records and what the driver says about peer access), and the transports'
-//! own modules: [`p2p`] (peer memory through CUDA IPC) and [`proxy`] (host-pinned command rings
-//! executed by a host thread with the copy engine). RDMA is only detected here
-//! ([`rdma_devices`]): without an mlx5 device it is refused with the reason.
+//! own modules: [`p2p`] (peer memory through CUDA IPC), [`proxy`] (host-pinned command rings
+//! executed by a host thread with the copy engine) and [`soft_rdma`] (mlx5 queues executed by the
+//! software NIC, when [`SOFT_NIC_ENVIRONMENT_VARIABLE`]`=soft`). RDMA devices are only detected
+//! here ([`rdma_devices`]): on a real NIC, rdma is refused with the reason.
 //!
 //! Transports are chosen per direction: the transport to a peer says how this rank writes into
 //! the peer's memory; the peer may choose differently for the way back. This module maps and
@@ -10,6 +11,7 @@
 
 pub mod p2p;
 pub mod proxy;
+pub mod soft_rdma;
 
 use std::path::Path;
 
@@ -94,6 +96,10 @@ pub fn choose_transports(
     rdma_devices: &RdmaDevices,
 ) -> RuntimeResult<Vec<Transport>> {
     let choice = match request {
+        // The software NIC runs the mlx5 transport between processes of one host.
+        TransportRequest::Only(Transport::Mlx5) if rdma_devices.software_nic => {
+            Some(Transport::Mlx5)
+        }
         TransportRequest::Only(transport) if !transport.has_runtime() => {
             return Err(rdma_devices.unavailable_error());
         }
@@ -116,8 +122,16 @@ pub fn choose_transports(
         }
         let wanted = match choice {
             Some(Transport::P2p) => Transport::P2p,
+            Some(Transport::Mlx5) => Transport::Mlx5,
             _ => Transport::Proxy,
         };
+        if wanted == Transport::Mlx5 && !own.same_host(peer) {
+            let reason = format!(
+                "it runs on another host ({}, this rank on {}), and the software NIC ({SOFT_NIC_ENVIRONMENT_VARIABLE}=soft) reaches peers of its own host only, through CUDA IPC; a NIC between hosts needs an mlx5 device",
+                peer.host, own.host
+            );
+            return Err(unreachable(peer, wanted, reason));
+        }
         if !own.same_host(peer) {
             let reason = format!(
                 "it runs on another host ({}, this rank on {}); only the rdma transport crosses hosts, and {}",
@@ -130,6 +144,11 @@ pub fn choose_transports(
         if own.same_process(peer) {
             let reason = "both ranks run in one process, and CUDA IPC shares memory only between processes; start one process per rank".to_owned();
             return Err(unreachable(peer, wanted, reason));
+        }
+        if wanted == Transport::Mlx5 {
+            // The software NIC copies with the copy engine, which needs no peer access.
+            transports.push(Transport::Mlx5);
+            continue;
         }
         let access = peer_access(peer);
         let transport = match (choice, access) {
@@ -175,7 +194,14 @@ pub struct RdmaDevices {
     pub sysfs_directory: String,
     /// Device names (`mlx5_0`, `rxe0`, ...); `None` when the directory does not exist.
     pub names: Option<Vec<String>>,
+    /// Whether the environment asks for the software NIC
+    /// ([`SOFT_NIC_ENVIRONMENT_VARIABLE`]`=soft`): `"rdma"` then runs mlx5 over it.
+    pub software_nic: bool,
 }
+
+/// The environment variable that selects the RDMA device: `soft` runs the mlx5 transport over the
+/// software NIC (`crate::soft_nic`) between processes of one host.
+pub const SOFT_NIC_ENVIRONMENT_VARIABLE: &str = "ABOLETH_RDMA_DEVICE";
 
 impl RdmaDevices {
     /// The error `connect_all("rdma")` gives on this machine: no device, no mlx5 device, or (with
@@ -203,14 +229,29 @@ impl RdmaDevices {
                     .join(", ")
             ),
         };
+        let reason = format!(
+            "{reason} (on one host, {SOFT_NIC_ENVIRONMENT_VARIABLE}=soft runs it over the software NIC)"
+        );
         RuntimeError::RdmaUnavailable { reason }
     }
 }
 
 /// Lists `/sys/class/infiniband`, where the kernel shows every RDMA device (what
 /// `ibv_get_device_list` reads), without loading libibverbs.
-pub fn rdma_devices() -> RdmaDevices {
-    rdma_devices_in(Path::new("/sys/class/infiniband"))
+pub fn rdma_devices() -> RuntimeResult<RdmaDevices> {
+    let mut devices = rdma_devices_in(Path::new("/sys/class/infiniband"));
+    devices.software_nic = match std::env::var(SOFT_NIC_ENVIRONMENT_VARIABLE) {
+        Err(_) => false,
+        Ok(value) if value.trim() == "soft" => true,
+        Ok(value) => {
+            return Err(RuntimeError::InvalidEnvironment {
+                variable: SOFT_NIC_ENVIRONMENT_VARIABLE,
+                value,
+                expected: "soft (the software NIC), or unset",
+            });
+        }
+    };
+    Ok(devices)
 }
 
 /// [`rdma_devices`] over another directory (tests).
@@ -226,6 +267,7 @@ pub fn rdma_devices_in(directory: &Path) -> RdmaDevices {
     RdmaDevices {
         sysfs_directory: directory.display().to_string(),
         names,
+        software_nic: false,
     }
 }
 
@@ -249,6 +291,7 @@ mod tests {
         RdmaDevices {
             sysfs_directory: "/sys/class/infiniband".into(),
             names: None,
+            software_nic: false,
         }
     }
 
@@ -381,6 +424,48 @@ mod tests {
         assert_eq!(
             TransportRequest::parse("auto").unwrap(),
             TransportRequest::Auto
+        );
+    }
+
+    #[test]
+    fn the_software_nic_serves_rdma_between_processes_of_one_host_only() {
+        let software = RdmaDevices {
+            software_nic: true,
+            ..no_rdma()
+        };
+        let message = no_rdma().unavailable_error().to_string();
+        assert!(message.contains("ABOLETH_RDMA_DEVICE=soft"), "{message}");
+        let identities = [identity(0, "a", 10), identity(1, "a", 11)];
+        let rdma = TransportRequest::Only(Transport::Mlx5);
+        // No peer access is needed: the copy engine moves the payloads.
+        let transports =
+            choose_transports(rdma, 0, &identities, |_| PeerAccess::No, &software).unwrap();
+        assert_eq!(transports, [Transport::P2p, Transport::Mlx5]);
+        // Auto never picks it: rdma must be asked for.
+        let transports = choose_transports(
+            TransportRequest::Auto,
+            0,
+            &identities,
+            |_| PeerAccess::Yes,
+            &software,
+        )
+        .unwrap();
+        assert_eq!(transports, [Transport::P2p, Transport::P2p]);
+        let elsewhere = [identity(0, "a", 10), identity(1, "b", 11)];
+        let error =
+            choose_transports(rdma, 0, &elsewhere, |_| PeerAccess::Yes, &software).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("reaches peers of its own host only"),
+            "{error}"
+        );
+        let one_process = [identity(0, "a", 10), identity(1, "a", 10)];
+        let error =
+            choose_transports(rdma, 0, &one_process, |_| PeerAccess::Yes, &software).unwrap_err();
+        assert!(
+            error.to_string().contains("one process per rank"),
+            "{error}"
         );
     }
 }
