@@ -312,8 +312,9 @@ class World:
         """
     def soft_nic_statistics(self, /) -> dict[str, int] | None:
         """
-        The software NIC's counters (`doorbells_observed`, `wqes_executed`, `wqes_failed`,
-        `polls`), or None when no peer is reached over rdma with the software NIC.
+        The software NIC's counters (`doorbells_observed`, `host_doorbells_rung`,
+        `wqes_executed`, `wqes_failed`, `polls`), or None when no peer is reached over rdma with
+        the software NIC.
         """
     def stop_soft_nic(self, /) -> None:
         """

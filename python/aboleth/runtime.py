@@ -419,7 +419,9 @@ class World:
     def soft_nic_statistics(self) -> Optional[Dict[str, int]]:
         """The software NIC's counters since it started (``connect_all("rdma")`` with
         ``ABOLETH_RDMA_DEVICE=soft``): ``doorbells_observed`` (UAR stores it saw: at most the
-        doorbells rung, two rung between two of its polls count once), ``wqes_executed``,
+        doorbells rung, two rung between two of its polls count once), ``host_doorbells_rung``
+        (on the staged path, ``ABOLETH_SOFT_NIC_DOORBELL=host``: doorbell-record changes it saw
+        and rang for the GPU), ``wqes_executed``,
         ``wqes_failed`` (each wrote an error CQE and stopped its queue pair) and ``polls``;
         ``None`` without a software NIC."""
         statistics = self._world.soft_nic_statistics()

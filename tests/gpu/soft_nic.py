@@ -17,12 +17,25 @@ Steps, each rank:
    at most the doorbells rung, since two stores between two polls are seen as one; WQEs
    executed; WQEs failed). Passes: every launch correct, no WQE failed, and with the passes on
    the NIC observes at most the one doorbell per launch the stage counted.
-2. ``nic_stopped``: rank 0 stops its NIC thread (``World.stop_soft_nic``), then both ranks launch
+2. ``immediate``: ``counted_chains`` (16 puts of 256 B, each followed by ``add 1`` on the
+   peer's counter for this rank: a small constant, so with ``immediate_signals=True`` each
+   signal rides on its put as an RDMA write with immediate, which the peer's NIC delivers into
+   this rank's receive CQ and this rank's wait applies), compiled with and without immediate
+   signals, 10 launches each on a fresh counter, checked bit-exact (slices, and the counter at
+   16 per launch). Passes: every launch correct, and with immediates the stage writes and the
+   NIC executes 16 WQEs per launch, without them 32.
+3. ``nic_stopped``: rank 0 stops its NIC thread (``World.stop_soft_nic``), then both ranks launch
    the seed's all-to-all (examples/triton/alltoall.py). Rank 0's put and signal are never
    executed, so rank 1's wait for rank 0's flag must give up at the bound and ``check_waits``
    name rank 1, the flag and the epoch; rank 0's wait for its signal's completion must give up
    too (naming the completion wait on its queue to rank 1). Both kernels must end within a few
    bounds.
+
+``ABOLETH_SOFT_NIC_CQ=ring`` runs it all with a CQ ring of 1024 CQEs (owner bits, the generated
+code following it in the management block) instead of the collapsed CQ, and
+``ABOLETH_SOFT_NIC_DOORBELL=host`` on the staged path (``ENDPOINT_FLAG_HOST_RINGS_DOORBELL``: the
+GPU stores only the doorbell record, the NIC thread rings; the handle has no UAR address), where
+``host_doorbells_rung`` counts instead of ``doorbells_observed``.
 
 Writes OUT_DIR/soft_nic-rank{R}.json; exit status 0 when every step passed on this rank.
 """
@@ -38,8 +51,11 @@ import traceback
 from typing import Any, Dict, List
 
 import torch
+import triton
+import triton.language as tl
 
 import aboleth
+import aboleth.language as ab
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "experiments", "bench"))
@@ -51,6 +67,28 @@ from kernels import stream_chains  # noqa: E402
 CHAINS = 16
 BYTES_PER_CHAIN = 256
 LAUNCHES = 10
+#: The soft QPs' modes (transport/soft_rdma.rs): a CQ ring instead of the collapsed CQ, and the
+#: staged path (the GPU stores only the doorbell record; the NIC thread rings).
+CQ_MODE = os.environ.get("ABOLETH_SOFT_NIC_CQ", "collapsed")
+DOORBELL_MODE = os.environ.get("ABOLETH_SOFT_NIC_DOORBELL", "gpu")
+STAGED = DOORBELL_MODE == "host"
+
+
+@triton.jit(do_not_specialize=["launch"])
+def counted_chains(endpoints, recv, counters, send, send_key, my_counters, launch, BYTES: tl.constexpr,
+                   RANK: tl.constexpr, CHAINS: tl.constexpr):
+    """CHAINS puts to the other of two ranks, each followed by ``add 1`` on the peer's counter for
+    this rank, then the wait for CHAINS per launch from the peer and the last completion."""
+    peer = 1 - RANK
+    ep = ab.endpoint(endpoints, peer)
+    dst = ab.remote(recv, peer)
+    counter = ab.remote(counters, peer, tl.int64)
+    src = send.to(tl.pointer_type(tl.int8))
+    for chain in range(CHAINS):
+        t = ab.put(ep, dst.at((RANK * CHAINS + chain) * BYTES), src + chain * BYTES, BYTES, source_key=send_key)
+        ab.signal(ep, counter.at(RANK), 1, op="add", after=t)
+    ab.wait_signal(my_counters + peer, CHAINS * launch)
+    ab.drain(ep)
 
 
 def pattern(source: int, destination: int, length: int) -> torch.Tensor:
@@ -109,21 +147,78 @@ def streams(world: Any, rank: int, n: int, epoch: int) -> Dict[str, Any]:
         summary = getattr(compiled.metadata, "aboleth", None)
         counts = (json.loads(summary) if isinstance(summary, str) else summary or {}).get("counts", {})
         per_launch = {name: (after[name] - before[name]) / LAUNCHES
-                      for name in ("doorbells_observed", "wqes_executed", "wqes_failed")}
+                      for name in ("doorbells_observed", "host_doorbells_rung", "wqes_executed", "wqes_failed")}
         result[variant] = {"static": {name: counts.get(name) for name in
                                       ("wqes", "doorbells", "doorbell_record_updates", "completions_requested")},
                            "nic_per_launch": per_launch}
         if per_launch["wqes_failed"] != 0:
             errors.append(f"{variant}: {per_launch['wqes_failed']} WQEs failed per launch")
     on = result["passes-on"]
+    # On the staged path the GPU stores no doorbell: the NIC thread rings on the record.
+    rung, not_rung = (("host_doorbells_rung", "doorbells_observed") if STAGED
+                      else ("doorbells_observed", "host_doorbells_rung"))
     result["one_doorbell_per_batch"] = (on["static"]["doorbells"] == 1
-                                        and 0 < on["nic_per_launch"]["doorbells_observed"] <= 1)
+                                        and 0 < on["nic_per_launch"][rung] <= 1
+                                        and on["nic_per_launch"][not_rung] == 0)
     if not result["one_doorbell_per_batch"]:
-        errors.append(f"passes-on: stage doorbells {on['static']['doorbells']}, NIC observed "
-                      f"{on['nic_per_launch']['doorbells_observed']} per launch; expected 1")
+        errors.append(f"passes-on: stage doorbells {on['static']['doorbells']}, NIC {on['nic_per_launch']} per "
+                      f"launch; expected 1 {rung} and no {not_rung}")
     result["errors"] = errors
     result["passed"] = not errors
     result["next_epoch"] = epoch
+    return result
+
+
+def immediate(world: Any, rank: int, n: int) -> Dict[str, Any]:
+    peer = 1 - rank
+    capacity = CHAINS * BYTES_PER_CHAIN
+    result: Dict[str, Any] = {"chains": CHAINS, "bytes_per_chain": BYTES_PER_CHAIN, "launches": LAUNCHES}
+    errors: List[str] = []
+    for variant, immediate_signals in (("immediate-signals", True), ("atomic-signals", False)):
+        buf = torch.zeros(2 * n * capacity + 8 * n, dtype=torch.uint8, device="cuda")
+        reg = world.register(buf)
+        table = world.exchange_regions({
+            "send": world.region("send", reg, offset=0, length=n * capacity),
+            "recv": world.region("recv", reg, offset=n * capacity, length=n * capacity),
+            "counters": world.region("counters", reg, offset=2 * n * capacity, length=8 * n),
+        })
+        send, recv_all = table.local("send"), buf[n * capacity:2 * n * capacity]
+        my_counters = buf[2 * n * capacity:].view(torch.int64)
+        buf[:capacity].copy_(pattern(rank, peer, capacity))
+        before, compiled = None, None
+        for launch in range(1, LAUNCHES + 2):  # the first launch compiles; it is not counted
+            recv_all.fill_(launch & 0xFF)
+            torch.cuda.synchronize()
+            world.barrier()
+            if launch == 2:
+                before = counters(world)
+            with world.compilation(immediate_signals=immediate_signals):
+                compiled = counted_chains[(1,)](table.endpoint_handles.view(torch.int64), table.regions("recv"),
+                                                table.regions("counters"), send.address, send.lkey, my_counters,
+                                                launch, BYTES=BYTES_PER_CHAIN, RANK=rank, CHAINS=CHAINS)
+            torch.cuda.synchronize()
+            world.check_waits()
+            if not torch.equal(recv_all[peer * capacity:(peer + 1) * capacity], pattern(peer, rank, capacity)):
+                errors.append(f"{variant} launch {launch}: the peer's data differs")
+            seen = int(my_counters[peer].item())
+            if seen != CHAINS * launch:
+                errors.append(f"{variant} launch {launch}: counter {seen}, expected {CHAINS * launch}")
+        world.barrier()
+        after = counters(world)
+        summary = getattr(compiled.metadata, "aboleth", None)
+        counts = (json.loads(summary) if isinstance(summary, str) else summary or {}).get("counts", {})
+        per_launch = {name: (after[name] - before[name]) / LAUNCHES
+                      for name in ("doorbells_observed", "host_doorbells_rung", "wqes_executed", "wqes_failed")}
+        result[variant] = {"static": {name: counts.get(name) for name in ("wqes", "doorbells")},
+                           "nic_per_launch": per_launch}
+        expected_wqes = CHAINS if immediate_signals else 2 * CHAINS
+        if counts.get("wqes") != expected_wqes or per_launch["wqes_executed"] != expected_wqes:
+            errors.append(f"{variant}: stage WQEs {counts.get('wqes')}, NIC executed "
+                          f"{per_launch['wqes_executed']} per launch; expected {expected_wqes}")
+        if per_launch["wqes_failed"] != 0:
+            errors.append(f"{variant}: {per_launch['wqes_failed']} WQEs failed per launch")
+    result["errors"] = errors
+    result["passed"] = not errors
     return result
 
 
@@ -175,7 +270,8 @@ def main() -> int:
     rank, n = boot.rank, boot.world_size
     report: Dict[str, Any] = {"rank": rank, "device": torch.cuda.get_device_name(),
                               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                              "timeout_ms": os.environ.get("ABOLETH_WAIT_TIMEOUT_MS"), "steps": {}, "passed": False}
+                              "timeout_ms": os.environ.get("ABOLETH_WAIT_TIMEOUT_MS"), "cq": CQ_MODE,
+                              "doorbell": DOORBELL_MODE, "steps": {}, "passed": False}
     try:
         if n != 2:
             raise SystemExit("soft_nic.py runs on exactly 2 ranks (each streams to the other)")
@@ -184,6 +280,8 @@ def main() -> int:
         report["compilation_target"] = world.compilation_target()
         report["steps"]["streams"] = streams(world, rank, n, epoch=1)
         print(f"rank {rank} streams: {json.dumps(report['steps']['streams'])}", flush=True)
+        report["steps"]["immediate"] = immediate(world, rank, n)
+        print(f"rank {rank} immediate: {json.dumps(report['steps']['immediate'])}", flush=True)
         report["steps"]["nic_stopped"] = nic_stopped(world, rank, n, report["steps"]["streams"]["next_epoch"])
         print(f"rank {rank} nic_stopped: {json.dumps(report['steps']['nic_stopped'])}", flush=True)
         report["nic_counters_at_end"] = world.soft_nic_statistics()

@@ -68,9 +68,10 @@ pub const WAIT_KIND_POST_LOCK: u32 = 4;
 /// (`REGION_FLAG_PACKET_SLOTS` clear), so it stored and read nothing and gave up at once.
 pub const WAIT_KIND_PACKET_SLOTS_MISSING: u32 = 5;
 /// Not a wait: an mlx5 endpoint handle (at `flag_address`, to `peer_rank`) asks for what the
-/// generated code does not do yet: `expected_value` is its `cq_collapsed` (the code polls a
-/// collapsed CQ, 1) and `observed_value` its `flags` (`ENDPOINT_FLAG_HOST_RINGS_DOORBELL`: the
-/// code rings the doorbell itself). The program gave up before posting anything.
+/// generated code does not do: `expected_value` is its `cq_collapsed` and `observed_value` its
+/// `cqe_count`. Triton kernels poll a collapsed CQ (1) or a CQ ring (0) of a power-of-two
+/// `cqe_count`; the tier-1 CUDA library a collapsed CQ only, with the GPU ringing the doorbell
+/// (no `ENDPOINT_FLAG_HOST_RINGS_DOORBELL`). The program gave up before posting anything.
 pub const WAIT_KIND_UNSUPPORTED_ENDPOINT: u32 = 6;
 /// Not a wait: a packet put to `peer_rank` it cannot send, so it sent nothing and gave up at
 /// once: its flag (`flag_address`) is not an aligned word of the flag region, its value's low 32

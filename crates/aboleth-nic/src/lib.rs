@@ -104,6 +104,26 @@ pub struct ReceiveCqConfig {
     pub cqe_count: u32,
     /// The CQ doorbell record: the consumer index (SET_CI, big-endian, 24 bits) at +0.
     pub doorbell_record_address: u64,
+    /// For a CQ that several NICs write (the software NIC: each process runs the requester side
+    /// of its own QPs, so every peer's NIC delivers into this rank's CQ): an 8-byte word of the
+    /// rank counting the CQEs produced, each CQE's number taken with an atomic add on it. The
+    /// CQ's owner initialized the CQ, and [`Nic::create_receive_cq`] then writes nothing. `None`
+    /// (the simulator): this NIC is the CQ's only writer and counts in itself.
+    pub shared_producer_counter_address: Option<u64>,
+}
+
+/// The responder half of a peer's QP whose send side another NIC runs (the software NIC's peer
+/// processes): what a write with immediate arriving on it needs. It never executes WQEs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteResponderConfig {
+    /// The rank owning the QP (the responder).
+    pub rank: u32,
+    /// The rank at the other end: the requester whose QP this NIC runs.
+    pub peer_rank: u32,
+    /// The responder QP's number.
+    pub qpn: u32,
+    /// Its receive queue.
+    pub receive: ReceiveQueueConfig,
 }
 
 #[derive(Clone, Debug)]
@@ -879,6 +899,8 @@ impl QueuePair {
 pub struct Nic {
     queue_pairs: BTreeMap<(u32, u32), QueuePair>,
     receive_cqs: BTreeMap<u32, ReceiveCq>,
+    /// The QPs of `queue_pairs` that are [`Nic::create_remote_responder`]'s.
+    remote_responders: std::collections::BTreeSet<(u32, u32)>,
 }
 
 impl Nic {
@@ -973,6 +995,13 @@ impl Nic {
             } => (qpn, producer_index),
             DecodedUarDoorbell::LastWqeControl { wqe_index, qpn, .. } => (qpn, wqe_index),
         };
+        if self.remote_responders.contains(&(rank, qpn)) {
+            return Err(NicError::InvalidConfig {
+                rank,
+                qpn,
+                reason: "a doorbell names the responder half of a QP another NIC runs".to_owned(),
+            });
+        }
         let queue_pair = self
             .queue_pairs
             .get_mut(&(rank, qpn))
@@ -996,17 +1025,24 @@ impl Nic {
                 reason: format!("receive CQ size {} is not a power of two", config.cqe_count),
             });
         }
-        let invalid_cqes = Cqe64::invalid()
-            .to_bytes()
-            .repeat(config.cqe_count as usize);
-        memory
-            .write(config.rank, config.buffer_address, &invalid_cqes)
-            .map_err(|source| NicError::QueueMemory {
-                rank: config.rank,
-                qpn: 0,
-                structure: "receive CQ",
-                source,
-            })?;
+        let memory_error = |source| NicError::QueueMemory {
+            rank: config.rank,
+            qpn: 0,
+            structure: "receive CQ",
+            source,
+        };
+        if let Some(counter) = config.shared_producer_counter_address {
+            memory
+                .check_mapped(config.rank, counter, 8)
+                .map_err(memory_error)?;
+        } else {
+            let invalid_cqes = Cqe64::invalid()
+                .to_bytes()
+                .repeat(config.cqe_count as usize);
+            memory
+                .write(config.rank, config.buffer_address, &invalid_cqes)
+                .map_err(memory_error)?;
+        }
         self.receive_cqs.insert(
             config.rank,
             ReceiveCq {
@@ -1014,6 +1050,63 @@ impl Nic {
                 produced: 0,
             },
         );
+        Ok(())
+    }
+
+    /// Adds the responder half of a peer's QP that another NIC runs ([`RemoteResponderConfig`]),
+    /// so that this NIC's QP to that peer can deliver writes with immediate into it. It has no
+    /// send side: it is never runnable and a doorbell naming it is refused.
+    pub fn create_remote_responder(
+        &mut self,
+        memory: &mut impl NicMemory,
+        config: RemoteResponderConfig,
+    ) -> Result<(), NicError> {
+        let (rank, qpn) = (config.rank, config.qpn);
+        if self.queue_pairs.contains_key(&(rank, qpn)) {
+            return Err(NicError::DuplicateQueuePair { rank, qpn });
+        }
+        if !config.receive.wqe_count.is_power_of_two() {
+            return Err(NicError::InvalidConfig {
+                rank,
+                qpn,
+                reason: format!(
+                    "receive queue size {} is not a power of two",
+                    config.receive.wqe_count
+                ),
+            });
+        }
+        let queue_pair = QueuePair {
+            config: QueuePairConfig {
+                rank,
+                peer_rank: config.peer_rank,
+                qpn,
+                sq_buffer_address: 0,
+                sq_basic_block_count: 1,
+                doorbell_record_address: 0,
+                cq_buffer_address: 0,
+                cqe_count: 1,
+                cq_collapsed: true,
+                receive: Some(config.receive),
+            },
+            doorbell_pending: false,
+            doorbells_rung: 0,
+            last_doorbell_index: None,
+            producer_index_seen: 0,
+            next_basic_block: 0,
+            wqes_executed: 0,
+            completions_written: 0,
+            state: QueuePairState::Ready,
+            last_cqe: None,
+            receives_consumed: 0,
+        };
+        let receive_bytes = u64::from(config.receive.wqe_count)
+            * aboleth_abi::mlx5::receive::RECEIVE_WQE_BYTES as u64;
+        memory
+            .check_mapped(rank, config.receive.buffer_address, receive_bytes)
+            .and_then(|()| memory.check_mapped(rank, config.receive.doorbell_record_address, 4))
+            .map_err(queue_pair.memory_error("receive queue"))?;
+        self.queue_pairs.insert((rank, qpn), queue_pair);
+        self.remote_responders.insert((rank, qpn));
         Ok(())
     }
 
@@ -1130,33 +1223,37 @@ impl Nic {
             structure: "receive CQ",
             source,
         };
+        // The CQE's number: this NIC's own count, or one taken from the count the writers share.
+        let number = match cq.config.shared_producer_counter_address {
+            None => cq.produced,
+            Some(counter) => memory
+                .atomic_update_u64(responder.0, counter, &|count| count.wrapping_add(1))
+                .map_err(memory_error)?,
+        };
         let word = memory
             .read(responder.0, cq.config.doorbell_record_address, 4)
             .map_err(memory_error)?;
         let consumer_low = u32::from_be_bytes(word.try_into().expect("4 bytes")) & 0x00ff_ffff;
         // The consumer index is the CQ owner's word: a garbage value is an error, not a panic.
-        let behind = u64::from((cq.produced as u32).wrapping_sub(consumer_low) & 0x00ff_ffff);
-        let Some(consumer) = cq.produced.checked_sub(behind) else {
+        let behind = u64::from((number as u32).wrapping_sub(consumer_low) & 0x00ff_ffff);
+        let Some(consumer) = number.checked_sub(behind) else {
             return Err(NicError::InvalidConfig {
                 rank: responder.0,
                 qpn: responder.1,
                 reason: format!(
-                    "receive CQ consumer index {consumer_low:#x} is ahead of the {} CQEs produced",
-                    cq.produced
+                    "receive CQ consumer index {consumer_low:#x} is ahead of the {number} CQEs produced"
                 ),
             });
         };
-        if cq.produced - consumer >= u64::from(cq.config.cqe_count) {
+        if number - consumer >= u64::from(cq.config.cqe_count) {
             return Err(NicError::InvalidConfig {
                 rank: responder.0,
                 qpn: responder.1,
                 reason: format!(
-                    "receive CQ overrun: CQE {} would overwrite one the consumer (at {consumer}) has not read",
-                    cq.produced
+                    "receive CQ overrun: CQE {number} would overwrite one the consumer (at {consumer}) has not read"
                 ),
             });
         }
-        let number = cq.produced;
         let cqe_slot = (number % u64::from(cq.config.cqe_count)) as u32;
         let owner = cqe_owner_for_index(number as u32, cq.config.cqe_count);
         let cqe = Cqe64::responder_write_immediate(
@@ -1173,7 +1270,7 @@ impl Nic {
                 &cqe.to_bytes(),
             )
             .map_err(memory_error)?;
-        cq.produced += 1;
+        cq.produced = number + 1;
         Ok((responder.0, number))
     }
 

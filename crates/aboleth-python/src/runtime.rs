@@ -538,12 +538,15 @@ impl PyWorld {
             .collect()
     }
 
-    /// The software NIC's counters (`doorbells_observed`, `wqes_executed`, `wqes_failed`,
-    /// `polls`), or None when no peer is reached over rdma with the software NIC.
+    /// The software NIC's counters (`doorbells_observed`, `host_doorbells_rung`,
+    /// `wqes_executed`, `wqes_failed`, `polls`), or None when no peer is reached over rdma with
+    /// the software NIC.
     fn soft_nic_statistics(&self) -> Option<BTreeMap<&'static str, u64>> {
-        let [doorbells, executed, failed, polls] = lock(&self.inner).soft_nic_statistics()?;
+        let [doorbells, host_doorbells, executed, failed, polls] =
+            lock(&self.inner).soft_nic_statistics()?;
         Some(BTreeMap::from([
             ("doorbells_observed", doorbells),
+            ("host_doorbells_rung", host_doorbells),
             ("wqes_executed", executed),
             ("wqes_failed", failed),
             ("polls", polls),

@@ -22,10 +22,13 @@
 //! aligned host addresses (`add_region` refuses others). Regions of one rank may overlap (two
 //! registered regions of one buffer) only where they translate alike.
 //!
+//! A write of whole words to GPU memory also lands its last word last (two copies).
+//!
 //! [`SoftNic`] is the NIC over that memory: each QP has a UAR word in mapped memory that the
 //! producer (a GPU thread, or a host thread for the staged path) stores its doorbell to; a poll
 //! ([`SoftNic::poll`]) turns every UAR word that changed into a doorbell of the `aboleth-nic`
-//! model, then runs each QP with work, in turn, until none has. [`SoftNicThread`] polls on a
+//! model (on the staged path, [`DoorbellSource::HostRings`], a changed doorbell record: the
+//! thread then plays the host thread that rings), then runs each QP with work, in turn, until none has. [`SoftNicThread`] polls on a
 //! thread of its own until stopped, publishing [`SoftNicStatistics`] in atomics. Two doorbells
 //! stored between two polls are seen as one (the later names the higher producer index and the
 //! doorbell record is what the model executes up to), so `doorbells_observed` counts at most the
@@ -38,7 +41,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use aboleth_abi::mlx5::{DecodedUarDoorbell, UarDoorbell};
+use aboleth_abi::mlx5::{DecodedUarDoorbell, DoorbellRecord, UarDoorbell};
 use aboleth_nic::{Nic, NicError, NicMemory, NicMemoryError, QueuePairConfig, WqeOutcome};
 
 /// Where a region's first byte is in this process.
@@ -346,10 +349,20 @@ impl NicMemory for MappedNicMemory {
             // SAFETY: as in `read`.
             RegionBacking::Host { pointer } => unsafe { pointer.add(offset) },
             RegionBacking::Device { .. } => {
-                return self
-                    .device()
-                    .write(region.backing.at(offset as u64), bytes)
-                    .map_err(Self::device_error(rank, region, "a write", address));
+                // As on host memory, a write of whole words lands its last word last (a second
+                // copy, after the first has completed): a GPU polling a CQE's owner byte, its
+                // last, then sees the whole CQE.
+                let target = region.backing.at(offset as u64);
+                let failed = Self::device_error(rank, region, "a write", address);
+                let device = self.device();
+                if bytes.len() > 8 && bytes.len().is_multiple_of(8) {
+                    let (head, last) = bytes.split_at(bytes.len() - 8);
+                    device.write(target, head).map_err(&failed)?;
+                    return device
+                        .write(target + head.len() as u64, last)
+                        .map_err(&failed);
+                }
+                return device.write(target, bytes).map_err(failed);
             }
         };
         // An aligned write of whole words ends with a release store of its last word: a CQE's
@@ -476,6 +489,9 @@ impl NicMemory for MappedNicMemory {
 pub struct SoftNicStatistics {
     /// UAR stores seen (at most the doorbells rung: see the module documentation).
     pub doorbells_observed: AtomicU64,
+    /// Doorbells the host rang for staged QPs ([`DoorbellSource::HostRings`]): doorbell-record
+    /// changes seen (at most the records stored, as for UAR stores).
+    pub host_doorbells_rung: AtomicU64,
     /// WQEs executed successfully.
     pub wqes_executed: AtomicU64,
     /// WQEs that failed (each wrote an error CQE and stopped its QP).
@@ -484,12 +500,25 @@ pub struct SoftNicStatistics {
     pub polls: AtomicU64,
 }
 
-/// A QP's UAR word and the last value seen in it.
+/// Who rings a QP's doorbell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoorbellSource {
+    /// The producer stores doorbells to the 8-byte UAR word at this address of the QP's rank.
+    Uar(u64),
+    /// The staged path (`ENDPOINT_FLAG_HOST_RINGS_DOORBELL`): the producer only stores the
+    /// doorbell record, and the host (this NIC's thread, standing in for the host thread that
+    /// would store to a ConnectX's UAR) rings when it sees the record change.
+    HostRings,
+}
+
+/// A word that rings a QP's doorbell when it changes (its UAR word, or on the staged path its
+/// doorbell record), and the last value seen in it.
 #[derive(Debug)]
 struct WatchedUar {
     rank: u32,
     qpn: u32,
     address: u64,
+    host_rings: bool,
     last_value: [u8; 8],
 }
 
@@ -523,13 +552,18 @@ impl SoftNic {
         }
     }
 
-    /// Creates a QP whose doorbells are stored to the 8-byte word at `uar_address` of
-    /// `config.rank` (mapped memory); its current value is not a doorbell.
+    /// Creates a QP whose doorbells come from `doorbell` (its UAR word in mapped memory of
+    /// `config.rank`, or the host watching its doorbell record); the word's current value is
+    /// not a doorbell.
     pub fn create_queue_pair(
         &mut self,
         config: QueuePairConfig,
-        uar_address: u64,
+        doorbell: DoorbellSource,
     ) -> Result<(), NicError> {
+        let (uar_address, host_rings) = match doorbell {
+            DoorbellSource::Uar(address) => (address, false),
+            DoorbellSource::HostRings => (config.doorbell_record_address, true),
+        };
         if self
             .uars
             .iter()
@@ -550,6 +584,7 @@ impl SoftNic {
             rank: config.rank,
             qpn: config.qpn,
             address: uar_address,
+            host_rings,
             last_value: value.try_into().expect("8 bytes"),
         });
         Ok(())
@@ -568,6 +603,12 @@ impl SoftNic {
     /// The memory it works on.
     pub fn memory(&self) -> &MappedNicMemory {
         &self.memory
+    }
+
+    /// The model, to create QPs' remote responder halves and receive CQs
+    /// ([`Nic::create_remote_responder`], [`Nic::create_receive_cq`]) over this NIC's memory.
+    pub fn nic_and_memory(&mut self) -> (&mut Nic, &mut MappedNicMemory) {
+        (&mut self.nic, &mut self.memory)
     }
 
     /// Adds a region to its memory ([`MappedNicMemory::add_region`]), e.g. the buffers of a later
@@ -591,7 +632,18 @@ impl SoftNic {
                 .map_err(uar_error(uar.rank, uar.qpn))?
                 .try_into()
                 .expect("8 bytes");
-            if value != uar.last_value {
+            if value != uar.last_value && uar.host_rings {
+                // The staged path: the record changed, so the host rings with the producer
+                // index it names (what a host thread would store to a ConnectX's UAR).
+                uar.last_value = value;
+                let record = DoorbellRecord::from_bytes(&value);
+                let doorbell =
+                    UarDoorbell::next_producer_index(record.send_producer_index(), uar.qpn);
+                self.nic.ring_doorbell(uar.rank, doorbell.to_bytes())?;
+                self.statistics
+                    .host_doorbells_rung
+                    .fetch_add(1, Ordering::Relaxed);
+            } else if value != uar.last_value {
                 uar.last_value = value;
                 // Each QP has its own UAR word: a doorbell naming another QP is the producer's
                 // error (on a ConnectX it would ring that QP), refused with both numbers.

@@ -72,7 +72,7 @@ pub fn describe_wait_failure(record: &WaitFailureRecord) -> String {
             format!("for the post lock at {address:#x} of its queue to {peer} (still held)")
         }
         WAIT_KIND_UNSUPPORTED_ENDPOINT => format!(
-            "gave up: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and flags = {seen:#x}, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
+            "gave up: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and cqe_count = {seen}, and generated code supports a collapsed CQ (cq_collapsed = 1) or, in Triton kernels, a CQ ring (cq_collapsed = 0) of a power-of-two cqe_count (the tier-1 CUDA library: a collapsed CQ and a doorbell the GPU rings only)"
         ),
         WAIT_KIND_PACKET_UNSENDABLE => format!(
             "gave up: a packet put to {peer} names the flag at {address:#x} with value low bits {seen:#x} and destination offset {expected:#x}; packet signals need an aligned flag inside the flag region, a value whose low 32 bits are not 0, and a 4-byte-aligned source and destination offset below 4 GiB"
@@ -346,7 +346,7 @@ mod tests {
         assert_eq!(
             describe_wait_failure(&record(WAIT_KIND_UNSUPPORTED_ENDPOINT)),
             format!(
-                "{refusal}gave up: the mlx5 endpoint handle at 0x1000 to rank 0 has cq_collapsed = 96 and flags = 0x20, and generated code supports only a collapsed CQ (cq_collapsed = 1) with the GPU ringing the doorbell (no ENDPOINT_FLAG_HOST_RINGS_DOORBELL)"
+                "{refusal}gave up: the mlx5 endpoint handle at 0x1000 to rank 0 has cq_collapsed = 96 and cqe_count = 32, and generated code supports a collapsed CQ (cq_collapsed = 1) or, in Triton kernels, a CQ ring (cq_collapsed = 0) of a power-of-two cqe_count (the tier-1 CUDA library: a collapsed CQ and a doorbell the GPU rings only)"
             )
         );
         assert!(

@@ -42,7 +42,7 @@ use crate::transport::proxy::{
     ProxyExecutor, ProxyRingService, ProxyStatistics, ProxyThread, ProxyThreadOptions,
     SharedRegionTable,
 };
-use crate::transport::soft_rdma::SoftRdma;
+use crate::transport::soft_rdma::{SoftRdma, SoftRdmaOptions};
 use crate::transport::{TransportRequest, choose_transports, describe_transports, rdma_devices};
 use crate::wait_failure::{
     WaitFailureLog, WaitFailureRecord, describe_wait_failure, wait_failure_log_bytes,
@@ -494,7 +494,11 @@ impl World {
             let connection = self.start_connection(transports, identities)?;
             Ok(connection)
         });
-        let connection = self.agree("aboleth/connect", local)?;
+        let mut connection = self.agree("aboleth/connect", local)?;
+        if connection.soft_rdma.is_some() {
+            // Every rank asked for rdma, so every rank has a software NIC and takes part.
+            self.connect_receive_sides(&mut connection)?;
+        }
         let transports = connection.transports.clone();
         tracing::info!(
             rank = self.rank,
@@ -503,6 +507,33 @@ impl World {
         );
         self.connection = Some(connection);
         Ok(transports)
+    }
+
+    /// The software NIC's second step: all-gathers every rank's receive-side record, maps the
+    /// mlx5 peers' receive sides and gives them to the NIC (writes with immediate deliver there).
+    fn connect_receive_sides(&mut self, connection: &mut Connection) -> RuntimeResult<()> {
+        let soft_rdma = connection
+            .soft_rdma
+            .as_mut()
+            .expect("checked by the caller");
+        let record = soft_rdma.receive_side_record(&self.device);
+        let blob = record.as_deref().unwrap_or_default().to_vec();
+        let gathered = self.all_gather("aboleth/connect/receive-sides", &blob)?;
+        let (rank, peer_mappings) = (self.rank, &mut self.peer_mappings);
+        let local = record.and_then(|_| {
+            let mut peers = Vec::new();
+            for (peer, bytes) in gathered.iter().enumerate() {
+                let peer = peer as u32;
+                if connection.transports[peer as usize] != Transport::Mlx5 {
+                    continue;
+                }
+                let (address, handle) = SoftRdma::decode_receive_side_record(rank, peer, bytes)?;
+                peers.push((peer, address, peer_mappings.map(peer, &handle)?));
+            }
+            // SAFETY: the mappings stay open until `tear_down`, which stops the NIC first.
+            unsafe { soft_rdma.attach_receive_sides(&peers) }
+        });
+        self.agree("aboleth/connect/receive-sides", local)
     }
 
     fn start_connection(
@@ -554,11 +585,13 @@ impl World {
         };
         let soft_rdma = if transports.contains(&Transport::Mlx5) {
             let kernels = self.runtime_kernels()?;
+            let options = SoftRdmaOptions::from_environment()?;
             Some(SoftRdma::start(
                 &self.device,
                 kernels,
                 self.rank,
                 &transports,
+                options,
             )?)
         } else {
             None
@@ -750,10 +783,13 @@ impl World {
             build_endpoint_handles(self.rank, &connection.transports, &placements, &deltas);
         for handle in &mut endpoint_handles {
             handle.wait_failure_log_address = self.wait_failure_memory.device_address();
-            if let Some(soft_rdma) = &connection.soft_rdma
-                && connection.transports[handle.peer_rank as usize] == Transport::Mlx5
-            {
-                soft_rdma.fill_endpoint_handle(handle);
+            if let Some(soft_rdma) = &connection.soft_rdma {
+                // Every handle names the receive context, this rank's own too: a wait reads
+                // it from the table's first handle, which may be this rank's (p2p) one.
+                handle.receive_context_address = soft_rdma.receive_context_address();
+                if connection.transports[handle.peer_rank as usize] == Transport::Mlx5 {
+                    soft_rdma.fill_endpoint_handle(handle);
+                }
             }
         }
         let region_table_memory = tables
@@ -831,14 +867,15 @@ impl World {
         }
     }
 
-    /// The software NIC's counters (doorbells observed, WQEs executed, WQEs failed, polls), or
-    /// `None` without mlx5 peers.
-    pub fn soft_nic_statistics(&self) -> Option<[u64; 4]> {
+    /// The software NIC's counters (doorbells observed, host doorbells rung, WQEs executed, WQEs
+    /// failed, polls), or `None` without mlx5 peers.
+    pub fn soft_nic_statistics(&self) -> Option<[u64; 5]> {
         let soft_rdma = self.connection.as_ref()?.soft_rdma.as_ref()?;
         let statistics = soft_rdma.statistics();
         Some(
             [
                 &statistics.doorbells_observed,
+                &statistics.host_doorbells_rung,
                 &statistics.wqes_executed,
                 &statistics.wqes_failed,
                 &statistics.polls,

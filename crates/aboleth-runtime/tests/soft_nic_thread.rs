@@ -1,6 +1,7 @@
 //! The software NIC on its own thread (`aboleth_runtime::soft_nic::SoftNicThread`) serving a
 //! producer on another thread, the way a GPU posts: WQEs into the send ring, the doorbell record,
-//! then the doorbell stored to the UAR word, in batches, with flow control on the executed count.
+//! then the doorbell stored to the UAR word (or, on the staged path, nothing more: the NIC thread
+//! rings when it sees the record change), in batches, with flow control on the executed count.
 //! Memory is heap memory standing in for host-pinned memory. Checked: every write lands (the
 //! destination equals the writes applied in order), no WQE fails, the NIC observed at least one
 //! and at most one doorbell per batch, and the CQ reports the last WQE completed.
@@ -12,7 +13,7 @@ use aboleth_abi::mlx5::{
     rdma_write,
 };
 use aboleth_nic::{CqPollResult, NicMemory, QueuePairConfig};
-use aboleth_runtime::soft_nic::{MappedNicMemory, SoftNic, SoftNicThread};
+use aboleth_runtime::soft_nic::{DoorbellSource, MappedNicMemory, SoftNic, SoftNicThread};
 
 mod common;
 use rand::{Rng, SeedableRng};
@@ -62,6 +63,17 @@ fn memories(backing: &mut [Vec<u64>]) -> (MappedNicMemory, MappedNicMemory) {
 
 #[test]
 fn a_producer_thread_posts_batches_and_the_nic_thread_executes_every_write() {
+    post_batches(DoorbellSource::Uar(UAR));
+}
+
+/// The staged path: the producer stores only the doorbell record; the NIC thread rings.
+#[test]
+fn on_the_staged_path_the_doorbell_record_alone_makes_the_nic_execute() {
+    post_batches(DoorbellSource::HostRings);
+}
+
+fn post_batches(doorbell: DoorbellSource) {
+    let staged = doorbell == DoorbellSource::HostRings;
     let sizes = [SQ_BLOCKS * 64, 8, 8, 64 * 64, BUFFER_BYTES, BUFFER_BYTES];
     let mut backing: Vec<Vec<u64>> = sizes
         .iter()
@@ -85,7 +97,7 @@ fn a_producer_thread_posts_batches_and_the_nic_thread_executes_every_write() {
         cq_collapsed: false,
         receive: None,
     };
-    soft_nic.create_queue_pair(config, UAR).unwrap();
+    soft_nic.create_queue_pair(config, doorbell).unwrap();
     let thread = SoftNicThread::start(soft_nic).unwrap();
     let statistics = thread.statistics();
     let mut expected = vec![0u8; BUFFER_BYTES as usize];
@@ -148,8 +160,10 @@ fn a_producer_thread_posts_batches_and_the_nic_thread_executes_every_write() {
         posted += count;
         let record = DoorbellRecord::for_send_producer_index(posted as u32);
         producer.write(0, DBR, &record.to_bytes()).unwrap();
-        let doorbell = UarDoorbell::next_producer_index(posted as u16, QPN);
-        producer.write(0, UAR, &doorbell.to_bytes()).unwrap();
+        if !staged {
+            let doorbell = UarDoorbell::next_producer_index(posted as u16, QPN);
+            producer.write(0, UAR, &doorbell.to_bytes()).unwrap();
+        }
     }
     while statistics
         .wqes_executed
@@ -171,10 +185,18 @@ fn a_producer_thread_posts_batches_and_the_nic_thread_executes_every_write() {
     }
     let (soft_nic, ended) = thread.stop();
     ended.unwrap();
-    let observed = soft_nic
-        .statistics()
-        .doorbells_observed
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let counter = if staged {
+        &soft_nic.statistics().host_doorbells_rung
+    } else {
+        &soft_nic.statistics().doorbells_observed
+    };
+    let observed = counter.load(std::sync::atomic::Ordering::Relaxed);
+    let other = if staged {
+        &soft_nic.statistics().doorbells_observed
+    } else {
+        &soft_nic.statistics().host_doorbells_rung
+    };
+    assert_eq!(other.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert!(
         (1..=BATCHES as u64).contains(&observed),
         "{observed} doorbells observed for {BATCHES} batches"

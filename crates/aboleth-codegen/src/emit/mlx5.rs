@@ -1,7 +1,9 @@
 //! mlx5 code generation: WQEs (RDMA_WRITE, RDMA_WRITE_IMM, inline writes, NOPs, fetch-add and
 //! masked-swap signals) written into the send queue's basic blocks by thread 0 through the
-//! typed builder in `ptx/wqe.rs`, the doorbell record and the MMIO doorbell, the post lock of a
-//! shared queue, the completion poll of the collapsed CQ (which also reclaims ring space), and
+//! typed builder in `ptx/wqe.rs`, the doorbell record and the MMIO doorbell (skipped on the
+//! staged path, `ENDPOINT_FLAG_HOST_RINGS_DOORBELL`, where a host thread rings), the post lock of
+//! a shared queue, the completion poll of a collapsed CQ or of a CQ ring (followed one CQE at a
+//! time in the management block's ring-progress word; the polls also reclaim ring space), and
 //! the check that refuses an endpoint handle the generated code does not support. Layouts come
 //! from `aboleth_abi::mlx5`; reservation and publication from `queue.rs`; the receive side of
 //! immediates from `mlx5_receive.rs`. Simulated and cross-checked against rdma-core's layouts,
@@ -18,10 +20,12 @@ use super::ptx::{WqePtx, fill_ptx};
 use super::{BridgeError, Generator, Repr, WaitReport};
 
 impl Generator<'_> {
-    /// mlx5: the generated code polls a collapsed CQ and rings the doorbell itself. A handle
-    /// that says otherwise (`cq_collapsed` 0, `ENDPOINT_FLAG_HOST_RINGS_DOORBELL`) makes every
-    /// thread record `WAIT_KIND_UNSUPPORTED_ENDPOINT` and exit before posting anything, instead
-    /// of waiting on CQEs that land elsewhere or ringing a doorbell the host owns.
+    /// mlx5: the generated code polls a collapsed CQ (`cq_collapsed` 1) or a CQ ring of
+    /// `cqe_count` CQEs (`cq_collapsed` 0, `cqe_count` a power of two), and rings the doorbell
+    /// itself unless the handle has `ENDPOINT_FLAG_HOST_RINGS_DOORBELL` (the staged path: a
+    /// host thread watching the doorbell record rings it). A handle that says anything else
+    /// makes every thread record `WAIT_KIND_UNSUPPORTED_ENDPOINT` and exit before posting
+    /// anything, instead of polling CQEs where none land.
     pub(super) fn exit_unless_supported_mlx5_endpoint(&mut self, op: Ptr<Operation>, handle: &str) {
         use aboleth_abi::EndpointHandle;
         use core::mem::offset_of;
@@ -33,26 +37,41 @@ impl Generator<'_> {
         let rank = self.load_field(handle, offset_of!(EndpointHandle, local_rank) as u64, 32);
         let peer = self.load_field(handle, offset_of!(EndpointHandle, peer_rank) as u64, 32);
         let peer = self.assign("ab_peer", format!("arith.trunci {peer} : i64 to i32"));
-        let flags = self.load_field(handle, offset_of!(EndpointHandle, flags) as u64, 32);
         let collapsed =
             self.load_field(handle, offset_of!(EndpointHandle, cq_collapsed) as u64, 32);
-        let host_bit = self.constant_i64(i64::from(
-            aboleth_abi::endpoint::ENDPOINT_FLAG_HOST_RINGS_DOORBELL,
-        ));
-        let host_rings = self.binary_i64("arith.andi", &flags, &host_bit);
+        let cqe_count = self.load_field(handle, offset_of!(EndpointHandle, cqe_count) as u64, 32);
         let zero = self.constant_i64(0);
         let one = self.constant_i64(1);
-        let host = self.assign(
+        // Unsupported: cq_collapsed above 1, or a ring whose cqe_count is 0 or not a power of two.
+        let garbage = self.assign(
             "ab_unsupported",
-            format!("arith.cmpi ne, {host_rings}, {zero} : i64"),
+            format!("arith.cmpi ugt, {collapsed}, {one} : i64"),
         );
-        let separate_cq = self.assign(
+        let ring = self.assign(
             "ab_unsupported",
-            format!("arith.cmpi ne, {collapsed}, {one} : i64"),
+            format!("arith.cmpi eq, {collapsed}, {zero} : i64"),
+        );
+        let below = self.binary_i64("arith.subi", &cqe_count, &one);
+        let shared_bits = self.binary_i64("arith.andi", &cqe_count, &below);
+        let not_power = self.assign(
+            "ab_unsupported",
+            format!("arith.cmpi ne, {shared_bits}, {zero} : i64"),
+        );
+        let empty = self.assign(
+            "ab_unsupported",
+            format!("arith.cmpi eq, {cqe_count}, {zero} : i64"),
+        );
+        let bad_size = self.assign(
+            "ab_unsupported",
+            format!("arith.ori {not_power}, {empty} : i1"),
+        );
+        let bad_ring = self.assign(
+            "ab_unsupported",
+            format!("arith.andi {ring}, {bad_size} : i1"),
         );
         let either = self.assign(
             "ab_unsupported",
-            format!("arith.ori {host}, {separate_cq} : i1"),
+            format!("arith.ori {garbage}, {bad_ring} : i1"),
         );
         // Only mlx5 handles (a kernel's endpoint to its own rank is p2p).
         let transport = self.load_field(handle, offset_of!(EndpointHandle, transport) as u64, 32);
@@ -70,11 +89,75 @@ impl Generator<'_> {
             waiting: unsupported.clone(),
             address: handle.to_owned(),
             expected: collapsed,
-            seen: flags,
+            seen: cqe_count,
             peer,
             kind: aboleth_abi::wait_failure::WAIT_KIND_UNSUPPORTED_ENDPOINT,
         };
         self.record_failure_if(&bound, &unsupported, &zero, &report);
+    }
+
+    /// Where the completion polls of the endpoint read the newest CQE's counter word, and what
+    /// advancing a CQ ring needs ([`CqPoll`]): on a collapsed CQ the word is slot 0's; on a ring
+    /// it is the management block's ring-progress word, which [`Self::advance_cq_ring`] keeps.
+    pub(super) fn cq_poll(&mut self, handle: &str, management: &str) -> CqPoll {
+        use aboleth_abi::EndpointHandle;
+        use core::mem::offset_of;
+        let cq = self.handle_field(handle, offset_of!(EndpointHandle, cq_buffer_address), 64);
+        let collapsed = self.handle_field(handle, offset_of!(EndpointHandle, cq_collapsed), 32);
+        let cqe_count = self.handle_field(handle, offset_of!(EndpointHandle, cqe_count), 32);
+        let slot_zero_word = self.offset_address(&cq, CQE_COUNTER_WORD_OFFSET_BYTES);
+        let ring_progress =
+            self.offset_address(management, MANAGEMENT_CQ_RING_PROGRESS_OFFSET_BYTES);
+        let zero = self.constant_i64(0);
+        let is_ring = self.assign(
+            "ab_cq_ring",
+            format!("arith.cmpi eq, {collapsed}, {zero} : i64"),
+        );
+        let counter_word = self.assign(
+            "ab_cq_word",
+            format!("arith.select {is_ring}, {ring_progress}, {slot_zero_word} : i64"),
+        );
+        let invalid = self.constant_i64(i64::from(CQ_RING_WORD_XOR));
+        let word_xor = self.assign(
+            "ab_cq_xor",
+            format!("arith.select {is_ring}, {invalid}, {zero} : i64"),
+        );
+        CqPoll {
+            counter_word,
+            word_xor,
+            ring_progress,
+            cq,
+            cqe_count,
+            collapsed,
+        }
+    }
+
+    /// One step of following a CQ ring (nothing on a collapsed CQ): the leader reads the CQE at
+    /// the ring position kept in the ring-progress word and, when it is this lap's (opcode not
+    /// invalid, owner bit the lap's parity), moves the position past it and keeps its counter
+    /// word, with one compare-and-swap (another program may have taken it first: the next step
+    /// retries). The polls then read that word as they read a collapsed CQ's.
+    pub(super) fn advance_cq_ring(&mut self, cq_poll: &CqPoll) {
+        self.asm(
+            &fill_ptx(
+                include_str!("ptx/cq_ring_advance.ptx"),
+                &[
+                    cqe_opcodes()[0],
+                    (
+                        "CQE_BYTES",
+                        aboleth_abi::mlx5::cqe::Cqe64::SIZE_BYTES as u64,
+                    ),
+                    ("CQE_COUNTER_WORD", CQE_COUNTER_WORD_OFFSET_BYTES),
+                    ("INVALID_WORD", u64::from(CQ_RING_WORD_XOR)),
+                ],
+            ),
+            &[
+                (&cq_poll.ring_progress, "i64", 'l'),
+                (&cq_poll.cq, "i64", 'l'),
+                (&cq_poll.cqe_count, "i64", 'l'),
+                (&cq_poll.collapsed, "i64", 'l'),
+            ],
+        );
     }
 
     pub(super) fn handle_field(&mut self, handle: &str, offset: usize, width: u32) -> String {
@@ -109,12 +192,7 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, consumer_index) as u64,
         );
         // The CQE word a full ring is reclaimed from.
-        let cq = self.handle_field(
-            &handle,
-            core::mem::offset_of!(aboleth_abi::EndpointHandle, cq_buffer_address),
-            64,
-        );
-        let counter_word = self.offset_address(&cq, CQE_COUNTER_WORD_OFFSET_BYTES);
+        let cq_poll = self.cq_poll(&handle, &management);
         // The management block is device memory used by this GPU's programs only: GPU scope.
         self.reserve_slots(
             op,
@@ -123,7 +201,7 @@ impl Generator<'_> {
             &ring,
             "gpu",
             "ld.volatile.global.u64",
-            Some(&counter_word),
+            Some(&cq_poll),
         )
     }
 
@@ -132,10 +210,15 @@ impl Generator<'_> {
     /// past the consumer index, frees through that WQE's first block (completions are
     /// cumulative; the WQE's size is not in the CQE). An error CQE traps. The simulator's
     /// `reclaim_mlx5_ring` does the same.
-    pub(super) fn reclaim_from_cq(&mut self, counter_word: &str, consumer: &str) {
+    pub(super) fn reclaim_from_cq(&mut self, cq_poll: &CqPoll, consumer: &str) {
+        self.advance_cq_ring(cq_poll);
         self.asm(
             &fill_ptx(include_str!("ptx/reclaim_from_cq.ptx"), &cqe_opcodes()),
-            &[(counter_word, "i64", 'l'), (consumer, "i64", 'l')],
+            &[
+                (&cq_poll.counter_word, "i64", 'l'),
+                (consumer, "i64", 'l'),
+                (&cq_poll.word_xor, "i64", 'l'),
+            ],
         );
     }
 
@@ -553,11 +636,6 @@ impl Generator<'_> {
             core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, producer_index) as u64,
         );
         let relaxed = attrs::get_string(self.ctx, op, "order").as_deref() == Some("relaxed");
-        let store = if relaxed {
-            "st.volatile.global.b32"
-        } else {
-            "st.release.sys.global.b32"
-        };
         // The send counter is the low 16 bits, big-endian; with several producers the largest
         // end wins (atom.max on the management block, under the post lock).
         let max = if attrs::get_bool(self.ctx, op, "atomic_max") {
@@ -565,8 +643,21 @@ impl Generator<'_> {
         } else {
             "mov.u64 %ab_end, $2;"
         };
+        // On the staged path a host thread reads the record as the doorbell, before any fence
+        // of this thread: the store must release the WQEs itself.
+        let flags = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, flags),
+            32,
+        );
+        let stores = if relaxed {
+            "@%ab_gpu st.volatile.global.b32 [$1], %ab_be; @%ab_host st.release.sys.global.b32 [$1], %ab_be;"
+        } else {
+            "@%ab_leader st.release.sys.global.b32 [$1], %ab_be;"
+        };
         let ptx = format!(
-            "{{ .reg .pred %ab_leader; .reg .u32 %ab_tid, %ab_low, %ab_be; .reg .u64 %ab_old, %ab_end; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 %ab_old, 0; {max} cvt.u32.u64 %ab_low, %ab_end; and.b32 %ab_low, %ab_low, 65535; prmt.b32 %ab_be, %ab_low, 0, 0x0123; @%ab_leader {store} [$1], %ab_be; mov.u32 $0, 0; }}"
+            "{{ .reg .pred %ab_leader, %ab_host, %ab_gpu; .reg .u32 %ab_tid, %ab_low, %ab_be, %ab_flags; .reg .u64 %ab_old, %ab_end; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; cvt.u32.u64 %ab_flags, $4; and.b32 %ab_flags, %ab_flags, {host_bit}; setp.ne.and.u32 %ab_host, %ab_flags, 0, %ab_leader; setp.eq.and.u32 %ab_gpu, %ab_flags, 0, %ab_leader; mov.u64 %ab_old, 0; {max} cvt.u32.u64 %ab_low, %ab_end; and.b32 %ab_low, %ab_low, 65535; prmt.b32 %ab_be, %ab_low, 0, 0x0123; {stores} mov.u32 $0, 0; }}",
+            host_bit = aboleth_abi::endpoint::ENDPOINT_FLAG_HOST_RINGS_DOORBELL
         );
         self.asm(
             &ptx,
@@ -574,6 +665,7 @@ impl Generator<'_> {
                 (&send_word, "i64", 'l'),
                 (&end, "i64", 'l'),
                 (&producer, "i64", 'l'),
+                (&flags, "i64", 'l'),
             ],
         );
         Ok(())
@@ -600,14 +692,24 @@ impl Generator<'_> {
         // fence (the WQE and doorbell-record stores must reach the NIC first; a release orders
         // only what precedes it, not the MMIO store after it). On a shared queue another
         // producer may already have recorded a larger index: ring the largest (never backwards).
-        let ptx = "{ .reg .pred %ab_leader; .reg .u32 %ab_tid, %ab_a, %ab_b; .reg .u64 %ab_v, %ab_max; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.volatile.global.u64 %ab_max, [$4]; max.u64 %ab_max, %ab_max, $2; cvt.u32.u64 %ab_a, %ab_max; and.b32 %ab_a, %ab_a, 65535; shl.b32 %ab_a, %ab_a, 8; prmt.b32 %ab_a, %ab_a, 0, 0x0123; cvt.u32.u64 %ab_b, $3; shl.b32 %ab_b, %ab_b, 8; prmt.b32 %ab_b, %ab_b, 0, 0x0123; mov.b64 %ab_v, {%ab_a, %ab_b}; @%ab_leader fence.sc.sys; @%ab_leader st.mmio.relaxed.sys.global.b64 [$1], %ab_v; mov.u32 $0, 0; }";
+        // On the staged path (ENDPOINT_FLAG_HOST_RINGS_DOORBELL) the host rings: no store.
+        let flags = self.handle_field(
+            &handle,
+            core::mem::offset_of!(aboleth_abi::EndpointHandle, flags),
+            32,
+        );
+        let ptx = format!(
+            "{{ .reg .pred %ab_leader; .reg .u32 %ab_tid, %ab_a, %ab_b, %ab_flags; .reg .u64 %ab_v, %ab_max; mov.u32 %ab_tid, %tid.x; cvt.u32.u64 %ab_flags, $5; and.b32 %ab_flags, %ab_flags, {host_bit}; setp.eq.u32 %ab_leader, %ab_tid, 0; ld.volatile.global.u64 %ab_max, [$4]; max.u64 %ab_max, %ab_max, $2; cvt.u32.u64 %ab_a, %ab_max; and.b32 %ab_a, %ab_a, 65535; shl.b32 %ab_a, %ab_a, 8; prmt.b32 %ab_a, %ab_a, 0, 0x0123; cvt.u32.u64 %ab_b, $3; shl.b32 %ab_b, %ab_b, 8; prmt.b32 %ab_b, %ab_b, 0, 0x0123; mov.b64 %ab_v, {{%ab_a, %ab_b}}; @%ab_leader fence.sc.sys; setp.eq.and.u32 %ab_leader, %ab_flags, 0, %ab_leader; @%ab_leader st.mmio.relaxed.sys.global.b64 [$1], %ab_v; mov.u32 $0, 0; }}",
+            host_bit = aboleth_abi::endpoint::ENDPOINT_FLAG_HOST_RINGS_DOORBELL
+        );
         self.asm(
-            ptx,
+            &ptx,
             &[
                 (&uar, "i64", 'l'),
                 (&end, "i64", 'l'),
                 (&qpn, "i64", 'l'),
                 (&producer, "i64", 'l'),
+                (&flags, "i64", 'l'),
             ],
         );
         Ok(())
@@ -630,16 +732,13 @@ impl Generator<'_> {
             let end = self.leader_load("ld.volatile.global.u64", &last_end, &one);
             (start, end)
         };
-        let cq = self.handle_field(
-            &handle,
-            core::mem::offset_of!(aboleth_abi::EndpointHandle, cq_buffer_address),
-            64,
-        );
-        // The collapsed CQ's CQE: wqe_counter (big-endian 16 bits) at 60, op_own at 63 (an
-        // opcode of 0xf is "no CQE yet"). Done when the counter is at or after the target.
-        // Thread 0 decides (the target may be its own reservation); the others wait at the
-        // barrier below.
-        let counter_word = self.offset_address(&cq, CQE_COUNTER_WORD_OFFSET_BYTES);
+        // The newest CQE's word (slot 0 of a collapsed CQ, or the ring-progress word of a CQ
+        // ring): wqe_counter (big-endian 16 bits), then op_own (an opcode of 0xf is "no CQE
+        // yet"). Done when the counter is at or after the target. Thread 0 decides (the target
+        // may be its own reservation); the others wait at the barrier below.
+        let cq_poll = self.cq_poll(&handle, &management);
+        let counter_word = cq_poll.counter_word.clone();
+        let word_xor = cq_poll.word_xor.clone();
         let overdue = self.queue_overdue(
             op,
             self.operand(op, 0),
@@ -649,7 +748,8 @@ impl Generator<'_> {
         )?;
         let poll = fill_ptx(include_str!("ptx/completion_poll.ptx"), &cqe_opcodes()[..2]);
         self.spin_while(|this| {
-            let pending = this.assign("ab_pending", format!("tt.elementwise_inline_asm \"{poll}\" {{constraints = \"=r,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target} : i64, i64 -> i32"));
+            this.advance_cq_ring(&cq_poll);
+            let pending = this.assign("ab_pending", format!("tt.elementwise_inline_asm \"{poll}\" {{constraints = \"=r,l,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {target}, {word_xor} : i64, i64, i64 -> i32"));
             let zero32 = this.assign("ab_zero", "arith.constant 0 : i32".to_string());
             let waiting = this.assign(
                 "ab_waiting",
@@ -657,7 +757,7 @@ impl Generator<'_> {
             );
             if let Some(overdue) = overdue {
                 // Report the CQE's counter (host order) the leader last saw.
-                let seen = this.assign("ab_seen", format!("tt.elementwise_inline_asm \"{{ .reg .u32 %ab_w, %ab_c; ld.volatile.global.u32 %ab_w, [$1]; prmt.b32 %ab_c, %ab_w, 0, 0x4401; cvt.u64.u32 $0, %ab_c; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {counter_word} : i64 -> i64"));
+                let seen = this.assign("ab_seen", format!("tt.elementwise_inline_asm \"{{ .reg .u32 %ab_w, %ab_c, %ab_x; ld.volatile.global.u32 %ab_w, [$1]; cvt.u32.u64 %ab_x, $2; xor.b32 %ab_w, %ab_w, %ab_x; prmt.b32 %ab_c, %ab_w, 0, 0x4401; cvt.u64.u32 $0, %ab_c; }}\" {{constraints = \"=l,l,l\", packed_element = 1 : i32, pure = false}} {counter_word}, {word_xor} : i64, i64 -> i64"));
                 this.give_up_if_queue_overdue(overdue, &waiting, seen);
             }
             waiting
@@ -683,6 +783,31 @@ impl Generator<'_> {
 /// WQE: its first basic block, then its end (24 spare bytes; two are used).
 const MANAGEMENT_LAST_POSTED_OFFSET_BYTES: u64 =
     core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, reserved) as u64;
+
+/// The third spare word of the management block: a CQ ring's progress, the CQEs consumed
+/// (high 32 bits) and the newest one's counter word XOR [`CQ_RING_WORD_XOR`] (low 32 bits), so
+/// that the zeroed word of a fresh queue reads as an invalid CQE.
+const MANAGEMENT_CQ_RING_PROGRESS_OFFSET_BYTES: u64 = MANAGEMENT_LAST_POSTED_OFFSET_BYTES + 16;
+const _: () = assert!(
+    MANAGEMENT_CQ_RING_PROGRESS_OFFSET_BYTES + 8
+        <= core::mem::size_of::<aboleth_abi::Mlx5QueueManagement>() as u64
+);
+/// What the ring-progress word's low half is XORed with: an invalid opcode in `op_own`.
+const CQ_RING_WORD_XOR: u32 = (aboleth_abi::mlx5::cqe::CQE_OPCODE_INVALID as u32) << 28;
+
+/// What the completion polls of one endpoint need ([`Generator::cq_poll`]): the word they read
+/// (the newest CQE's `wqe_counter` and `op_own`), what to XOR it with (0 on a collapsed CQ), and
+/// for [`Generator::advance_cq_ring`] the ring-progress word, the CQ, its size and whether it
+/// is collapsed (handle fields, i64).
+#[derive(Clone, Debug)]
+pub(super) struct CqPoll {
+    pub(super) counter_word: String,
+    pub(super) word_xor: String,
+    pub(super) ring_progress: String,
+    pub(super) cq: String,
+    pub(super) cqe_count: String,
+    pub(super) collapsed: String,
+}
 
 /// The collapsed CQ's CQE word the code polls: `wqe_counter` (big-endian) and, in its top
 /// byte, `op_own`, read as one little-endian u32.

@@ -143,7 +143,7 @@ impl Generator<'_> {
         capacity: &str,
         scope: &str,
         consumer_load: &str,
-        reclaim_from_cq: Option<&str>,
+        reclaim_from_cq: Option<&super::mlx5::CqPoll>,
     ) -> Result<(), BridgeError> {
         self.emit("gpu.barrier".into());
         let count = self.i64(self.operand(op, 1))?;
@@ -158,7 +158,7 @@ impl Generator<'_> {
         ));
         let end = self.binary_i64("arith.addi", &base, &count);
         let consumer_owned = consumer.to_string();
-        let reclaim = reclaim_from_cq.map(str::to_string);
+        let reclaim = reclaim_from_cq.cloned();
         // Past the bound: the consumer position had to reach end - capacity.
         let needed = self.binary_i64("arith.subi", &end, capacity);
         let overdue = self.queue_overdue(
@@ -170,8 +170,8 @@ impl Generator<'_> {
         )?;
         self.leader_wait_after(
             |this| {
-                if let Some(counter_word) = &reclaim {
-                    this.reclaim_from_cq(counter_word, &consumer_owned);
+                if let Some(cq_poll) = &reclaim {
+                    this.reclaim_from_cq(cq_poll, &consumer_owned);
                 }
             },
             consumer_load,

@@ -102,6 +102,7 @@ pub(super) fn allocate_receive_side(
             buffer_address: cq,
             cqe_count,
             doorbell_record_address: cq_doorbell,
+            shared_producer_counter_address: None,
         },
     )
     .map_err(|e| setup(&e))?;

@@ -395,16 +395,18 @@ __device__ __forceinline__ void mlx5_reclaim_from_cq(uint64_t counter_word, uint
   }
 }
 
-// tier 2's endpoint check: the generated code polls a collapsed CQ and rings the doorbell
-// itself; an mlx5 handle that says otherwise is recorded (WAIT_KIND_UNSUPPORTED_ENDPOINT) and
-// the thread exits before posting anything. (A handle to this rank itself is p2p.)
+// The endpoint check: this library polls a collapsed CQ and rings the doorbell itself (tier 2
+// also follows CQ rings and leaves the doorbell to the host on the staged path); an mlx5 handle
+// that says otherwise is recorded (WAIT_KIND_UNSUPPORTED_ENDPOINT, with its cq_collapsed and
+// cqe_count) and the thread exits before posting anything. (A handle to this rank itself is p2p.)
 __device__ __forceinline__ void mlx5_exit_unless_supported_endpoint(uint64_t handle, uint32_t site) {
   const EndpointHandle* endpoint = reinterpret_cast<const EndpointHandle*>(handle);
   const uint32_t flags = table_load(&endpoint->flags);
   const uint32_t collapsed = table_load(&endpoint->cq_collapsed);
   if (table_load(&endpoint->transport) == mlx5::TRANSPORT_MLX5 &&
       ((flags & mlx5::ENDPOINT_FLAG_HOST_RINGS_DOORBELL) != 0 || collapsed != 1)) {
-    give_up(table_load(&endpoint->wait_failure_log_address), handle, collapsed, flags, 0,
+    give_up(table_load(&endpoint->wait_failure_log_address), handle, collapsed,
+            table_load(&endpoint->cqe_count), 0,
             table_load(&endpoint->local_rank), site, static_cast<int32_t>(table_load(&endpoint->peer_rank)),
             mlx5::WAIT_KIND_UNSUPPORTED_ENDPOINT);
   }
