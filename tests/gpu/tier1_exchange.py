@@ -8,7 +8,7 @@ starts MPS when ranks outnumber GPUs):
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ABOLETH_TRANSPORT=p2p \\
         torchrun --nproc-per-node 2 tests/gpu/tier1_exchange.py OUT_DIR
 
-Every rank: connects with ABOLETH_TRANSPORT (p2p or proxy), registers the seed's buffer (send |
+Every rank: connects with ABOLETH_TRANSPORT (p2p, proxy, or rdma with ABOLETH_RDMA_DEVICE=soft), registers the seed's buffer (send |
 recv | flags), builds the library (header and ``libaboleth_device.a``, nvcc of this machine) and
 compiles ``tests/gpu/tier1/exchange.cu`` twice: header only (``nvcc -cubin``), and against the
 archive (``-rdc=true -DABOLETH_DEVICE_EXTERN``, then ``nvcc -dlink -cubin`` with the archive).

@@ -59,17 +59,11 @@ impl CudaGenerator<'_> {
         )
     }
 
-    /// The address of the collapsed CQ's CQE word that completion polls and ring reclaims read
-    /// (`wqe_counter` and, in its top byte, `op_own`).
-    fn cqe_counter_word(&mut self, handle: &str) -> String {
-        let cq = self.handle_field(handle, "cq", "cq_buffer_address", "uint64_t");
-        self.assign(
-            "cqe",
-            "uint64_t",
-            format!(
-                "reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>({cq})->wqe_counter)"
-            ),
-        )
+    /// The expression for the newest CQE's word that completion polls and ring reclaims read
+    /// (`wqe_counter` and, in its top byte, `op_own`): slot 0 of a collapsed CQ, or, after one
+    /// step of following a CQ ring, the ring-progress word ([`helpers`]' `mlx5_newest_cqe_word`).
+    fn newest_cqe_word(&mut self, handle: &str, management: &str) -> String {
+        format!("detail::mlx5_newest_cqe_word({handle}, {management})")
     }
 
     /// The send ring's size in basic blocks (a `uint64_t` variable).
@@ -78,13 +72,13 @@ impl CudaGenerator<'_> {
         format!("static_cast<uint64_t>({count})")
     }
 
-    /// At an mlx5 `ab.endpoint`: a handle that says the host rings the doorbell or whose CQ is
-    /// not collapsed makes the calling threads record `WAIT_KIND_UNSUPPORTED_ENDPOINT` and exit
-    /// before posting anything (tier 2 supports both; this library does not yet).
+    /// At an mlx5 `ab.endpoint`: a handle whose `cq_collapsed` is above 1, or whose CQ ring's
+    /// `cqe_count` is not a power of two, makes the calling threads record
+    /// `WAIT_KIND_UNSUPPORTED_ENDPOINT` and exit before posting anything (tier 2's check).
     pub(super) fn exit_unless_supported_mlx5_endpoint(&mut self, handle: &str) {
         let site = self.first_site + self.wait_sites.len() as u32;
         self.wait_sites
-            .push("an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)");
+            .push("an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)");
         self.line(format!(
             "detail::mlx5_exit_unless_supported_endpoint({handle}, {site}u);"
         ));
@@ -97,10 +91,10 @@ impl CudaGenerator<'_> {
         let ring = self.ring_blocks(&handle);
         let head = Self::management_field(&management, "reserved_head");
         let consumer = Self::management_field(&management, "consumer_index");
-        let counter_word = self.cqe_counter_word(&handle);
+        let newest = self.newest_cqe_word(&handle, &management);
         // The management block is device memory used by this GPU's programs only: GPU scope.
         let poll = format!(
-            "detail::mlx5_reclaim_from_cq({counter_word}, {consumer}); asm volatile(\"ld.volatile.global.u64 %0, [%1];\" : \"=l\"(ab_seen) : \"l\"({consumer}) : \"memory\");"
+            "detail::mlx5_reclaim_from_cq({newest}, {consumer}); asm volatile(\"ld.volatile.global.u64 %0, [%1];\" : \"=l\"(ab_seen) : \"l\"({consumer}) : \"memory\");"
         );
         let base = self.reserve_slots(
             op,
@@ -398,8 +392,9 @@ impl CudaGenerator<'_> {
         let producer = Self::management_field(&management, "producer_index");
         let relaxed = attrs::get_string(self.ctx, op, "order").as_deref() == Some("relaxed");
         let atomic_max = attrs::get_bool(self.ctx, op, "atomic_max");
+        let flags = self.handle_field(&handle, "flags", "flags", "uint32_t");
         self.leader_only(format!(
-            "detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>({record}), {producer}, {end}, {atomic_max}, {relaxed});"
+            "detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>({record}), {producer}, {end}, {atomic_max}, {relaxed}, {flags});"
         ));
         Ok(())
     }
@@ -411,9 +406,10 @@ impl CudaGenerator<'_> {
         let end = self.u64(self.operand(op, 1))?;
         let uar = self.handle_field(&handle, "uar", "uar_doorbell_address", "uint64_t");
         let qpn = self.handle_field(&handle, "qpn", "qpn", "uint32_t");
+        let flags = self.handle_field(&handle, "flags", "flags", "uint32_t");
         let producer = Self::management_field(&management, "producer_index");
         self.leader_only(format!(
-            "detail::mlx5_ring_doorbell({uar}, {producer}, {end}, {qpn});"
+            "detail::mlx5_ring_doorbell({uar}, {producer}, {end}, {qpn}, {flags});"
         ));
         Ok(())
     }
@@ -444,11 +440,10 @@ impl CudaGenerator<'_> {
                 ),
             )
         };
-        let counter_word = self.cqe_counter_word(&handle);
+        let newest = self.newest_cqe_word(&handle, &management);
+        let counter_word = self.handle_field(&handle, "cq", "cq_buffer_address", "uint64_t");
         let peer = self.peer_of(&handle);
-        let poll = format!(
-            "{{ uint32_t ab_word; asm volatile(\"ld.acquire.sys.global.u32 %0, [%1];\" : \"=r\"(ab_word) : \"l\"({counter_word}) : \"memory\"); ab_seen = ab_word; }}"
-        );
+        let poll = format!("ab_seen = {newest};");
         let keep_waiting =
             format!("detail::mlx5_completion_pending(static_cast<uint32_t>(ab_seen), {target})");
         self.bounded_poll(
@@ -508,7 +503,7 @@ pub fn declarations() -> Vec<aboleth_abi::c_declarations::Declaration> {
 pub fn helpers(mutation: Option<CudaMutation>) -> String {
     use aboleth_abi::mlx5::cqe::{CQE_OPCODE_INVALID, CQE_OPCODE_REQ_ERR, CQE_OPCODE_RESP_ERR};
     use aboleth_abi::mlx5::*;
-    let constants: [(&str, u64); 15] = [
+    let constants: [(&str, u64); 17] = [
         ("OPCODE_NOP", OPCODE_NOP.into()),
         ("OPCODE_RDMA_WRITE", OPCODE_RDMA_WRITE.into()),
         ("OPCODE_RDMA_WRITE_IMM", OPCODE_RDMA_WRITE_IMM.into()),
@@ -538,6 +533,15 @@ pub fn helpers(mutation: Option<CudaMutation>) -> String {
         (
             "WAIT_KIND_UNSUPPORTED_ENDPOINT",
             aboleth_abi::wait_failure::WAIT_KIND_UNSUPPORTED_ENDPOINT.into(),
+        ),
+        // A CQ ring's progress word (tier 2's `emit/mlx5.rs`): the third spare word.
+        (
+            "CQ_RING_PROGRESS_WORD",
+            crate::emit::MLX5_CQ_RING_PROGRESS_SPARE_WORD,
+        ),
+        (
+            "CQ_RING_WORD_XOR",
+            crate::emit::MLX5_CQ_RING_WORD_XOR.into(),
         ),
     ];
     let mut text = String::from(
@@ -643,8 +647,11 @@ __device__ __forceinline__ uint64_t mlx5_last_posted(uint64_t last, int word) {
 
 // The send counter (the low 16 bits of the end, big-endian) in the doorbell record; with
 // `atomic_max` the largest end any producer recorded in `producer` wins.
+// On the staged path (ENDPOINT_FLAG_HOST_RINGS_DOORBELL) a host thread reads the record as the
+// doorbell, before any later fence of this thread: the store releases the WQEs itself.
 __device__ __forceinline__ void mlx5_doorbell_record(Mlx5DoorbellRecord* record, uint64_t producer, uint64_t end,
-                                                     bool atomic_max, bool relaxed) {
+                                                     bool atomic_max, bool relaxed, uint32_t flags) {
+  if ((flags & mlx5::ENDPOINT_FLAG_HOST_RINGS_DOORBELL) != 0) relaxed = false;
   if (atomic_max) {
     uint64_t old;
     asm volatile("atom.relaxed.gpu.global.max.u64 %0, [%1], %2;" : "=l"(old) : "l"(producer), "l"(end) : "memory");
@@ -662,7 +669,10 @@ __device__ __forceinline__ void mlx5_doorbell_record(Mlx5DoorbellRecord* record,
 // WQE and doorbell-record stores must reach the NIC first; a release orders only what precedes
 // it, not the MMIO store after it). On a shared queue another producer may already have
 // recorded a larger index: ring the largest (never backwards).
-__device__ __forceinline__ void mlx5_ring_doorbell(uint64_t uar, uint64_t producer, uint64_t end, uint32_t qpn) {
+// On the staged path the host rings: no store (the handle has no UAR address then).
+__device__ __forceinline__ void mlx5_ring_doorbell(uint64_t uar, uint64_t producer, uint64_t end, uint32_t qpn,
+                                                   uint32_t flags) {
+  if ((flags & mlx5::ENDPOINT_FLAG_HOST_RINGS_DOORBELL) != 0) return;
   uint64_t largest;
   asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(largest) : "l"(producer) : "memory");
   if (end > largest) largest = end;
@@ -686,12 +696,44 @@ __device__ __forceinline__ bool mlx5_completion_pending(uint32_t word, uint64_t 
   return opcode == mlx5::CQE_OPCODE_INVALID || distance >= 0x8000u;
 }
 
+// The newest CQE's word (wqe_counter in its low half, op_own in its top byte). A collapsed CQ:
+// slot 0's. A CQ ring (cq_collapsed 0): one step of following it first, as tier 2's
+// cq_ring_advance.ptx does: the management block's ring-progress word holds the CQEs consumed
+// (high half) and the newest one's word XOR CQ_RING_WORD_XOR (low half: a zeroed word reads as no
+// CQE); a CQE of this lap (opcode valid, owner bit the lap's parity) is taken with one
+// compare-and-swap (another thread that took it first leaves it to the next step).
+__device__ __forceinline__ uint32_t mlx5_newest_cqe_word(uint64_t handle, uint64_t management) {
+  const EndpointHandle* endpoint = reinterpret_cast<const EndpointHandle*>(handle);
+  const uint64_t cq = table_load(&endpoint->cq_buffer_address);
+  const uint64_t counter_offset = __builtin_offsetof(Mlx5Cqe64, wqe_counter);
+  uint32_t word;
+  if (table_load(&endpoint->cq_collapsed) != 0) {
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(word) : "l"(cq + counter_offset) : "memory");
+    return word;
+  }
+  uint64_t* progress = reinterpret_cast<uint64_t*>(reinterpret_cast<Mlx5QueueManagement*>(management)->reserved) +
+                       mlx5::CQ_RING_PROGRESS_WORD;
+  uint64_t seen;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(seen) : "l"(progress) : "memory");
+  const uint32_t consumed = static_cast<uint32_t>(seen >> 32);
+  const uint32_t count = table_load(&endpoint->cqe_count);
+  const uint64_t slot = cq + static_cast<uint64_t>(consumed & (count - 1)) * sizeof(Mlx5Cqe64);
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(word) : "l"(slot + counter_offset) : "memory");
+  const uint32_t lap = (consumed / count) & 1u;
+  if ((word >> 28) != mlx5::CQE_OPCODE_INVALID && ((word >> 24) & 1u) == lap) {
+    const uint64_t next = (static_cast<uint64_t>(consumed + 1) << 32) | (word ^ mlx5::CQ_RING_WORD_XOR);
+    [[maybe_unused]] uint64_t old;
+    asm volatile("atom.relaxed.gpu.global.cas.b64 %0, [%1], %2, %3;"
+                 : "=l"(old) : "l"(progress), "l"(seen), "l"(next) : "memory");
+    seen = next;
+  }
+  return static_cast<uint32_t>(seen) ^ mlx5::CQ_RING_WORD_XOR;
+}
+
 // While a reservation waits for ring space: when the CQE reports a WQE at or past the consumer
 // index, free through that WQE's first block (completions are cumulative; the WQE's size is
 // not in the CQE). An error CQE traps. The simulator's `reclaim_mlx5_ring` does the same.
-__device__ __forceinline__ void mlx5_reclaim_from_cq(uint64_t counter_word, uint64_t consumer) {
-  uint32_t word;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(word) : "l"(counter_word) : "memory");
+__device__ __forceinline__ void mlx5_reclaim_from_cq(uint32_t word, uint64_t consumer) {
   const uint32_t opcode = word >> 28;
   if (opcode == mlx5::CQE_OPCODE_REQUESTER_ERROR || opcode == mlx5::CQE_OPCODE_RESPONDER_ERROR) __trap();
   if (opcode == mlx5::CQE_OPCODE_INVALID) return;
@@ -705,16 +747,16 @@ __device__ __forceinline__ void mlx5_reclaim_from_cq(uint64_t counter_word, uint
   }
 }
 
-// The endpoint check: this library polls a collapsed CQ and rings the doorbell itself (tier 2
-// also follows CQ rings and leaves the doorbell to the host on the staged path); an mlx5 handle
-// that says otherwise is recorded (WAIT_KIND_UNSUPPORTED_ENDPOINT, with its cq_collapsed and
-// cqe_count) and the thread exits before posting anything. (A handle to this rank itself is p2p.)
+// The endpoint check: this library polls a collapsed CQ (cq_collapsed 1) or follows a CQ ring
+// (0) of a power-of-two cqe_count; an mlx5 handle that says otherwise is recorded
+// (WAIT_KIND_UNSUPPORTED_ENDPOINT, with its cq_collapsed and cqe_count) and the thread exits
+// before posting anything. (A handle to this rank itself is p2p.)
 __device__ __forceinline__ void mlx5_exit_unless_supported_endpoint(uint64_t handle, uint32_t site) {
   const EndpointHandle* endpoint = reinterpret_cast<const EndpointHandle*>(handle);
-  const uint32_t flags = table_load(&endpoint->flags);
   const uint32_t collapsed = table_load(&endpoint->cq_collapsed);
-  if (table_load(&endpoint->transport) == mlx5::TRANSPORT_MLX5 &&
-      ((flags & mlx5::ENDPOINT_FLAG_HOST_RINGS_DOORBELL) != 0 || collapsed != 1)) {
+  const uint32_t count = table_load(&endpoint->cqe_count);
+  const bool bad_ring = collapsed == 0 && (count == 0 || (count & (count - 1)) != 0);
+  if (table_load(&endpoint->transport) == mlx5::TRANSPORT_MLX5 && (collapsed > 1 || bad_ring)) {
     give_up(table_load(&endpoint->wait_failure_log_address), handle, collapsed,
             table_load(&endpoint->cqe_count), 0,
             table_load(&endpoint->local_rank), site, static_cast<int32_t>(table_load(&endpoint->peer_rank)),

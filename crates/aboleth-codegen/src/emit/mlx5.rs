@@ -117,7 +117,7 @@ impl Generator<'_> {
             "ab_cq_word",
             format!("arith.select {is_ring}, {ring_progress}, {slot_zero_word} : i64"),
         );
-        let invalid = self.constant_i64(i64::from(CQ_RING_WORD_XOR));
+        let invalid = self.constant_i64(i64::from(MLX5_CQ_RING_WORD_XOR));
         let word_xor = self.assign(
             "ab_cq_xor",
             format!("arith.select {is_ring}, {invalid}, {zero} : i64"),
@@ -148,7 +148,7 @@ impl Generator<'_> {
                         aboleth_abi::mlx5::cqe::Cqe64::SIZE_BYTES as u64,
                     ),
                     ("CQE_COUNTER_WORD", CQE_COUNTER_WORD_OFFSET_BYTES),
-                    ("INVALID_WORD", u64::from(CQ_RING_WORD_XOR)),
+                    ("INVALID_WORD", u64::from(MLX5_CQ_RING_WORD_XOR)),
                 ],
             ),
             &[
@@ -785,15 +785,20 @@ const MANAGEMENT_LAST_POSTED_OFFSET_BYTES: u64 =
     core::mem::offset_of!(aboleth_abi::Mlx5QueueManagement, reserved) as u64;
 
 /// The third spare word of the management block: a CQ ring's progress, the CQEs consumed
-/// (high 32 bits) and the newest one's counter word XOR [`CQ_RING_WORD_XOR`] (low 32 bits), so
+/// (high 32 bits) and the newest one's counter word XOR [`MLX5_CQ_RING_WORD_XOR`] (low 32 bits), so
 /// that the zeroed word of a fresh queue reads as an invalid CQE.
-const MANAGEMENT_CQ_RING_PROGRESS_OFFSET_BYTES: u64 = MANAGEMENT_LAST_POSTED_OFFSET_BYTES + 16;
+const MANAGEMENT_CQ_RING_PROGRESS_OFFSET_BYTES: u64 =
+    MANAGEMENT_LAST_POSTED_OFFSET_BYTES + 8 * MLX5_CQ_RING_PROGRESS_SPARE_WORD;
+/// Which 8-byte spare word of the management block holds a CQ ring's progress (the tier-1
+/// library reads the same one).
+pub(crate) const MLX5_CQ_RING_PROGRESS_SPARE_WORD: u64 = 2;
 const _: () = assert!(
     MANAGEMENT_CQ_RING_PROGRESS_OFFSET_BYTES + 8
         <= core::mem::size_of::<aboleth_abi::Mlx5QueueManagement>() as u64
 );
 /// What the ring-progress word's low half is XORed with: an invalid opcode in `op_own`.
-const CQ_RING_WORD_XOR: u32 = (aboleth_abi::mlx5::cqe::CQE_OPCODE_INVALID as u32) << 28;
+pub(crate) const MLX5_CQ_RING_WORD_XOR: u32 =
+    (aboleth_abi::mlx5::cqe::CQE_OPCODE_INVALID as u32) << 28;
 
 /// What the completion polls of one endpoint need ([`Generator::cq_poll`]): the word they read
 /// (the newest CQE's `wqe_counter` and `op_own`), what to XOR it with (0 on a collapsed CQ), and

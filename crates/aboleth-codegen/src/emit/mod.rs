@@ -161,6 +161,7 @@ pub(crate) fn signal_ptx(
     }
 }
 
+pub(crate) use mlx5::{MLX5_CQ_RING_PROGRESS_SPARE_WORD, MLX5_CQ_RING_WORD_XOR};
 pub(crate) use scalar::at_element_bytes;
 pub(crate) use waits::{flag_wait_kind, wait_failure_record_ptx};
 

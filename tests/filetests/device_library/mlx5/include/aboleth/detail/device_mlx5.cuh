@@ -1,110 +1,110 @@
 // aboleth/detail/device_mlx5.cuh: the implementation of aboleth/device.cuh (generated; do not edit).
 // The bodies in `generated` are the mlx5 lowering of each operation, encoded for a thread, a
 // warp and a block. Wait sites (the site ids World.check_waits() reports):
-//   site 4096: put_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4096: put_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4097: put_thread, waiting for free basic blocks in the mlx5 send queue
 //   site 4098: put_thread, waiting for the turn to publish on the mlx5 send queue
 //   site 4099: put_thread, waiting for the post lock of the mlx5 send queue
-//   site 4100: put_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4100: put_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4101: put_warp, waiting for free basic blocks in the mlx5 send queue
 //   site 4102: put_warp, waiting for the turn to publish on the mlx5 send queue
 //   site 4103: put_warp, waiting for the post lock of the mlx5 send queue
-//   site 4104: put_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4104: put_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4105: put_block, waiting for free basic blocks in the mlx5 send queue
 //   site 4106: put_block, waiting for the turn to publish on the mlx5 send queue
 //   site 4107: put_block, waiting for the post lock of the mlx5 send queue
-//   site 4108: put_signal_set_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4108: put_signal_set_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4109: put_signal_set_thread, waiting for free basic blocks in the mlx5 send queue
 //   site 4110: put_signal_set_thread, waiting for the turn to publish on the mlx5 send queue
 //   site 4111: put_signal_set_thread, waiting for the post lock of the mlx5 send queue
-//   site 4112: put_signal_set_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4112: put_signal_set_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4113: put_signal_set_warp, waiting for free basic blocks in the mlx5 send queue
 //   site 4114: put_signal_set_warp, waiting for the turn to publish on the mlx5 send queue
 //   site 4115: put_signal_set_warp, waiting for the post lock of the mlx5 send queue
-//   site 4116: put_signal_set_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4116: put_signal_set_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4117: put_signal_set_block, waiting for free basic blocks in the mlx5 send queue
 //   site 4118: put_signal_set_block, waiting for the turn to publish on the mlx5 send queue
 //   site 4119: put_signal_set_block, waiting for the post lock of the mlx5 send queue
-//   site 4120: put_signal_add_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4120: put_signal_add_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4121: put_signal_add_thread, waiting for free basic blocks in the mlx5 send queue
 //   site 4122: put_signal_add_thread, waiting for the turn to publish on the mlx5 send queue
 //   site 4123: put_signal_add_thread, waiting for the post lock of the mlx5 send queue
-//   site 4124: put_signal_add_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4124: put_signal_add_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4125: put_signal_add_warp, waiting for free basic blocks in the mlx5 send queue
 //   site 4126: put_signal_add_warp, waiting for the turn to publish on the mlx5 send queue
 //   site 4127: put_signal_add_warp, waiting for the post lock of the mlx5 send queue
-//   site 4128: put_signal_add_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4128: put_signal_add_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4129: put_signal_add_block, waiting for free basic blocks in the mlx5 send queue
 //   site 4130: put_signal_add_block, waiting for the turn to publish on the mlx5 send queue
 //   site 4131: put_signal_add_block, waiting for the post lock of the mlx5 send queue
-//   site 4132: signal_set_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4132: signal_set_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4133: signal_set_thread, waiting for free basic blocks in the mlx5 send queue
 //   site 4134: signal_set_thread, waiting for the turn to publish on the mlx5 send queue
 //   site 4135: signal_set_thread, waiting for the post lock of the mlx5 send queue
-//   site 4136: signal_set_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4136: signal_set_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4137: signal_set_warp, waiting for free basic blocks in the mlx5 send queue
 //   site 4138: signal_set_warp, waiting for the turn to publish on the mlx5 send queue
 //   site 4139: signal_set_warp, waiting for the post lock of the mlx5 send queue
-//   site 4140: signal_set_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4140: signal_set_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4141: signal_set_block, waiting for free basic blocks in the mlx5 send queue
 //   site 4142: signal_set_block, waiting for the turn to publish on the mlx5 send queue
 //   site 4143: signal_set_block, waiting for the post lock of the mlx5 send queue
-//   site 4144: signal_add_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4144: signal_add_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4145: signal_add_thread, waiting for free basic blocks in the mlx5 send queue
 //   site 4146: signal_add_thread, waiting for the turn to publish on the mlx5 send queue
 //   site 4147: signal_add_thread, waiting for the post lock of the mlx5 send queue
-//   site 4148: signal_add_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4148: signal_add_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4149: signal_add_warp, waiting for free basic blocks in the mlx5 send queue
 //   site 4150: signal_add_warp, waiting for the turn to publish on the mlx5 send queue
 //   site 4151: signal_add_warp, waiting for the post lock of the mlx5 send queue
-//   site 4152: signal_add_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4152: signal_add_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4153: signal_add_block, waiting for free basic blocks in the mlx5 send queue
 //   site 4154: signal_add_block, waiting for the turn to publish on the mlx5 send queue
 //   site 4155: signal_add_block, waiting for the post lock of the mlx5 send queue
-//   site 4156: fence_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
-//   site 4157: fence_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
-//   site 4158: fence_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
-//   site 4159: quiet_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4156: fence_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
+//   site 4157: fence_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
+//   site 4158: fence_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
+//   site 4159: quiet_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4160: quiet_thread, waiting for a completion on the mlx5 CQ
-//   site 4161: quiet_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4161: quiet_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4162: quiet_warp, waiting for a completion on the mlx5 CQ
-//   site 4163: quiet_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4163: quiet_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4164: quiet_block, waiting for a completion on the mlx5 CQ
-//   site 4165: wait_signal_eq_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4165: wait_signal_eq_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4166: wait_signal_eq_thread, waiting for a flag to equal the value
-//   site 4167: wait_signal_eq_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4167: wait_signal_eq_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4168: wait_signal_eq_warp, waiting for a flag to equal the value
-//   site 4169: wait_signal_eq_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4169: wait_signal_eq_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4170: wait_signal_eq_block, waiting for a flag to equal the value
-//   site 4171: wait_signal_ne_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4171: wait_signal_ne_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4172: wait_signal_ne_thread, waiting for a flag to differ from the value
-//   site 4173: wait_signal_ne_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4173: wait_signal_ne_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4174: wait_signal_ne_warp, waiting for a flag to differ from the value
-//   site 4175: wait_signal_ne_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4175: wait_signal_ne_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4176: wait_signal_ne_block, waiting for a flag to differ from the value
-//   site 4177: wait_signal_gt_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4177: wait_signal_gt_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4178: wait_signal_gt_thread, waiting for a flag to exceed the value
-//   site 4179: wait_signal_gt_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4179: wait_signal_gt_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4180: wait_signal_gt_warp, waiting for a flag to exceed the value
-//   site 4181: wait_signal_gt_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4181: wait_signal_gt_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4182: wait_signal_gt_block, waiting for a flag to exceed the value
-//   site 4183: wait_signal_le_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4183: wait_signal_le_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4184: wait_signal_le_thread, waiting for a flag to be at most the value
-//   site 4185: wait_signal_le_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4185: wait_signal_le_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4186: wait_signal_le_warp, waiting for a flag to be at most the value
-//   site 4187: wait_signal_le_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4187: wait_signal_le_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4188: wait_signal_le_block, waiting for a flag to be at most the value
-//   site 4189: wait_signal_lt_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4189: wait_signal_lt_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4190: wait_signal_lt_thread, waiting for a flag to be below the value
-//   site 4191: wait_signal_lt_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4191: wait_signal_lt_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4192: wait_signal_lt_warp, waiting for a flag to be below the value
-//   site 4193: wait_signal_lt_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4193: wait_signal_lt_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4194: wait_signal_lt_block, waiting for a flag to be below the value
-//   site 4195: wait_signal_ge_thread, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4195: wait_signal_ge_thread, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4196: wait_signal_ge_thread, waiting for a flag to reach the value
-//   site 4197: wait_signal_ge_warp, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4197: wait_signal_ge_warp, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4198: wait_signal_ge_warp, waiting for a flag to reach the value
-//   site 4199: wait_signal_ge_block, waiting for an endpoint this code supports (a collapsed CQ, a doorbell the GPU rings)
+//   site 4199: wait_signal_ge_block, waiting for an endpoint this code supports (a collapsed CQ or a power-of-two CQ ring)
 //   site 4200: wait_signal_ge_block, waiting for a flag to reach the value
 #pragma once
 #include <cstdio>
@@ -248,6 +248,8 @@ constexpr uint32_t CQE_OPCODE_RESPONDER_ERROR = 0xeu;
 constexpr uint32_t TRANSPORT_MLX5 = 0x1u;
 constexpr uint32_t ENDPOINT_FLAG_HOST_RINGS_DOORBELL = 0x2u;
 constexpr uint32_t WAIT_KIND_UNSUPPORTED_ENDPOINT = 0x6u;
+constexpr uint32_t CQ_RING_PROGRESS_WORD = 0x2u;
+constexpr uint32_t CQ_RING_WORD_XOR = 0xf0000000u;
 }  // namespace mlx5
 
 namespace detail {
@@ -333,8 +335,11 @@ __device__ __forceinline__ uint64_t mlx5_last_posted(uint64_t last, int word) {
 
 // The send counter (the low 16 bits of the end, big-endian) in the doorbell record; with
 // `atomic_max` the largest end any producer recorded in `producer` wins.
+// On the staged path (ENDPOINT_FLAG_HOST_RINGS_DOORBELL) a host thread reads the record as the
+// doorbell, before any later fence of this thread: the store releases the WQEs itself.
 __device__ __forceinline__ void mlx5_doorbell_record(Mlx5DoorbellRecord* record, uint64_t producer, uint64_t end,
-                                                     bool atomic_max, bool relaxed) {
+                                                     bool atomic_max, bool relaxed, uint32_t flags) {
+  if ((flags & mlx5::ENDPOINT_FLAG_HOST_RINGS_DOORBELL) != 0) relaxed = false;
   if (atomic_max) {
     uint64_t old;
     asm volatile("atom.relaxed.gpu.global.max.u64 %0, [%1], %2;" : "=l"(old) : "l"(producer), "l"(end) : "memory");
@@ -352,7 +357,10 @@ __device__ __forceinline__ void mlx5_doorbell_record(Mlx5DoorbellRecord* record,
 // WQE and doorbell-record stores must reach the NIC first; a release orders only what precedes
 // it, not the MMIO store after it). On a shared queue another producer may already have
 // recorded a larger index: ring the largest (never backwards).
-__device__ __forceinline__ void mlx5_ring_doorbell(uint64_t uar, uint64_t producer, uint64_t end, uint32_t qpn) {
+// On the staged path the host rings: no store (the handle has no UAR address then).
+__device__ __forceinline__ void mlx5_ring_doorbell(uint64_t uar, uint64_t producer, uint64_t end, uint32_t qpn,
+                                                   uint32_t flags) {
+  if ((flags & mlx5::ENDPOINT_FLAG_HOST_RINGS_DOORBELL) != 0) return;
   uint64_t largest;
   asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(largest) : "l"(producer) : "memory");
   if (end > largest) largest = end;
@@ -376,12 +384,44 @@ __device__ __forceinline__ bool mlx5_completion_pending(uint32_t word, uint64_t 
   return opcode == mlx5::CQE_OPCODE_INVALID || distance >= 0x8000u;
 }
 
+// The newest CQE's word (wqe_counter in its low half, op_own in its top byte). A collapsed CQ:
+// slot 0's. A CQ ring (cq_collapsed 0): one step of following it first, as tier 2's
+// cq_ring_advance.ptx does: the management block's ring-progress word holds the CQEs consumed
+// (high half) and the newest one's word XOR CQ_RING_WORD_XOR (low half: a zeroed word reads as no
+// CQE); a CQE of this lap (opcode valid, owner bit the lap's parity) is taken with one
+// compare-and-swap (another thread that took it first leaves it to the next step).
+__device__ __forceinline__ uint32_t mlx5_newest_cqe_word(uint64_t handle, uint64_t management) {
+  const EndpointHandle* endpoint = reinterpret_cast<const EndpointHandle*>(handle);
+  const uint64_t cq = table_load(&endpoint->cq_buffer_address);
+  const uint64_t counter_offset = __builtin_offsetof(Mlx5Cqe64, wqe_counter);
+  uint32_t word;
+  if (table_load(&endpoint->cq_collapsed) != 0) {
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(word) : "l"(cq + counter_offset) : "memory");
+    return word;
+  }
+  uint64_t* progress = reinterpret_cast<uint64_t*>(reinterpret_cast<Mlx5QueueManagement*>(management)->reserved) +
+                       mlx5::CQ_RING_PROGRESS_WORD;
+  uint64_t seen;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(seen) : "l"(progress) : "memory");
+  const uint32_t consumed = static_cast<uint32_t>(seen >> 32);
+  const uint32_t count = table_load(&endpoint->cqe_count);
+  const uint64_t slot = cq + static_cast<uint64_t>(consumed & (count - 1)) * sizeof(Mlx5Cqe64);
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(word) : "l"(slot + counter_offset) : "memory");
+  const uint32_t lap = (consumed / count) & 1u;
+  if ((word >> 28) != mlx5::CQE_OPCODE_INVALID && ((word >> 24) & 1u) == lap) {
+    const uint64_t next = (static_cast<uint64_t>(consumed + 1) << 32) | (word ^ mlx5::CQ_RING_WORD_XOR);
+    [[maybe_unused]] uint64_t old;
+    asm volatile("atom.relaxed.gpu.global.cas.b64 %0, [%1], %2, %3;"
+                 : "=l"(old) : "l"(progress), "l"(seen), "l"(next) : "memory");
+    seen = next;
+  }
+  return static_cast<uint32_t>(seen) ^ mlx5::CQ_RING_WORD_XOR;
+}
+
 // While a reservation waits for ring space: when the CQE reports a WQE at or past the consumer
 // index, free through that WQE's first block (completions are cumulative; the WQE's size is
 // not in the CQE). An error CQE traps. The simulator's `reclaim_mlx5_ring` does the same.
-__device__ __forceinline__ void mlx5_reclaim_from_cq(uint64_t counter_word, uint64_t consumer) {
-  uint32_t word;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(word) : "l"(counter_word) : "memory");
+__device__ __forceinline__ void mlx5_reclaim_from_cq(uint32_t word, uint64_t consumer) {
   const uint32_t opcode = word >> 28;
   if (opcode == mlx5::CQE_OPCODE_REQUESTER_ERROR || opcode == mlx5::CQE_OPCODE_RESPONDER_ERROR) __trap();
   if (opcode == mlx5::CQE_OPCODE_INVALID) return;
@@ -395,16 +435,16 @@ __device__ __forceinline__ void mlx5_reclaim_from_cq(uint64_t counter_word, uint
   }
 }
 
-// The endpoint check: this library polls a collapsed CQ and rings the doorbell itself (tier 2
-// also follows CQ rings and leaves the doorbell to the host on the staged path); an mlx5 handle
-// that says otherwise is recorded (WAIT_KIND_UNSUPPORTED_ENDPOINT, with its cq_collapsed and
-// cqe_count) and the thread exits before posting anything. (A handle to this rank itself is p2p.)
+// The endpoint check: this library polls a collapsed CQ (cq_collapsed 1) or follows a CQ ring
+// (0) of a power-of-two cqe_count; an mlx5 handle that says otherwise is recorded
+// (WAIT_KIND_UNSUPPORTED_ENDPOINT, with its cq_collapsed and cqe_count) and the thread exits
+// before posting anything. (A handle to this rank itself is p2p.)
 __device__ __forceinline__ void mlx5_exit_unless_supported_endpoint(uint64_t handle, uint32_t site) {
   const EndpointHandle* endpoint = reinterpret_cast<const EndpointHandle*>(handle);
-  const uint32_t flags = table_load(&endpoint->flags);
   const uint32_t collapsed = table_load(&endpoint->cq_collapsed);
-  if (table_load(&endpoint->transport) == mlx5::TRANSPORT_MLX5 &&
-      ((flags & mlx5::ENDPOINT_FLAG_HOST_RINGS_DOORBELL) != 0 || collapsed != 1)) {
+  const uint32_t count = table_load(&endpoint->cqe_count);
+  const bool bad_ring = collapsed == 0 && (count == 0 || (count & (count - 1)) != 0);
+  if (table_load(&endpoint->transport) == mlx5::TRANSPORT_MLX5 && (collapsed > 1 || bad_ring)) {
     give_up(table_load(&endpoint->wait_failure_log_address), handle, collapsed,
             table_load(&endpoint->cqe_count), 0,
             table_load(&endpoint->local_rank), site, static_cast<int32_t>(table_load(&endpoint->peer_rank)),
@@ -436,48 +476,46 @@ __device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uin
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4097u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4097u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block15 = ab_sq14 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion16 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block15 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn17 << 8) | 3u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block15 + 16u), ab_address12, ab_rkey13); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block15 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v11), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block15 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn17 << 8) | 4u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion16 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 1u); }
-  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base7) + INT64_C(1);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block13 = ab_sq12 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion14 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block13 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn15 << 8) | 3u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block13 + 16u), ab_address10, ab_rkey11); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block13 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v9), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block13 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn15 << 8) | 4u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion14 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 1u); }
+  [[maybe_unused]] const int64_t ab_v16 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end19 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end17 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4098u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4098u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end19) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end17) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -489,10 +527,11 @@ __device__ __forceinline__ void put_thread(uint64_t endpoints, int64_t peer, uin
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell20), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar21, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), ab_qpn17); }
+  [[maybe_unused]] const uint64_t ab_doorbell18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell18), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v16), true, false, ab_flags19); }
+  [[maybe_unused]] const uint64_t ab_uar20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar20, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v16), ab_qpn15, ab_flags19); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -506,49 +545,47 @@ __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint6
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
   __syncwarp();
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4101u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4101u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block15 = ab_sq14 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion16 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block15 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn17 << 8) | 3u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block15 + 16u), ab_address12, ab_rkey13); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block15 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v11), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block15 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn17 << 8) | 4u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion16 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 1u); }
-  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base7) + INT64_C(1);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block13 = ab_sq12 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion14 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block13 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn15 << 8) | 3u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block13 + 16u), ab_address10, ab_rkey11); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block13 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v9), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block13 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn15 << 8) | 4u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion14 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 1u); }
+  [[maybe_unused]] const int64_t ab_v16 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end19 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end17 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4102u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4102u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end19) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end17) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -560,10 +597,11 @@ __device__ __forceinline__ void put_warp(uint64_t endpoints, int64_t peer, uint6
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell20), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar21, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), ab_qpn17); }
+  [[maybe_unused]] const uint64_t ab_doorbell18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell18), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v16), true, false, ab_flags19); }
+  [[maybe_unused]] const uint64_t ab_uar20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar20, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v16), ab_qpn15, ab_flags19); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -577,49 +615,47 @@ __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
   __syncthreads();
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4105u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4105u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block15 = ab_sq14 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion16 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block15 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn17 << 8) | 3u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block15 + 16u), ab_address12, ab_rkey13); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block15 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v11), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block15 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn17 << 8) | 4u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion16 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 1u); }
-  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base7) + INT64_C(1);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq12 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block13 = ab_sq12 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion14 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block13 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn15 << 8) | 3u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block13 + 16u), ab_address10, ab_rkey11); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block13 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v9), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block13 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn15 << 8) | 4u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion14 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 1u); }
+  [[maybe_unused]] const int64_t ab_v16 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end19 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end17 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4106u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4106u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end19) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end17) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -631,10 +667,11 @@ __device__ __forceinline__ void put_block(uint64_t endpoints, int64_t peer, uint
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell20), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar21, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), ab_qpn17); }
+  [[maybe_unused]] const uint64_t ab_doorbell18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell18), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v16), true, false, ab_flags19); }
+  [[maybe_unused]] const uint64_t ab_uar20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar20, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v16), ab_qpn15, ab_flags19); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -649,59 +686,57 @@ __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq6 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe7 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq6)->wqe_counter);
-  uint64_t ab_base8 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base8) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(3))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end9 = ab_base8 + static_cast<uint64_t>(INT64_C(3));
-  [[maybe_unused]] const uint64_t ab_needed10 = ab_end9 - static_cast<uint64_t>(ab_sq5);
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(3))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(3));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - static_cast<uint64_t>(ab_sq5);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe7, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end9 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed10, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4109u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management4), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4109u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base8) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
-  [[maybe_unused]] const uint32_t ab_rkey14 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block16 = ab_sq15 + ((static_cast<uint64_t>(ab_v11) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion17 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v11), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn18 << 8) | 3u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block16 + 16u), ab_address13, ab_rkey14); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block16 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v12), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion17 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v11), static_cast<uint64_t>(ab_v11) + 1u); }
-  [[maybe_unused]] const uint64_t ab_offset19 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base8) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_address21 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset19;
-  [[maybe_unused]] const uint32_t ab_rkey22 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
-  [[maybe_unused]] const uint64_t ab_block23 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const uint64_t ab_block24 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 1u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion25 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v20), 2u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic26 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic27 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block23 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v20)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn18 << 8) | 5u), static_cast<uint8_t>((ab_completion25 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block23 + 16u), ab_address21, ab_rkey22); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block23 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block24 + 0u), 8u, ab_atomic27, ab_atomic26); }
-  if (ab_leader) { if (ab_completion25 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v20), static_cast<uint64_t>(ab_v20) + 2u); }
-  [[maybe_unused]] const int64_t ab_v28 = static_cast<int64_t>(ab_base8) + INT64_C(3);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
+  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v9) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v9), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn16 << 8) | 3u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v10), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v9), static_cast<uint64_t>(ab_v9) + 1u); }
+  [[maybe_unused]] const uint64_t ab_offset17 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_address19 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset17;
+  [[maybe_unused]] const uint32_t ab_rkey20 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
+  [[maybe_unused]] const uint64_t ab_block21 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const uint64_t ab_block22 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 1u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion23 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v18), 2u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic25 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block21 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v18)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn16 << 8) | 5u), static_cast<uint8_t>((ab_completion23 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block21 + 16u), ab_address19, ab_rkey20); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block21 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block22 + 0u), 8u, ab_atomic25, ab_atomic24); }
+  if (ab_leader) { if (ab_completion23 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v18), static_cast<uint64_t>(ab_v18) + 2u); }
+  [[maybe_unused]] const int64_t ab_v26 = static_cast<int64_t>(ab_base6) + INT64_C(3);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end29 = ab_base8 + static_cast<uint64_t>(INT64_C(3));
+  [[maybe_unused]] const uint64_t ab_end27 = ab_base6 + static_cast<uint64_t>(INT64_C(3));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base8)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4110u, 3u);
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4110u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end29) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end27) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -713,10 +748,11 @@ __device__ __forceinline__ void put_signal_set_thread(uint64_t endpoints, int64_
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell30), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v28), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar31 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar31, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v28), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell28 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell28), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v26), true, false, ab_flags29); }
+  [[maybe_unused]] const uint64_t ab_uar30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar30, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v26), ab_qpn16, ab_flags29); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -731,60 +767,58 @@ __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t 
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq6 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe7 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq6)->wqe_counter);
   __syncwarp();
-  uint64_t ab_base8 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base8) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(3))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end9 = ab_base8 + static_cast<uint64_t>(INT64_C(3));
-  [[maybe_unused]] const uint64_t ab_needed10 = ab_end9 - static_cast<uint64_t>(ab_sq5);
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(3))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(3));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - static_cast<uint64_t>(ab_sq5);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe7, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end9 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed10, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4113u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management4), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4113u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base8) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
-  [[maybe_unused]] const uint32_t ab_rkey14 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block16 = ab_sq15 + ((static_cast<uint64_t>(ab_v11) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion17 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v11), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn18 << 8) | 3u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block16 + 16u), ab_address13, ab_rkey14); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block16 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v12), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion17 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v11), static_cast<uint64_t>(ab_v11) + 1u); }
-  [[maybe_unused]] const uint64_t ab_offset19 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base8) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_address21 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset19;
-  [[maybe_unused]] const uint32_t ab_rkey22 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
-  [[maybe_unused]] const uint64_t ab_block23 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const uint64_t ab_block24 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 1u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion25 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v20), 2u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic26 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic27 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block23 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v20)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn18 << 8) | 5u), static_cast<uint8_t>((ab_completion25 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block23 + 16u), ab_address21, ab_rkey22); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block23 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block24 + 0u), 8u, ab_atomic27, ab_atomic26); }
-  if (ab_leader) { if (ab_completion25 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v20), static_cast<uint64_t>(ab_v20) + 2u); }
-  [[maybe_unused]] const int64_t ab_v28 = static_cast<int64_t>(ab_base8) + INT64_C(3);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
+  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v9) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v9), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn16 << 8) | 3u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v10), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v9), static_cast<uint64_t>(ab_v9) + 1u); }
+  [[maybe_unused]] const uint64_t ab_offset17 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_address19 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset17;
+  [[maybe_unused]] const uint32_t ab_rkey20 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
+  [[maybe_unused]] const uint64_t ab_block21 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const uint64_t ab_block22 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 1u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion23 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v18), 2u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic25 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block21 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v18)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn16 << 8) | 5u), static_cast<uint8_t>((ab_completion23 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block21 + 16u), ab_address19, ab_rkey20); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block21 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block22 + 0u), 8u, ab_atomic25, ab_atomic24); }
+  if (ab_leader) { if (ab_completion23 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v18), static_cast<uint64_t>(ab_v18) + 2u); }
+  [[maybe_unused]] const int64_t ab_v26 = static_cast<int64_t>(ab_base6) + INT64_C(3);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end29 = ab_base8 + static_cast<uint64_t>(INT64_C(3));
+  [[maybe_unused]] const uint64_t ab_end27 = ab_base6 + static_cast<uint64_t>(INT64_C(3));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base8)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4114u, 3u);
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4114u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end29) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end27) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -796,10 +830,11 @@ __device__ __forceinline__ void put_signal_set_warp(uint64_t endpoints, int64_t 
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell30), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v28), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar31 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar31, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v28), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell28 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell28), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v26), true, false, ab_flags29); }
+  [[maybe_unused]] const uint64_t ab_uar30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar30, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v26), ab_qpn16, ab_flags29); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -814,60 +849,58 @@ __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq6 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe7 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq6)->wqe_counter);
   __syncthreads();
-  uint64_t ab_base8 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base8) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(3))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end9 = ab_base8 + static_cast<uint64_t>(INT64_C(3));
-  [[maybe_unused]] const uint64_t ab_needed10 = ab_end9 - static_cast<uint64_t>(ab_sq5);
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(3))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(3));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - static_cast<uint64_t>(ab_sq5);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe7, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end9 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed10, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4117u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management4), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4117u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base8) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
-  [[maybe_unused]] const uint32_t ab_rkey14 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block16 = ab_sq15 + ((static_cast<uint64_t>(ab_v11) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion17 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v11), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn18 << 8) | 3u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block16 + 16u), ab_address13, ab_rkey14); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block16 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v12), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion17 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v11), static_cast<uint64_t>(ab_v11) + 1u); }
-  [[maybe_unused]] const uint64_t ab_offset19 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base8) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_address21 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset19;
-  [[maybe_unused]] const uint32_t ab_rkey22 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
-  [[maybe_unused]] const uint64_t ab_block23 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const uint64_t ab_block24 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 1u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion25 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v20), 2u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic26 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic27 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block23 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v20)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn18 << 8) | 5u), static_cast<uint8_t>((ab_completion25 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block23 + 16u), ab_address21, ab_rkey22); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block23 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block24 + 0u), 8u, ab_atomic27, ab_atomic26); }
-  if (ab_leader) { if (ab_completion25 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v20), static_cast<uint64_t>(ab_v20) + 2u); }
-  [[maybe_unused]] const int64_t ab_v28 = static_cast<int64_t>(ab_base8) + INT64_C(3);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
+  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v9) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v9), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn16 << 8) | 3u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v10), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v9), static_cast<uint64_t>(ab_v9) + 1u); }
+  [[maybe_unused]] const uint64_t ab_offset17 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_address19 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset17;
+  [[maybe_unused]] const uint32_t ab_rkey20 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
+  [[maybe_unused]] const uint64_t ab_block21 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const uint64_t ab_block22 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 1u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion23 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v18), 2u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic25 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block21 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v18)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn16 << 8) | 5u), static_cast<uint8_t>((ab_completion23 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block21 + 16u), ab_address19, ab_rkey20); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block21 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block22 + 0u), 8u, ab_atomic25, ab_atomic24); }
+  if (ab_leader) { if (ab_completion23 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v18), static_cast<uint64_t>(ab_v18) + 2u); }
+  [[maybe_unused]] const int64_t ab_v26 = static_cast<int64_t>(ab_base6) + INT64_C(3);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end29 = ab_base8 + static_cast<uint64_t>(INT64_C(3));
+  [[maybe_unused]] const uint64_t ab_end27 = ab_base6 + static_cast<uint64_t>(INT64_C(3));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base8)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4118u, 3u);
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4118u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end29) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end27) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -879,10 +912,11 @@ __device__ __forceinline__ void put_signal_set_block(uint64_t endpoints, int64_t
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell30), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v28), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar31 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar31, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v28), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell28 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell28), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v26), true, false, ab_flags29); }
+  [[maybe_unused]] const uint64_t ab_uar30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar30, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v26), ab_qpn16, ab_flags29); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -897,58 +931,56 @@ __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq6 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe7 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq6)->wqe_counter);
-  uint64_t ab_base8 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base8) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end9 = ab_base8 + static_cast<uint64_t>(INT64_C(2));
-  [[maybe_unused]] const uint64_t ab_needed10 = ab_end9 - static_cast<uint64_t>(ab_sq5);
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - static_cast<uint64_t>(ab_sq5);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe7, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end9 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed10, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4121u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management4), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4121u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base8) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
-  [[maybe_unused]] const uint32_t ab_rkey14 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block16 = ab_sq15 + ((static_cast<uint64_t>(ab_v11) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion17 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v11), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn18 << 8) | 3u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block16 + 16u), ab_address13, ab_rkey14); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block16 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v12), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion17 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v11), static_cast<uint64_t>(ab_v11) + 1u); }
-  [[maybe_unused]] const uint64_t ab_offset19 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base8) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_address21 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset19;
-  [[maybe_unused]] const uint32_t ab_rkey22 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
-  [[maybe_unused]] const uint64_t ab_block23 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion24 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v20), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic25 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic26 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block23 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v20)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion24 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block23 + 16u), ab_address21, ab_rkey22); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block23 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block23 + 48u), 8u, ab_atomic26, ab_atomic25); }
-  if (ab_leader) { if (ab_completion24 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v20), static_cast<uint64_t>(ab_v20) + 1u); }
-  [[maybe_unused]] const int64_t ab_v27 = static_cast<int64_t>(ab_base8) + INT64_C(2);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
+  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v9) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v9), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn16 << 8) | 3u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v10), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v9), static_cast<uint64_t>(ab_v9) + 1u); }
+  [[maybe_unused]] const uint64_t ab_offset17 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_address19 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset17;
+  [[maybe_unused]] const uint32_t ab_rkey20 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
+  [[maybe_unused]] const uint64_t ab_block21 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion22 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v18), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block21 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v18)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion22 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block21 + 16u), ab_address19, ab_rkey20); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block21 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block21 + 48u), 8u, ab_atomic24, ab_atomic23); }
+  if (ab_leader) { if (ab_completion22 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v18), static_cast<uint64_t>(ab_v18) + 1u); }
+  [[maybe_unused]] const int64_t ab_v25 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end28 = ab_base8 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end26 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base8)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4122u, 3u);
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4122u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end28) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end26) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -960,10 +992,11 @@ __device__ __forceinline__ void put_signal_add_thread(uint64_t endpoints, int64_
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell29), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v27), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar30, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v27), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell27 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags28 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell27), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v25), true, false, ab_flags28); }
+  [[maybe_unused]] const uint64_t ab_uar29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar29, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v25), ab_qpn16, ab_flags28); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -978,59 +1011,57 @@ __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t 
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq6 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe7 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq6)->wqe_counter);
   __syncwarp();
-  uint64_t ab_base8 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base8) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end9 = ab_base8 + static_cast<uint64_t>(INT64_C(2));
-  [[maybe_unused]] const uint64_t ab_needed10 = ab_end9 - static_cast<uint64_t>(ab_sq5);
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - static_cast<uint64_t>(ab_sq5);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe7, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end9 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed10, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4125u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management4), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4125u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base8) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
-  [[maybe_unused]] const uint32_t ab_rkey14 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block16 = ab_sq15 + ((static_cast<uint64_t>(ab_v11) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion17 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v11), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn18 << 8) | 3u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block16 + 16u), ab_address13, ab_rkey14); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block16 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v12), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion17 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v11), static_cast<uint64_t>(ab_v11) + 1u); }
-  [[maybe_unused]] const uint64_t ab_offset19 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base8) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_address21 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset19;
-  [[maybe_unused]] const uint32_t ab_rkey22 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
-  [[maybe_unused]] const uint64_t ab_block23 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion24 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v20), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic25 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic26 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block23 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v20)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion24 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block23 + 16u), ab_address21, ab_rkey22); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block23 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block23 + 48u), 8u, ab_atomic26, ab_atomic25); }
-  if (ab_leader) { if (ab_completion24 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v20), static_cast<uint64_t>(ab_v20) + 1u); }
-  [[maybe_unused]] const int64_t ab_v27 = static_cast<int64_t>(ab_base8) + INT64_C(2);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
+  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v9) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v9), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn16 << 8) | 3u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v10), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v9), static_cast<uint64_t>(ab_v9) + 1u); }
+  [[maybe_unused]] const uint64_t ab_offset17 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_address19 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset17;
+  [[maybe_unused]] const uint32_t ab_rkey20 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
+  [[maybe_unused]] const uint64_t ab_block21 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion22 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v18), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block21 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v18)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion22 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block21 + 16u), ab_address19, ab_rkey20); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block21 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block21 + 48u), 8u, ab_atomic24, ab_atomic23); }
+  if (ab_leader) { if (ab_completion22 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v18), static_cast<uint64_t>(ab_v18) + 1u); }
+  [[maybe_unused]] const int64_t ab_v25 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end28 = ab_base8 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end26 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base8)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4126u, 3u);
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4126u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end28) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end26) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1042,10 +1073,11 @@ __device__ __forceinline__ void put_signal_add_warp(uint64_t endpoints, int64_t 
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell29), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v27), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar30, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v27), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell27 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags28 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell27), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v25), true, false, ab_flags28); }
+  [[maybe_unused]] const uint64_t ab_uar29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar29, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v25), ab_qpn16, ab_flags28); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1060,59 +1092,57 @@ __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t
   [[maybe_unused]] const uint64_t ab_offset3 = static_cast<uint64_t>(dst_offset) * 1u;
   [[maybe_unused]] const uint64_t ab_management4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq6 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe7 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq6)->wqe_counter);
   __syncthreads();
-  uint64_t ab_base8 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base8) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end9 = ab_base8 + static_cast<uint64_t>(INT64_C(2));
-  [[maybe_unused]] const uint64_t ab_needed10 = ab_end9 - static_cast<uint64_t>(ab_sq5);
+  uint64_t ab_base6 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base6) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end7 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed8 = ab_end7 - static_cast<uint64_t>(ab_sq5);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe7, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end9 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed10, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4129u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management4), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end7 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq5)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->consumer_index), ab_needed8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4129u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v11 = static_cast<int64_t>(ab_base8) + INT64_C(0);
-  [[maybe_unused]] const int64_t ab_v12 = static_cast<int64_t>(src_key);
-  [[maybe_unused]] const uint64_t ab_address13 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
-  [[maybe_unused]] const uint32_t ab_rkey14 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block16 = ab_sq15 + ((static_cast<uint64_t>(ab_v11) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion17 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v11), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn18 << 8) | 3u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block16 + 16u), ab_address13, ab_rkey14); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block16 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v12), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block16 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v11)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion17 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
-  if (ab_leader) { if (ab_completion17 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v11), static_cast<uint64_t>(ab_v11) + 1u); }
-  [[maybe_unused]] const uint64_t ab_offset19 = static_cast<uint64_t>(flag_index) * 8u;
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base8) + INT64_C(1);
-  [[maybe_unused]] const uint64_t ab_address21 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset19;
-  [[maybe_unused]] const uint32_t ab_rkey22 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
-  [[maybe_unused]] const uint64_t ab_block23 = ab_sq15 + ((static_cast<uint64_t>(ab_v20) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion24 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v20), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic25 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic26 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block23 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v20)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion24 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block23 + 16u), ab_address21, ab_rkey22); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block23 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block23 + 48u), 8u, ab_atomic26, ab_atomic25); }
-  if (ab_leader) { if (ab_completion24 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v20), static_cast<uint64_t>(ab_v20) + 1u); }
-  [[maybe_unused]] const int64_t ab_v27 = static_cast<int64_t>(ab_base8) + INT64_C(2);
+  [[maybe_unused]] const int64_t ab_v9 = static_cast<int64_t>(ab_base6) + INT64_C(0);
+  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(src_key);
+  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset3;
+  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v9) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v9), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(0) != 0);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { if (INT64_C(1) != 0) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_RDMA_WRITE), ((ab_qpn16 << 8) | 3u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 32u), static_cast<uint32_t>(bytes), static_cast<uint32_t>(ab_v10), src); } else { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v9)) & 0xffffu) << 8) | mlx5::OPCODE_NOP), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); } }
+  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v9), static_cast<uint64_t>(ab_v9) + 1u); }
+  [[maybe_unused]] const uint64_t ab_offset17 = static_cast<uint64_t>(flag_index) * 8u;
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base6) + INT64_C(1);
+  [[maybe_unused]] const uint64_t ab_address19 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->base_address) + ab_offset17;
+  [[maybe_unused]] const uint32_t ab_rkey20 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor2)->rkey);
+  [[maybe_unused]] const uint64_t ab_block21 = ab_sq13 + ((static_cast<uint64_t>(ab_v18) + 0u) % static_cast<uint64_t>(ab_sq5)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion22 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v18), 1u, static_cast<uint64_t>(ab_sq5), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic24 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block21 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v18)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion22 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block21 + 16u), ab_address19, ab_rkey20); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block21 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block21 + 48u), 8u, ab_atomic24, ab_atomic23); }
+  if (ab_leader) { if (ab_completion22 != 0) detail::mlx5_note_posted(ab_management4, static_cast<uint64_t>(ab_v18), static_cast<uint64_t>(ab_v18) + 1u); }
+  [[maybe_unused]] const int64_t ab_v25 = static_cast<int64_t>(ab_base6) + INT64_C(2);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end28 = ab_base8 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end26 = ab_base6 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base8)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base8, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4130u, 3u);
+        if (!(ab_seen != ab_base6)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head), ab_base6, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4130u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end28) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->ready_head)), "l"(ab_end26) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1124,10 +1154,11 @@ __device__ __forceinline__ void put_signal_add_block(uint64_t endpoints, int64_t
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell29), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v27), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar30 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar30, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v27), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell27 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags28 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell27), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v25), true, false, ab_flags28); }
+  [[maybe_unused]] const uint64_t ab_uar29 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar29, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->producer_index), static_cast<uint64_t>(ab_v25), ab_qpn16, ab_flags28); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management4)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1141,50 +1172,48 @@ __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t pe
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(2));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4133u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4133u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const uint64_t ab_block15 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 1u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion16 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 2u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  [[maybe_unused]] const uint32_t ab_qpn19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn19 << 8) | 5u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block14 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block15 + 0u), 8u, ab_atomic18, ab_atomic17); }
-  if (ab_leader) { if (ab_completion16 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 2u); }
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base7) + INT64_C(2);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_address9 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block12 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const uint64_t ab_block13 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 1u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion14 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 2u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  [[maybe_unused]] const uint32_t ab_qpn17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block12 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn17 << 8) | 5u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block12 + 16u), ab_address9, ab_rkey10); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block12 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block13 + 0u), 8u, ab_atomic16, ab_atomic15); }
+  if (ab_leader) { if (ab_completion14 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 2u); }
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base5) + INT64_C(2);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end21 = ab_base7 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end19 = ab_base5 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4134u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4134u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end21) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end19) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1196,10 +1225,11 @@ __device__ __forceinline__ void signal_set_thread(uint64_t endpoints, int64_t pe
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell22), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v20), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar23, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v20), ab_qpn19); }
+  [[maybe_unused]] const uint64_t ab_doorbell20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell20), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), true, false, ab_flags21); }
+  [[maybe_unused]] const uint64_t ab_uar22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar22, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), ab_qpn17, ab_flags21); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1213,51 +1243,49 @@ __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
   __syncwarp();
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(2));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4137u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4137u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const uint64_t ab_block15 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 1u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion16 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 2u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  [[maybe_unused]] const uint32_t ab_qpn19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn19 << 8) | 5u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block14 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block15 + 0u), 8u, ab_atomic18, ab_atomic17); }
-  if (ab_leader) { if (ab_completion16 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 2u); }
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base7) + INT64_C(2);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_address9 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block12 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const uint64_t ab_block13 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 1u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion14 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 2u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  [[maybe_unused]] const uint32_t ab_qpn17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block12 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn17 << 8) | 5u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block12 + 16u), ab_address9, ab_rkey10); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block12 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block13 + 0u), 8u, ab_atomic16, ab_atomic15); }
+  if (ab_leader) { if (ab_completion14 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 2u); }
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base5) + INT64_C(2);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end21 = ab_base7 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end19 = ab_base5 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4138u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4138u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end21) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end19) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1269,10 +1297,11 @@ __device__ __forceinline__ void signal_set_warp(uint64_t endpoints, int64_t peer
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell22), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v20), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar23, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v20), ab_qpn19); }
+  [[maybe_unused]] const uint64_t ab_doorbell20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell20), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), true, false, ab_flags21); }
+  [[maybe_unused]] const uint64_t ab_uar22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar22, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), ab_qpn17, ab_flags21); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1286,51 +1315,49 @@ __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t pee
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
   __syncthreads();
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(2));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(2))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4141u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4141u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const uint64_t ab_block15 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 1u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion16 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 2u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  [[maybe_unused]] const uint32_t ab_qpn19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn19 << 8) | 5u), static_cast<uint8_t>((ab_completion16 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block14 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block15 + 0u), 8u, ab_atomic18, ab_atomic17); }
-  if (ab_leader) { if (ab_completion16 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 2u); }
-  [[maybe_unused]] const int64_t ab_v20 = static_cast<int64_t>(ab_base7) + INT64_C(2);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_address9 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block12 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const uint64_t ab_block13 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 1u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion14 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 2u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  [[maybe_unused]] const uint32_t ab_qpn17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block12 + 0u), ((mlx5::EXTENDED_ATOMIC_OPMOD_8_BYTES << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_MASKED_CS), ((ab_qpn17 << 8) | 5u), static_cast<uint8_t>((ab_completion14 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block12 + 16u), ab_address9, ab_rkey10); detail::mlx5_masked_swap(reinterpret_cast<Mlx5MaskedCompareSwap64Segment*>(ab_block12 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block13 + 0u), 8u, ab_atomic16, ab_atomic15); }
+  if (ab_leader) { if (ab_completion14 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 2u); }
+  [[maybe_unused]] const int64_t ab_v18 = static_cast<int64_t>(ab_base5) + INT64_C(2);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end21 = ab_base7 + static_cast<uint64_t>(INT64_C(2));
+  [[maybe_unused]] const uint64_t ab_end19 = ab_base5 + static_cast<uint64_t>(INT64_C(2));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4142u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4142u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end21) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end19) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1342,10 +1369,11 @@ __device__ __forceinline__ void signal_set_block(uint64_t endpoints, int64_t pee
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell22), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v20), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar23 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar23, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v20), ab_qpn19); }
+  [[maybe_unused]] const uint64_t ab_doorbell20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell20), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), true, false, ab_flags21); }
+  [[maybe_unused]] const uint64_t ab_uar22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar22, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v18), ab_qpn17, ab_flags21); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1359,49 +1387,47 @@ __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t pe
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4145u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4145u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block14 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 48u), 8u, ab_atomic17, ab_atomic16); }
-  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 1u); }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base7) + INT64_C(1);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_address9 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block12 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion13 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block12 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion13 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block12 + 16u), ab_address9, ab_rkey10); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block12 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block12 + 48u), 8u, ab_atomic15, ab_atomic14); }
+  if (ab_leader) { if (ab_completion13 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 1u); }
+  [[maybe_unused]] const int64_t ab_v17 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end20 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end18 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4146u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4146u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end20) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end18) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1413,10 +1439,11 @@ __device__ __forceinline__ void signal_add_thread(uint64_t endpoints, int64_t pe
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell21), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v19), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar22, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v19), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell19), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v17), true, false, ab_flags20); }
+  [[maybe_unused]] const uint64_t ab_uar21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar21, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v17), ab_qpn16, ab_flags20); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1430,50 +1457,48 @@ __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
   __syncwarp();
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4149u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4149u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block14 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 48u), 8u, ab_atomic17, ab_atomic16); }
-  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 1u); }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base7) + INT64_C(1);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_address9 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block12 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion13 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block12 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion13 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block12 + 16u), ab_address9, ab_rkey10); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block12 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block12 + 48u), 8u, ab_atomic15, ab_atomic14); }
+  if (ab_leader) { if (ab_completion13 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 1u); }
+  [[maybe_unused]] const int64_t ab_v17 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end20 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end18 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4150u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4150u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end20) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end18) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1485,10 +1510,11 @@ __device__ __forceinline__ void signal_add_warp(uint64_t endpoints, int64_t peer
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell21), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v19), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar22, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v19), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell19), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v17), true, false, ab_flags20); }
+  [[maybe_unused]] const uint64_t ab_uar21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar21, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v17), ab_qpn16, ab_flags20); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1502,50 +1528,48 @@ __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t pee
   [[maybe_unused]] const uint64_t ab_offset2 = static_cast<uint64_t>(flag_index) * 8u;
   [[maybe_unused]] const uint64_t ab_management3 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->management_address);
   [[maybe_unused]] const uint32_t ab_sq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_wqe_basic_block_count);
-  [[maybe_unused]] const uint64_t ab_cq5 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe6 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq5)->wqe_counter);
   __syncthreads();
-  uint64_t ab_base7 = 0;
-  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base7) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
-  [[maybe_unused]] const uint64_t ab_end8 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
-  [[maybe_unused]] const uint64_t ab_needed9 = ab_end8 - static_cast<uint64_t>(ab_sq4);
+  uint64_t ab_base5 = 0;
+  if (ab_leader) { asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(ab_base5) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->reserved_head)), "l"(static_cast<uint64_t>(INT64_C(1))) : "memory"); }
+  [[maybe_unused]] const uint64_t ab_end6 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_needed7 = ab_end6 - static_cast<uint64_t>(ab_sq4);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        detail::mlx5_reclaim_from_cq(ab_cqe6, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
-        if (!(static_cast<int64_t>(ab_end8 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed9, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4153u, 1u);
+        detail::mlx5_reclaim_from_cq(detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management3), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)); asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index)) : "memory");
+        if (!(static_cast<int64_t>(ab_end6 - ab_seen) > static_cast<int64_t>(static_cast<uint64_t>(ab_sq4)))) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->consumer_index), ab_needed7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4153u, 1u);
       }
     }
   }
-  [[maybe_unused]] const int64_t ab_v10 = static_cast<int64_t>(ab_base7) + INT64_C(0);
-  [[maybe_unused]] const uint64_t ab_address11 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
-  [[maybe_unused]] const uint32_t ab_rkey12 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
-  [[maybe_unused]] const uint64_t ab_sq13 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_block14 = ab_sq13 + ((static_cast<uint64_t>(ab_v10) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
-  [[maybe_unused]] const int64_t ab_completion15 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v10), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
-  [[maybe_unused]] const uint64_t ab_atomic16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
-  [[maybe_unused]] const uint32_t ab_atomic17 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
-  [[maybe_unused]] const uint32_t ab_qpn18 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
-  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block14 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v10)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn18 << 8) | 4u), static_cast<uint8_t>((ab_completion15 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block14 + 16u), ab_address11, ab_rkey12); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block14 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block14 + 48u), 8u, ab_atomic17, ab_atomic16); }
-  if (ab_leader) { if (ab_completion15 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v10), static_cast<uint64_t>(ab_v10) + 1u); }
-  [[maybe_unused]] const int64_t ab_v19 = static_cast<int64_t>(ab_base7) + INT64_C(1);
+  [[maybe_unused]] const int64_t ab_v8 = static_cast<int64_t>(ab_base5) + INT64_C(0);
+  [[maybe_unused]] const uint64_t ab_address9 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->base_address) + ab_offset2;
+  [[maybe_unused]] const uint32_t ab_rkey10 = detail::table_load(&reinterpret_cast<const RemoteRegionDescriptor*>(ab_descriptor1)->rkey);
+  [[maybe_unused]] const uint64_t ab_sq11 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->sq_buffer_address);
+  [[maybe_unused]] const uint64_t ab_block12 = ab_sq11 + ((static_cast<uint64_t>(ab_v8) + 0u) % static_cast<uint64_t>(ab_sq4)) * 64u;
+  [[maybe_unused]] const int64_t ab_completion13 = detail::mlx5_periodic_completion(static_cast<uint64_t>(ab_v8), 1u, static_cast<uint64_t>(ab_sq4), INT64_C(1) != 0);
+  [[maybe_unused]] const uint64_t ab_atomic14 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_address);
+  [[maybe_unused]] const uint32_t ab_atomic15 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->atomic_result_lkey);
+  [[maybe_unused]] const uint32_t ab_qpn16 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->qpn);
+  if (ab_leader) { detail::mlx5_control(reinterpret_cast<Mlx5ControlSegment*>(ab_block12 + 0u), ((0u << 24) | ((static_cast<uint32_t>(static_cast<uint64_t>(ab_v8)) & 0xffffu) << 8) | mlx5::OPCODE_ATOMIC_FA), ((ab_qpn16 << 8) | 4u), static_cast<uint8_t>((ab_completion13 != 0 ? mlx5::WQE_CTRL_CQ_UPDATE : 0u) | 0u), 0u); detail::mlx5_remote(reinterpret_cast<Mlx5RemoteAddressSegment*>(ab_block12 + 16u), ab_address9, ab_rkey10); detail::mlx5_fetch_add(reinterpret_cast<Mlx5AtomicSegment*>(ab_block12 + 32u), static_cast<uint64_t>(value)); detail::mlx5_data(reinterpret_cast<Mlx5DataSegment*>(ab_block12 + 48u), 8u, ab_atomic15, ab_atomic14); }
+  if (ab_leader) { if (ab_completion13 != 0) detail::mlx5_note_posted(ab_management3, static_cast<uint64_t>(ab_v8), static_cast<uint64_t>(ab_v8) + 1u); }
+  [[maybe_unused]] const int64_t ab_v17 = static_cast<int64_t>(ab_base5) + INT64_C(1);
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  [[maybe_unused]] const uint64_t ab_end20 = ab_base7 + static_cast<uint64_t>(INT64_C(1));
+  [[maybe_unused]] const uint64_t ab_end18 = ab_base5 + static_cast<uint64_t>(INT64_C(1));
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(ab_seen) : "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)) : "memory");
-        if (!(ab_seen != ab_base7)) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base7, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4154u, 3u);
+        if (!(ab_seen != ab_base5)) break;
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head), ab_base5, ab_seen, static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4154u, 3u);
       }
     }
   }
-  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end20) : "memory"); }
+  if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->ready_head)), "l"(ab_end18) : "memory"); }
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
@@ -1557,10 +1581,11 @@ __device__ __forceinline__ void signal_add_block(uint64_t endpoints, int64_t pee
       }
     }
   }
-  [[maybe_unused]] const uint64_t ab_doorbell21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
-  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell21), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v19), true, false); }
-  [[maybe_unused]] const uint64_t ab_uar22 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
-  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar22, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v19), ab_qpn18); }
+  [[maybe_unused]] const uint64_t ab_doorbell19 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->doorbell_record_address);
+  [[maybe_unused]] const uint32_t ab_flags20 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->flags);
+  if (ab_leader) { detail::mlx5_doorbell_record(reinterpret_cast<Mlx5DoorbellRecord*>(ab_doorbell19), reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v17), true, false, ab_flags20); }
+  [[maybe_unused]] const uint64_t ab_uar21 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->uar_doorbell_address);
+  if (ab_leader) { detail::mlx5_ring_doorbell(ab_uar21, reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->producer_index), static_cast<uint64_t>(ab_v17), ab_qpn16, ab_flags20); }
   if (ab_leader) { asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management3)->post_send_lock)), "l"(uint64_t{0}) : "memory"); }
 }
 
@@ -1598,15 +1623,14 @@ __device__ __forceinline__ void quiet_thread(uint64_t endpoints, int64_t peer) {
   [[maybe_unused]] const uint64_t ab_target2 = ab_leader ? detail::mlx5_last_posted(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management1)->reserved), 0) : 0;
   [[maybe_unused]] const uint64_t ab_freed3 = ab_leader ? detail::mlx5_last_posted(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management1)->reserved), 1) : 0;
   [[maybe_unused]] const uint64_t ab_cq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe5 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq4)->wqe_counter);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        { uint32_t ab_word; asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(ab_word) : "l"(ab_cqe5) : "memory"); ab_seen = ab_word; }
+        ab_seen = detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management1);
         if (!(detail::mlx5_completion_pending(static_cast<uint32_t>(ab_seen), ab_target2))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, ab_cqe5, ab_target2, detail::mlx5_cqe_counter(static_cast<uint32_t>(ab_seen)), static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4160u, 2u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, ab_cq4, ab_target2, detail::mlx5_cqe_counter(static_cast<uint32_t>(ab_seen)), static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4160u, 2u);
       }
     }
   }
@@ -1623,15 +1647,14 @@ __device__ __forceinline__ void quiet_warp(uint64_t endpoints, int64_t peer) {
   [[maybe_unused]] const uint64_t ab_target2 = ab_leader ? detail::mlx5_last_posted(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management1)->reserved), 0) : 0;
   [[maybe_unused]] const uint64_t ab_freed3 = ab_leader ? detail::mlx5_last_posted(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management1)->reserved), 1) : 0;
   [[maybe_unused]] const uint64_t ab_cq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe5 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq4)->wqe_counter);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        { uint32_t ab_word; asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(ab_word) : "l"(ab_cqe5) : "memory"); ab_seen = ab_word; }
+        ab_seen = detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management1);
         if (!(detail::mlx5_completion_pending(static_cast<uint32_t>(ab_seen), ab_target2))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, ab_cqe5, ab_target2, detail::mlx5_cqe_counter(static_cast<uint32_t>(ab_seen)), static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4162u, 2u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, ab_cq4, ab_target2, detail::mlx5_cqe_counter(static_cast<uint32_t>(ab_seen)), static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4162u, 2u);
       }
     }
   }
@@ -1649,15 +1672,14 @@ __device__ __forceinline__ void quiet_block(uint64_t endpoints, int64_t peer) {
   [[maybe_unused]] const uint64_t ab_target2 = ab_leader ? detail::mlx5_last_posted(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management1)->reserved), 0) : 0;
   [[maybe_unused]] const uint64_t ab_freed3 = ab_leader ? detail::mlx5_last_posted(reinterpret_cast<uint64_t>(&reinterpret_cast<Mlx5QueueManagement*>(ab_management1)->reserved), 1) : 0;
   [[maybe_unused]] const uint64_t ab_cq4 = detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->cq_buffer_address);
-  [[maybe_unused]] const uint64_t ab_cqe5 = reinterpret_cast<uint64_t>(&reinterpret_cast<const Mlx5Cqe64*>(ab_cq4)->wqe_counter);
   if (ab_leader) {
     {
       const uint64_t ab_start = detail::globaltimer();
       uint64_t ab_seen;
       for (;;) {
-        { uint32_t ab_word; asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(ab_word) : "l"(ab_cqe5) : "memory"); ab_seen = ab_word; }
+        ab_seen = detail::mlx5_newest_cqe_word(ab_endpoint0, ab_management1);
         if (!(detail::mlx5_completion_pending(static_cast<uint32_t>(ab_seen), ab_target2))) break;
-        detail::give_up_if_overdue(ab_endpoint0, ab_start, ab_cqe5, ab_target2, detail::mlx5_cqe_counter(static_cast<uint32_t>(ab_seen)), static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4164u, 2u);
+        detail::give_up_if_overdue(ab_endpoint0, ab_start, ab_cq4, ab_target2, detail::mlx5_cqe_counter(static_cast<uint32_t>(ab_seen)), static_cast<int32_t>(detail::table_load(&reinterpret_cast<const EndpointHandle*>(ab_endpoint0)->peer_rank)), 4164u, 2u);
       }
     }
   }
