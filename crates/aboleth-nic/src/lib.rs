@@ -433,6 +433,23 @@ fn counter_at_or_after(wqe_counter: u16, wqe_index: u64) -> bool {
 }
 
 impl QueuePair {
+    /// A QP with nothing rung, read or executed yet.
+    fn fresh(config: QueuePairConfig) -> Self {
+        QueuePair {
+            config,
+            doorbell_pending: false,
+            doorbells_rung: 0,
+            last_doorbell_index: None,
+            producer_index_seen: 0,
+            next_basic_block: 0,
+            wqes_executed: 0,
+            completions_written: 0,
+            state: QueuePairState::Ready,
+            last_cqe: None,
+            receives_consumed: 0,
+        }
+    }
+
     fn has_work(&self) -> bool {
         self.state == QueuePairState::Ready
             && (self.doorbell_pending || self.next_basic_block < self.producer_index_seen)
@@ -938,19 +955,7 @@ impl Nic {
                 config.cqe_count
             )));
         }
-        let queue_pair = QueuePair {
-            config,
-            doorbell_pending: false,
-            doorbells_rung: 0,
-            last_doorbell_index: None,
-            producer_index_seen: 0,
-            next_basic_block: 0,
-            wqes_executed: 0,
-            completions_written: 0,
-            state: QueuePairState::Ready,
-            last_cqe: None,
-            receives_consumed: 0,
-        };
+        let queue_pair = QueuePair::fresh(config);
         let sq_bytes = u64::from(config.sq_basic_block_count) * WQE_BASIC_BLOCK_BYTES as u64;
         memory
             .check_mapped(rank, config.sq_buffer_address, sq_bytes)
@@ -1075,30 +1080,18 @@ impl Nic {
                 ),
             });
         }
-        let queue_pair = QueuePair {
-            config: QueuePairConfig {
-                rank,
-                peer_rank: config.peer_rank,
-                qpn,
-                sq_buffer_address: 0,
-                sq_basic_block_count: 1,
-                doorbell_record_address: 0,
-                cq_buffer_address: 0,
-                cqe_count: 1,
-                cq_collapsed: true,
-                receive: Some(config.receive),
-            },
-            doorbell_pending: false,
-            doorbells_rung: 0,
-            last_doorbell_index: None,
-            producer_index_seen: 0,
-            next_basic_block: 0,
-            wqes_executed: 0,
-            completions_written: 0,
-            state: QueuePairState::Ready,
-            last_cqe: None,
-            receives_consumed: 0,
-        };
+        let queue_pair = QueuePair::fresh(QueuePairConfig {
+            rank,
+            peer_rank: config.peer_rank,
+            qpn,
+            sq_buffer_address: 0,
+            sq_basic_block_count: 1,
+            doorbell_record_address: 0,
+            cq_buffer_address: 0,
+            cqe_count: 1,
+            cq_collapsed: true,
+            receive: Some(config.receive),
+        });
         let receive_bytes = u64::from(config.receive.wqe_count)
             * aboleth_abi::mlx5::receive::RECEIVE_WQE_BYTES as u64;
         memory
