@@ -19,7 +19,7 @@ pub struct Mlx5QueueManagement {
     pub reserved_head: u64,
     /// Last filled basic block + 1 (published in reservation order).
     pub ready_head: u64,
-    /// Last doorbelled basic block + 1 (also what a host thread rings on the staged path).
+    /// Last doorbelled basic block + 1.
     pub producer_index: u64,
     /// Last completed basic block + 1, rebuilt from CQEs.
     pub consumer_index: u64,
@@ -36,8 +36,9 @@ wire_layout!(Mlx5QueueManagement, 64, {
 
 /// `flags` bit: the SQ, DBR or CQ are in host memory, so publishing needs a system-scope fence.
 pub const ENDPOINT_FLAG_NIC_BUFFERS_IN_HOST_MEMORY: u32 = 1 << 0;
-/// `flags` bit: unprivileged staged path: the GPU advances `producer_index` and a host thread
-/// writes the doorbell record and rings the UAR (`uar_doorbell_address` may then be 0).
+/// `flags` bit: unprivileged staged path: the GPU writes the WQEs and the doorbell record (a
+/// system-scope release store) but not the UAR; a host thread that sees the record change rings
+/// the UAR (`uar_doorbell_address` may then be 0).
 pub const ENDPOINT_FLAG_HOST_RINGS_DOORBELL: u32 = 1 << 1;
 /// Every defined `flags` bit.
 pub const ENDPOINT_FLAGS_ALL: u32 =

@@ -1037,8 +1037,14 @@ impl Nic {
             source,
         };
         if let Some(counter) = config.shared_producer_counter_address {
+            // Everything a delivery touches is checked now: once a delivery has taken a CQE
+            // number from the shared count, a failure would leave that slot empty for good and
+            // the consumer, which drains in order, blocked behind it.
+            let cq_bytes = u64::from(config.cqe_count) * CQE_BYTES;
             memory
                 .check_mapped(config.rank, counter, 8)
+                .and_then(|()| memory.check_mapped(config.rank, config.buffer_address, cq_bytes))
+                .and_then(|()| memory.check_mapped(config.rank, config.doorbell_record_address, 4))
                 .map_err(memory_error)?;
         } else {
             let invalid_cqes = Cqe64::invalid()
@@ -1143,8 +1149,10 @@ impl Nic {
         let Some(receive) = queue_pair.config.receive else {
             return 0;
         };
+        // An unreadable word is not "no receive": the step runs and reports the memory error
+        // (a stall here would hang the queue without a word).
         let Ok(word) = memory.read(key.0, receive.doorbell_record_address, 4) else {
-            return 0;
+            return u64::MAX;
         };
         let posted = u32::from_be_bytes(word.try_into().expect("4 bytes")) as u16;
         u64::from(posted.wrapping_sub(queue_pair.receives_consumed as u16))

@@ -191,6 +191,15 @@ impl MappedNicMemory {
                     ),
                 });
             }
+            // The same for GPU memory: the compare-and-swap kernel needs aligned words.
+            RegionBacking::Device { address } if address % 8 != region.address % 8 => {
+                return Err(NicMemoryError {
+                    message: format!(
+                        "rank {}: region {} at {:#x} is mapped at device address {address:#x}, not 8-byte congruent",
+                        region.rank, region.name, region.address
+                    ),
+                });
+            }
             RegionBacking::Device { .. } if self.device.is_none() => {
                 return Err(NicMemoryError {
                     message: format!(
@@ -498,6 +507,8 @@ pub struct SoftNicStatistics {
     pub wqes_failed: AtomicU64,
     /// Polls made.
     pub polls: AtomicU64,
+    /// Polls in a row, up to the last one, that executed nothing (kept by [`SoftNicThread`]).
+    pub idle_polls_in_a_row: AtomicU64,
 }
 
 /// Who rings a QP's doorbell.
@@ -711,8 +722,16 @@ impl SoftNicThread {
                 while !stop_flag.load(Ordering::Acquire) {
                     match nic.poll() {
                         // Idle: let a producer sharing the core run (2-core machines).
-                        Ok(0) => std::thread::yield_now(),
-                        Ok(_) => {}
+                        Ok(0) => {
+                            nic.statistics
+                                .idle_polls_in_a_row
+                                .fetch_add(1, Ordering::Release);
+                            std::thread::yield_now();
+                        }
+                        Ok(_) => nic
+                            .statistics
+                            .idle_polls_in_a_row
+                            .store(0, Ordering::Release),
                         Err(error) => return (nic, Err(error)),
                     }
                 }

@@ -36,6 +36,7 @@ use crate::exchange::{
 };
 use crate::proxy_ring::{RingConsumer, RingMemory};
 use crate::registration::{AllocationSpan, Region, Registration, classify_registration};
+use crate::soft_nic::MappedRegion;
 use crate::transport::p2p::PeerMappings;
 use crate::transport::proxy::{
     CudaCopyEngine, DEFAULT_PROXY_RING_CAPACITY_ENTRIES, PinnedRing, ProxyCompletion,
@@ -716,15 +717,27 @@ impl World {
         let gathered =
             self.all_gather("aboleth/exchange/regions", &encode_region_records(&records))?;
         let local = self.build_exchange(&gathered);
-        let exchanged = self.agree("aboleth/exchange", local)?;
-        let connection = self.connection.as_ref().expect("checked above");
+        let (exchanged, nic_regions) = self.agree("aboleth/exchange", local)?;
+        let connection = self.connection.as_mut().expect("checked above");
+        // Only an exchange every rank agreed on gets region indices (and so keys): a failed one
+        // leaves neither the proxy's table nor the NIC with regions under keys a retry reuses.
         connection
             .proxy_regions
             .append(exchanged.tables.remote.clone());
+        if let Some(soft_rdma) = &mut connection.soft_rdma {
+            // SAFETY: registered tensors stay alive while the World is open (the Python layer
+            // keeps them), and the peers' mappings until `tear_down`, which stops the NIC first.
+            unsafe { soft_rdma.add_regions(nic_regions) }?;
+        }
         Ok(exchanged)
     }
 
-    fn build_exchange(&mut self, gathered: &[Vec<u8>]) -> RuntimeResult<ExchangedRegions> {
+    /// The tables of an exchange, and the regions the software NIC (if any) must learn once
+    /// every rank has agreed.
+    fn build_exchange(
+        &mut self,
+        gathered: &[Vec<u8>],
+    ) -> RuntimeResult<(ExchangedRegions, Vec<MappedRegion>)> {
         let lists = gathered
             .iter()
             .enumerate()
@@ -740,21 +753,19 @@ impl World {
             first_region_index,
             |peer, record| peer_mappings.map(peer, &record.ipc_handle),
         )?;
-        if let Some(soft_rdma) = &mut connection.soft_rdma {
+        let mut nic_regions = Vec::new();
+        if let Some(soft_rdma) = &connection.soft_rdma {
             SoftRdma::assign_keys(
                 &connection.transports,
                 &mut tables.local,
                 &mut tables.remote,
             );
-            let regions = soft_rdma.regions_of_exchange(
+            nic_regions = soft_rdma.regions_of_exchange(
                 &connection.transports,
                 &lists,
                 first_region_index,
                 |peer, record| peer_mappings.map(peer, &record.ipc_handle),
             )?;
-            // SAFETY: registered tensors stay alive while the World is open (the Python layer
-            // keeps them), and the peers' mappings until `tear_down`, which stops the NIC first.
-            unsafe { soft_rdma.add_regions(regions) }?;
         }
         let deltas = peer_base_deltas(self.rank, &tables);
         for (peer, delta) in deltas.iter().enumerate() {
@@ -801,13 +812,14 @@ impl World {
             .collect::<RuntimeResult<Vec<_>>>()?;
         let endpoint_handle_memory =
             DeviceMemory::from_bytes(&self.device, &endpoint_table_bytes(&endpoint_handles))?;
-        Ok(ExchangedRegions {
+        let exchanged = ExchangedRegions {
             tables,
             deltas,
             endpoint_handles,
             region_table_memory,
             endpoint_handle_memory,
-        })
+        };
+        Ok((exchanged, nic_regions))
     }
 
     /// The proxy ring to `peer_rank` (to post commands from the host, as the GPU does).
@@ -960,6 +972,14 @@ impl World {
             return Ok(());
         }
         let rank = self.rank;
+        if let Some(soft_rdma) = self.connection.as_ref().and_then(|c| c.soft_rdma.as_ref())
+            && !soft_rdma.wait_until_idle(std::time::Duration::from_secs(10))
+        {
+            tracing::warn!(
+                rank,
+                "the software NIC did not become idle within 10 s of close(): WQEs posted before it may not have run"
+            );
+        }
         let barrier = self
             .bootstrap("close")?
             .barrier("aboleth/close")

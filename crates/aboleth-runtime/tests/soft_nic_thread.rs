@@ -183,6 +183,15 @@ fn post_batches(doorbell: DoorbellSource) {
         );
         std::hint::spin_loop();
     }
+    // With nothing left to do the thread counts its idle polls (what World::close waits on).
+    while statistics
+        .idle_polls_in_a_row
+        .load(std::sync::atomic::Ordering::Acquire)
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the NIC thread never went idle");
+        std::hint::spin_loop();
+    }
     let (soft_nic, ended) = thread.stop();
     ended.unwrap();
     let counter = if staged {

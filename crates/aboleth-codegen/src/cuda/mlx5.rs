@@ -714,7 +714,7 @@ __device__ __forceinline__ uint32_t mlx5_newest_cqe_word(uint64_t handle, uint64
   uint64_t* progress = reinterpret_cast<uint64_t*>(reinterpret_cast<Mlx5QueueManagement*>(management)->reserved) +
                        mlx5::CQ_RING_PROGRESS_WORD;
   uint64_t seen;
-  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(seen) : "l"(progress) : "memory");
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(progress) : "memory");
   const uint32_t consumed = static_cast<uint32_t>(seen >> 32);
   const uint32_t count = table_load(&endpoint->cqe_count);
   const uint64_t slot = cq + static_cast<uint64_t>(consumed & (count - 1)) * sizeof(Mlx5Cqe64);
@@ -723,7 +723,7 @@ __device__ __forceinline__ uint32_t mlx5_newest_cqe_word(uint64_t handle, uint64
   if ((word >> 28) != mlx5::CQE_OPCODE_INVALID && ((word >> 24) & 1u) == lap) {
     const uint64_t next = (static_cast<uint64_t>(consumed + 1) << 32) | (word ^ mlx5::CQ_RING_WORD_XOR);
     [[maybe_unused]] uint64_t old;
-    asm volatile("atom.relaxed.gpu.global.cas.b64 %0, [%1], %2, %3;"
+    asm volatile("atom.acq_rel.gpu.global.cas.b64 %0, [%1], %2, %3;"
                  : "=l"(old) : "l"(progress), "l"(seen), "l"(next) : "memory");
     seen = next;
   }

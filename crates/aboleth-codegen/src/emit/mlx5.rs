@@ -135,8 +135,10 @@ impl Generator<'_> {
     /// One step of following a CQ ring (nothing on a collapsed CQ): the leader reads the CQE at
     /// the ring position kept in the ring-progress word and, when it is this lap's (opcode not
     /// invalid, owner bit the lap's parity), moves the position past it and keeps its counter
-    /// word, with one compare-and-swap (another program may have taken it first: the next step
-    /// retries). The polls then read that word as they read a collapsed CQ's.
+    /// word, with one compare-and-swap (acq_rel: a program that learns of the completion from
+    /// the word also sees what the NIC wrote before the CQE; another program may have taken the
+    /// CQE first: the next step retries). The polls then read that word as they read a
+    /// collapsed CQ's.
     pub(super) fn advance_cq_ring(&mut self, cq_poll: &CqPoll) {
         self.asm(
             &fill_ptx(

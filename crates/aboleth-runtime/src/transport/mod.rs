@@ -145,12 +145,21 @@ pub fn choose_transports(
             let reason = "both ranks run in one process, and CUDA IPC shares memory only between processes; start one process per rank".to_owned();
             return Err(unreachable(peer, wanted, reason));
         }
+        let access = peer_access(peer);
         if wanted == Transport::Mlx5 {
-            // The software NIC copies with the copy engine, which needs no peer access.
+            // The software NIC copies with the copy engine, but its atomics are a kernel that
+            // dereferences the peer's CUDA IPC mapping: without peer access that kernel would
+            // fault and take the process's CUDA context with it.
+            if matches!(access, PeerAccess::No) {
+                let reason = format!(
+                    "the software NIC's atomics need this GPU ({}) to access the peer's ({}), and cuDeviceCanAccessPeer = 0; use \"proxy\"",
+                    own.device_pci_bus_id, peer.device_pci_bus_id
+                );
+                return Err(unreachable(peer, wanted, reason));
+            }
             transports.push(Transport::Mlx5);
             continue;
         }
-        let access = peer_access(peer);
         let transport = match (choice, access) {
             (Some(Transport::P2p), PeerAccess::No) => {
                 let reason = format!(
@@ -437,10 +446,16 @@ mod tests {
         assert!(message.contains("ABOLETH_RDMA_DEVICE=soft"), "{message}");
         let identities = [identity(0, "a", 10), identity(1, "a", 11)];
         let rdma = TransportRequest::Only(Transport::Mlx5);
-        // No peer access is needed: the copy engine moves the payloads.
         let transports =
-            choose_transports(rdma, 0, &identities, |_| PeerAccess::No, &software).unwrap();
+            choose_transports(rdma, 0, &identities, |_| PeerAccess::SameDevice, &software).unwrap();
         assert_eq!(transports, [Transport::P2p, Transport::Mlx5]);
+        // Its atomics dereference the peer's memory from a kernel: peer access is required.
+        let error =
+            choose_transports(rdma, 0, &identities, |_| PeerAccess::No, &software).unwrap_err();
+        assert!(
+            error.to_string().contains("cuDeviceCanAccessPeer = 0"),
+            "{error}"
+        );
         // Auto never picks it: rdma must be asked for.
         let transports = choose_transports(
             TransportRequest::Auto,

@@ -782,12 +782,42 @@ impl SoftRdma {
             }
         };
         let changed = change(&mut nic);
-        let thread = SoftNicThread::start(nic).map_err(|error| RuntimeError::SoftNicStopped {
-            rank,
-            reason: format!("its thread could not restart: {error}"),
-        })?;
-        self.state = NicState::Running(thread);
+        match SoftNicThread::start(nic) {
+            Ok(thread) => self.state = NicState::Running(thread),
+            Err(error) => {
+                let reason = format!("its thread could not restart: {error}");
+                self.state = NicState::Stopped(Some(reason.clone()));
+                return Err(RuntimeError::SoftNicStopped { rank, reason });
+            }
+        }
         changed
+    }
+
+    /// Waits (at most `timeout`) until two polls that started after this call executed nothing,
+    /// so every doorbell stored before it has been executed; false on timeout or when the thread
+    /// is not running. `World::close` calls it before its barrier, so no peer frees memory this
+    /// NIC still writes.
+    pub fn wait_until_idle(&self, timeout: std::time::Duration) -> bool {
+        let NicState::Running(thread) = &self.state else {
+            return false;
+        };
+        let statistics = &self.statistics;
+        let polls_at_start = statistics.polls.load(std::sync::atomic::Ordering::Acquire);
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline && !thread.is_finished() {
+            let polls = statistics.polls.load(std::sync::atomic::Ordering::Acquire);
+            let idle = statistics
+                .idle_polls_in_a_row
+                .load(std::sync::atomic::Ordering::Acquire);
+            // `polls` counts a poll when it starts, `idle` when it ends idle: with the last two
+            // finished polls idle and at least four started since this call, both idle ones
+            // started after it (a poll under way at the call is number `polls_at_start + 1`).
+            if polls >= polls_at_start + 4 && idle >= 2 {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
     }
 
     /// Fails if the NIC thread ended with an error of the model (not a failed WQE: that is an
