@@ -55,7 +55,8 @@ demo: python-setup
 	@echo "Everything above ran on the simulator (crates/aboleth-sim): no GPU, no NIC. mlx5 and proxy"
 	@echo "are simulated and cross-checked against rdma-core's layouts, not run on hardware here; simulated"
 	@echo "time comes from the documented cost model (crates/aboleth-sim/src/cost_model.rs). The same p2p"
-	@echo "and proxy kernels ran on 2 x H200: tests/gpu/results/."
+	@echo "and proxy kernels ran on 2 x H200, and the mlx5 ones on one H200 over the software NIC (a host"
+	@echo "thread executing the GPU's WQEs, not a NIC): tests/gpu/results/."
 
 # The Python package (aboleth.language, the Triton stage hook, the extension module) in a local
 # venv: Triton 3.6.0 compiles for sm_90 on CPU, so these tests need no GPU.
