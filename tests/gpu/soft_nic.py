@@ -103,6 +103,18 @@ def counters(world: Any) -> Dict[str, int]:
     return statistics
 
 
+def stage_counts(compiled: Any) -> Dict[str, Any]:
+    """The stage's static counts of a compiled kernel (its summary in the metadata)."""
+    summary = getattr(compiled.metadata, "aboleth", None)
+    return (json.loads(summary) if isinstance(summary, str) else summary or {}).get("counts", {})
+
+
+def nic_per_launch(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, float]:
+    """The NIC's counters between two readings, per counted launch."""
+    return {name: (after[name] - before[name]) / LAUNCHES
+            for name in ("doorbells_observed", "host_doorbells_rung", "wqes_executed", "wqes_failed")}
+
+
 def streams(world: Any, rank: int, n: int, epoch: int) -> Dict[str, Any]:
     peer = 1 - rank
     capacity = CHAINS * BYTES_PER_CHAIN
@@ -144,10 +156,7 @@ def streams(world: Any, rank: int, n: int, epoch: int) -> Dict[str, Any]:
         # waited for its own last signal's completion.
         world.barrier()
         after = counters(world)
-        summary = getattr(compiled.metadata, "aboleth", None)
-        counts = (json.loads(summary) if isinstance(summary, str) else summary or {}).get("counts", {})
-        per_launch = {name: (after[name] - before[name]) / LAUNCHES
-                      for name in ("doorbells_observed", "host_doorbells_rung", "wqes_executed", "wqes_failed")}
+        counts, per_launch = stage_counts(compiled), nic_per_launch(before, after)
         result[variant] = {"static": {name: counts.get(name) for name in
                                       ("wqes", "doorbells", "doorbell_record_updates", "completions_requested")},
                            "nic_per_launch": per_launch}
@@ -205,10 +214,7 @@ def immediate(world: Any, rank: int, n: int) -> Dict[str, Any]:
                 errors.append(f"{variant} launch {launch}: counter {seen}, expected {CHAINS * launch}")
         world.barrier()
         after = counters(world)
-        summary = getattr(compiled.metadata, "aboleth", None)
-        counts = (json.loads(summary) if isinstance(summary, str) else summary or {}).get("counts", {})
-        per_launch = {name: (after[name] - before[name]) / LAUNCHES
-                      for name in ("doorbells_observed", "host_doorbells_rung", "wqes_executed", "wqes_failed")}
+        counts, per_launch = stage_counts(compiled), nic_per_launch(before, after)
         result[variant] = {"static": {name: counts.get(name) for name in ("wqes", "doorbells")},
                            "nic_per_launch": per_launch}
         expected_wqes = CHAINS if immediate_signals else 2 * CHAINS

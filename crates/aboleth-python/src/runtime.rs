@@ -542,15 +542,12 @@ impl PyWorld {
     /// `wqes_executed`, `wqes_failed`, `polls`), or None when no peer is reached over rdma with
     /// the software NIC.
     fn soft_nic_statistics(&self) -> Option<BTreeMap<&'static str, u64>> {
-        let [doorbells, host_doorbells, executed, failed, polls] =
-            lock(&self.inner).soft_nic_statistics()?;
-        Some(BTreeMap::from([
-            ("doorbells_observed", doorbells),
-            ("host_doorbells_rung", host_doorbells),
-            ("wqes_executed", executed),
-            ("wqes_failed", failed),
-            ("polls", polls),
-        ]))
+        Some(
+            lock(&self.inner)
+                .soft_nic_statistics()?
+                .into_iter()
+                .collect(),
+        )
     }
 
     /// RuntimeError if the software NIC ended with an error of its model.

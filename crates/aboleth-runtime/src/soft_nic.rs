@@ -511,6 +511,23 @@ pub struct SoftNicStatistics {
     pub idle_polls_in_a_row: AtomicU64,
 }
 
+impl SoftNicStatistics {
+    /// Each counter by its field's name (what Python's `World.soft_nic_statistics()` returns);
+    /// the thread's idle-poll run is bookkeeping and not among them.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("doorbells_observed", &self.doorbells_observed),
+            ("host_doorbells_rung", &self.host_doorbells_rung),
+            ("wqes_executed", &self.wqes_executed),
+            ("wqes_failed", &self.wqes_failed),
+            ("polls", &self.polls),
+        ]
+        .into_iter()
+        .map(|(name, counter)| (name, counter.load(Ordering::Acquire)))
+        .collect()
+    }
+}
+
 /// Who rings a QP's doorbell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DoorbellSource {

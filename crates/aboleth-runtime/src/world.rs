@@ -879,21 +879,11 @@ impl World {
         }
     }
 
-    /// The software NIC's counters (doorbells observed, host doorbells rung, WQEs executed, WQEs
-    /// failed, polls), or `None` without mlx5 peers.
-    pub fn soft_nic_statistics(&self) -> Option<[u64; 5]> {
+    /// The software NIC's counters by name ([`crate::soft_nic::SoftNicStatistics::fields`]), or
+    /// `None` without mlx5 peers.
+    pub fn soft_nic_statistics(&self) -> Option<Vec<(&'static str, u64)>> {
         let soft_rdma = self.connection.as_ref()?.soft_rdma.as_ref()?;
-        let statistics = soft_rdma.statistics();
-        Some(
-            [
-                &statistics.doorbells_observed,
-                &statistics.host_doorbells_rung,
-                &statistics.wqes_executed,
-                &statistics.wqes_failed,
-                &statistics.polls,
-            ]
-            .map(|counter| counter.load(Ordering::Acquire)),
-        )
+        Some(soft_rdma.statistics().fields())
     }
 
     /// Fails if the software NIC ended with an error of its model.
