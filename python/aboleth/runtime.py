@@ -392,6 +392,14 @@ class World:
         :meth:`clear_waits`."""
         self._world.check_waits()
 
+    def wait_failures(self) -> List[Dict[str, int]]:
+        """The GPU waits that gave up, oldest first, each as its record's fields
+        (``flag_address``, ``expected_value``, ``observed_value``, ``waited_nanoseconds``,
+        ``rank``, ``peer_rank`` (``2**32 - 1``: unknown), ``site_id``, ``comparison``,
+        ``program_id``, ``thread_id``): for a library that names its flags by address
+        (``aboleth.kv.Transfer.check``)."""
+        return list(self._world.wait_failures())
+
     def clear_waits(self) -> None:
         """Forgets the GPU waits that gave up and clears the abort they requested. Call it after
         handling a failure, when no kernel of this World is running."""

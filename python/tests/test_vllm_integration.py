@@ -7,6 +7,9 @@ vllm-source` fetches into .cache/vllm/):
   abstract, read from vLLM's own source with ``ast`` (``All2AllManagerBase``'s methods whose body
   raises NotImplementedError; the ``abstractmethod``s of the prepare/finalize bases), and a class
   with one member taken away is reported;
+- so does the KV connector (aboleth.kv.vllm_connector) for ``KVConnectorBase_V1``, with the
+  parameters vLLM calls each member with, and the three-argument constructor vLLM's factory
+  requires of an external connector;
 - the patched files import only names the package exports, construct the manager with arguments
   its ``__init__`` takes, and list the backend names the package answers to.
 
@@ -39,7 +42,9 @@ PATCHED = [
 INTERFACES = [
     "vllm/distributed/device_communicators/base_device_communicator.py",
     "vllm/model_executor/layers/fused_moe/modular_kernel.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/base.py",
 ]
+KV_CONNECTOR = os.path.join(ROOT, "python", "aboleth", "kv", "vllm_connector.py")
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +166,39 @@ def test_a_class_without_one_member_is_reported(vllm_source):
     assert missing_members(required, node) == ["finalize"]
     stub = ast.parse("class Stub:\n    def prepare(self):\n        raise NotImplementedError('later')\n").body[0]
     assert "prepare" in missing_members(required, stub)
+
+
+def parameters(function: ast.FunctionDef) -> List[str]:
+    arguments = function.args
+    names = [argument.arg for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs]
+    if arguments.vararg:
+        names.append("*" + arguments.vararg.arg)
+    if arguments.kwarg:
+        names.append("**" + arguments.kwarg.arg)
+    return names
+
+
+def test_the_kv_connector_defines_every_abstract_member_with_vllms_parameters(vllm_source):
+    base = parse(os.path.join(vllm_source, INTERFACES[2]))
+    required = abstract_members(base, "KVConnectorBase_V1", not_implemented=False)
+    # What vLLM 0.33.0 leaves to subclasses; a release that adds one must be looked at.
+    assert {"start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save", "get_num_new_matched_tokens",
+            "update_state_after_alloc", "build_connector_meta"} <= required, required
+    connector = classes_of(parse(KV_CONNECTOR))
+    node = connector["AbolethKVConnector"]
+    assert [getattr(base, "id", None) for base in node.bases] == ["KVConnectorBase_V1"]
+    assert missing_members(required, node) == []
+    base_methods = methods_of(classes_of(base)["KVConnectorBase_V1"])
+    for name, function in methods_of(node).items():
+        if name in base_methods:  # an override: vLLM calls it with the base's parameters
+            assert parameters(function) == parameters(base_methods[name]), name
+    # vLLM's factory refuses an external connector whose constructor lacks kv_cache_config.
+    assert parameters(methods_of(node)["__init__"])[:4] == ["self", "vllm_config", "role", "kv_cache_config"]
+    metadata = connector["AbolethKVConnectorMetadata"]
+    assert [getattr(base, "id", None) for base in metadata.bases] == ["KVConnectorMetadata"]
+    assert "KVConnectorMetadata" in classes_of(base)
+    node.body = [item for item in node.body if getattr(item, "name", None) != "save_kv_layer"]
+    assert missing_members(required, node) == ["save_kv_layer"]
 
 
 def test_the_patched_files_use_only_what_the_package_exports(vllm_source):

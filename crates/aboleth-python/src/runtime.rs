@@ -511,6 +511,30 @@ impl PyWorld {
         lock(&self.inner).check_waits().map_err(runtime_error)
     }
 
+    /// The waits that gave up, each as its record's fields (`flag_address`, `expected_value`,
+    /// `observed_value`, `waited_nanoseconds`, `rank`, `peer_rank`, `site_id`, `comparison`,
+    /// `program_id`, `thread_id`), oldest first: what a library on top names a flag by.
+    fn wait_failures(&self) -> Vec<BTreeMap<&'static str, u64>> {
+        lock(&self.inner)
+            .wait_failures()
+            .iter()
+            .map(|record| {
+                BTreeMap::from([
+                    ("flag_address", record.flag_address),
+                    ("expected_value", record.expected_value),
+                    ("observed_value", record.observed_value),
+                    ("waited_nanoseconds", record.waited_nanoseconds),
+                    ("rank", u64::from(record.rank)),
+                    ("peer_rank", u64::from(record.peer_rank)),
+                    ("site_id", u64::from(record.site_id)),
+                    ("comparison", u64::from(record.comparison)),
+                    ("program_id", u64::from(record.program_id)),
+                    ("thread_id", u64::from(record.thread_id)),
+                ])
+            })
+            .collect()
+    }
+
     /// Forgets the waits that gave up and the abort they requested (no kernel may be running).
     fn clear_waits(&self) {
         lock(&self.inner).clear_waits();

@@ -4,7 +4,7 @@
 //! The attributes are small languages: sizes are expressions over `ranks` with integers, `+`,
 //! `-`, `*` and parentheses; `regions` is `NAME=EXPR ...` (bytes per rank, every region on every
 //! rank); `bind` is `ARG=endpoints | regions:NAME | local:NAME | lkey:NAME | value:N ...`;
-//! `init` is `NAME=zero | random | random_mod:EXPR ...`, where `NAME[START:END]=...` sets only
+//! `init` is `NAME=zero | random | random_mod:EXPR | sequence:EXPR ...`, where `NAME[START:END]=...` sets only
 //! those bytes (expressions; entries apply in order, so a range after a whole-region entry
 //! overrides part of it: `pool=random_mod:5 pool[0:1024]=zero`). This module parses and checks them
 //! (naming the attribute, the entry and the fix on error); it allocates nothing: that is
@@ -45,6 +45,9 @@ pub enum RegionInit {
     Random,
     /// Random little-endian `i64` words in `[0, modulus)`.
     RandomModulo(Expression),
+    /// Little-endian `i64` words `0, step, 2 * step, ...`, counted from the start of the entry's
+    /// range: tables of disjoint indices (a block table whose destinations never overlap).
+    Sequence(Expression),
 }
 
 /// One `init` entry: how bytes `[start, end)` of a region start (the whole region when `range`
@@ -313,9 +316,12 @@ impl LaunchSpec {
                 Some(("random_mod", modulus)) => RegionInit::RandomModulo(
                     Expression::parse(modulus).map_err(|e| format!("init: {name}: {e}"))?,
                 ),
+                Some(("sequence", step)) => RegionInit::Sequence(
+                    Expression::parse(step).map_err(|e| format!("init: {name}: {e}"))?,
+                ),
                 _ => {
                     return Err(format!(
-                        "init: `{entry}`: expected zero, random or random_mod:EXPR"
+                        "init: `{entry}`: expected zero, random, random_mod:EXPR or sequence:EXPR"
                     ));
                 }
             };
@@ -376,6 +382,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ranged.init["pool"].len(), 2);
+        let sequence = LaunchSpec::parse(
+            None,
+            Some("table=64"),
+            Some("t=local:table"),
+            Some("table=sequence:ranks*3"),
+        )
+        .unwrap();
+        assert_eq!(
+            sequence.init["table"][0].how,
+            RegionInit::Sequence(Expression::Multiply(
+                Box::new(Expression::Ranks),
+                Box::new(Expression::Integer(3))
+            ))
+        );
+        assert_eq!(
+            LaunchSpec::parse(None, Some("a=8"), Some("x=local:a"), Some("a=iota")).unwrap_err(),
+            "init: `a=iota`: expected zero, random, random_mod:EXPR or sequence:EXPR"
+        );
         let (start, end) = ranged.init["pool"][1].range.clone().unwrap();
         assert_eq!((start.evaluate(4), end.evaluate(4)), (8, 32));
         assert_eq!(

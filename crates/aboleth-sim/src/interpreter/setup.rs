@@ -117,6 +117,13 @@ impl<'k> World<'k> {
                                 word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
                             }
                         }
+                        RegionInit::Sequence(step) => {
+                            let step = step.evaluate(ranks);
+                            for (index, word) in part.chunks_mut(8).enumerate() {
+                                let value = (index as i64).wrapping_mul(step);
+                                word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
+                            }
+                        }
                     }
                 }
                 memory.write(rank, address, &bytes).map_err(setup_error)?;
