@@ -23,8 +23,8 @@ def transfer_round(endpoints, layer0_regions, layer1_regions, flag_regions, laye
     peer = index + (index >= RANK).to(tl.int32)
     part = pid % PARTS
     # The source blocks start past every rank's destination blocks.
-    layer0_sources = layer0 + SOURCE_BLOCK * BLOCK_BYTES
-    layer1_sources = layer1 + SOURCE_BLOCK * BLOCK_BYTES
+    layer0_sources = layer0.to(tl.pointer_type(tl.uint8)) + SOURCE_BLOCK * BLOCK_BYTES
+    layer1_sources = layer1.to(tl.pointer_type(tl.uint8)) + SOURCE_BLOCK * BLOCK_BYTES
     sources = run_sources + RANK * RUNS
     destinations = run_destinations + RANK * RUNS
     blocks = run_blocks + RANK * RUNS

@@ -62,7 +62,7 @@ def simulate(target: str, ranks: int, parts: int, *extra: str) -> subprocess.Com
     # then the sources.
     plane_blocks = ranks * RUNS * MAX_RUN + SOURCE_WINDOW + MAX_RUN
     plane_expression = f"(ranks*{RUNS * MAX_RUN}+{SOURCE_WINDOW + MAX_RUN})*{BLOCK_BYTES}"
-    signature = ("endpoints=*i64,layer0_regions=*i64,layer1_regions=*i64,flag_regions=*i64,layer0=*u8,layer1=*u8,"
+    signature = ("endpoints=*i64,layer0_regions=*i64,layer1_regions=*i64,flag_regions=*i64,layer0=*bf16,layer1=*bf16,"
                  "flags=*i64,layer0_key=i32,layer1_key=i32,run_sources=*i64,run_destinations=*i64,run_blocks=*i64,"
                  "plane_bytes=i64,epoch=i64")
     regions = (f"layer0=2*{plane_expression} layer1=2*{plane_expression} flags=2*ranks*8 "

@@ -38,6 +38,7 @@ def send_layer_programs(endpoints, cache_regions, flag_regions, cache, cache_key
     ep = aboleth.endpoint(endpoints, peer)
     peer_cache = aboleth.remote(cache_regions, peer)
     peer_flags = aboleth.remote(flag_regions, peer, tl.int64)
+    cache_bytes = cache.to(tl.pointer_type(tl.uint8))  # offsets count bytes whatever the cache's dtype
     # At most MAX_RUNS runs per launch (Transfer splits longer lists over launches): the bound
     # lets the compiler reserve queue slots for the whole loop and the add at once.
     for index in range(part, tl.minimum(run_count, MAX_RUNS), PARTS):
@@ -45,7 +46,7 @@ def send_layer_programs(endpoints, cache_regions, flag_regions, cache, cache_key
         destination_block = tl.load(run_destinations + index)
         nbytes = tl.load(run_blocks + index) * BLOCK_BYTES
         for plane in tl.static_range(PLANES):
-            source = cache + (plane * local_plane_bytes + source_block * BLOCK_BYTES)
+            source = cache_bytes + (plane * local_plane_bytes + source_block * BLOCK_BYTES)
             destination = peer_cache.at(plane * peer_plane_bytes + destination_block * BLOCK_BYTES)
             aboleth.put(ep, destination, source, nbytes, source_key=cache_key)
     if SIGNAL:
