@@ -176,12 +176,25 @@ def main() -> int:
                     transfer.wait_layer(layer)
             checker.transferred(0, source_blocks, destination_blocks, layers)
             world.barrier("kv-waits-launched")
+            timings = {}
             if rank == 0:
                 time.sleep(0.2)
+                # Whether this rank's kernels run while the peer's waits spin (they must, under
+                # MPS), then the send: host time, and until its kernels are done.
+                started = time.monotonic()
+                torch.ones(1, device="cuda").add_(1)
+                torch.cuda.synchronize()
+                timings["probe_kernel_s"] = round(time.monotonic() - started, 4)
+                started = time.monotonic()
                 transfer.send(1, source_blocks, destination_blocks, layers)
+                timings["send_host_s"] = round(time.monotonic() - started, 4)
+                torch.cuda.synchronize()
+                timings["send_done_s"] = round(time.monotonic() - started, 4)
+            started = time.monotonic()
             transfer.check()
+            timings["check_s"] = round(time.monotonic() - started, 4)
             world.barrier("kv")
-            return {"mismatches": checker.mismatches(caches)}
+            return {"mismatches": checker.mismatches(caches), **timings}
         case(report, "wait_before_send", wait_before_send)
 
         def bad_tables() -> Dict[str, Any]:

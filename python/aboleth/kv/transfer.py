@@ -35,8 +35,8 @@ from .plan import block_runs, cache_geometry
 #: Sending programs per peer on p2p (a program's threads copy the blocks; more programs move
 #: them faster) and the longest run there, so that the programs share a layer's blocks evenly.
 #: A queue transport's NIC or proxy moves the data: one program, runs as long as they come.
-P2P_PARTS = 32
-P2P_MAX_RUN_BLOCKS = 4
+P2P_PARTS = 128
+P2P_MAX_RUN_BLOCKS = 2
 #: Runs per program per launch on a queue (two puts each, K and V, well inside the 1024-slot
 #: queues of the proxy and the software NIC); a longer list takes several launches.
 RUNS_PER_PROGRAM = 128
@@ -50,7 +50,9 @@ def _torch() -> Any:
 @dataclass
 class TransferPlan:
     """A request's blocks for one peer, uploaded once for every layer: the runs' tables on
-    the device and how the launches split them (``chunks``: (first run, runs) per launch)."""
+    the device, how the launches split them (``chunks``: (first run, runs) per launch) and each
+    launch's arguments that do not depend on the layer (``launches``: the tables' views from the
+    chunk's first run, its run count, whether it signals)."""
 
     peer: int
     blocks: int
@@ -59,6 +61,7 @@ class TransferPlan:
     run_destinations: Any
     run_blocks: Any
     chunks: List[Tuple[int, int]]
+    launches: List[Tuple[Any, Any, Any, int, bool]]
 
 
 class Transfer:
@@ -66,8 +69,8 @@ class Transfer:
 
     ``kv_caches``: one tensor per layer (a list, or a dict of layer name -> tensor, in layer
     order); ``planes``: 2 for ``[2, num_blocks, ...]`` (K then V), 1 for ``[num_blocks, ...]``.
-    ``parts``: sending programs per peer and layer (default 32 on p2p, 1 on a queue transport;
-    every rank must use the same). ``max_run_blocks``: the longest run of one put (default 4
+    ``parts``: sending programs per peer and layer (default 128 on p2p, 1 on a queue transport;
+    every rank must use the same). ``max_run_blocks``: the longest run of one put (default 2
     on p2p, unlimited otherwise). ``max_runs_per_launch``: runs per ``send_layer`` launch
     (default 128 per program); a longer list takes several launches.
     """
@@ -128,8 +131,11 @@ class Transfer:
         # expected[source][layer]: the transfers of that layer this rank was told to expect.
         self.expected = [[0] * self.layers for _ in range(self.world_size)]
         self.sent = [[0] * self.layers for _ in range(self.world_size)]
-        self._send = Launcher(kernels.send_layer)
-        self._wait = Launcher(kernels.wait_layer)
+        # Compiled on first use inside world.compilation(); cached launches skip the block.
+        self._send = Launcher(kernels.send_layer, world.compilation)
+        self._wait = Launcher(kernels.wait_layer, world.compilation)
+        self._send_grid = (self.parts,)
+        self._local_plane_bytes = self.num_blocks * self.block_bytes
 
     def _peer_num_blocks(self) -> List[int]:
         """Every rank's blocks per layer, from the region tables; ``ValueError`` for a peer whose
@@ -189,25 +195,27 @@ class Transfer:
         device = self.caches[0].device
         tables = [torch.tensor(column, dtype=torch.int64).to(device, non_blocking=False) if runs
                   else torch.zeros(1, dtype=torch.int64, device=device) for column in columns]
-        chunks = [(first, min(self.max_runs, len(runs) - first)) for first in range(0, len(runs), self.max_runs)]
-        return TransferPlan(peer, sum(run[2] for run in runs), len(runs), tables[0], tables[1], tables[2],
-                            chunks or [(0, 0)])
+        chunks = [(first, min(self.max_runs, len(runs) - first))
+                  for first in range(0, len(runs), self.max_runs)] or [(0, 0)]
+        launches = [(tables[0][first:], tables[1][first:], tables[2][first:], count, number == len(chunks) - 1)
+                    for number, (first, count) in enumerate(chunks)]
+        return TransferPlan(peer, sum(run[2] for run in runs), len(runs), tables[0], tables[1], tables[2], chunks,
+                            launches)
 
     def send_layer(self, plan: TransferPlan, layer: Union[int, str]) -> None:
         """Puts the plan's blocks of ``layer`` (index or name) into the peer's cache and adds to
         the peer's flag of (layer, this rank) once they are there; on the current stream."""
-        index = self._layer(layer)
+        index = self.layer_index[layer] if isinstance(layer, str) and layer in self.layer_index else self._layer(layer)
         peer = plan.peer
-        last = len(plan.chunks) - 1
-        with self.world.compilation():
-            for number, (first, runs) in enumerate(plan.chunks):
-                self._send[(self.parts,)](
-                    self.endpoints, self.cache_regions[index], self.flag_regions, self.caches[index],
-                    self.cache_keys[index], plan.run_sources[first:], plan.run_destinations[first:],
-                    plan.run_blocks[first:], runs, peer, index, self.num_blocks * self.block_bytes,
-                    self.peer_num_blocks[peer] * self.block_bytes, RANK=self.rank, RANKS=self.world_size,
-                    PLANES=self.planes, BLOCK_BYTES=self.block_bytes, PARTS=self.parts, MAX_RUNS=self.max_runs,
-                    SIGNAL=number == last)
+        peer_plane_bytes = self.peer_num_blocks[peer] * self.block_bytes
+        for run_sources, run_destinations, run_blocks, runs, signal in plan.launches:
+            self._send.launch(
+                self._send_grid,
+                (self.endpoints, self.cache_regions[index], self.flag_regions, self.caches[index],
+                 self.cache_keys[index], run_sources, run_destinations, run_blocks, runs, peer, index,
+                 self._local_plane_bytes, peer_plane_bytes),
+                {"RANK": self.rank, "RANKS": self.world_size, "PLANES": self.planes, "BLOCK_BYTES": self.block_bytes,
+                 "PARTS": self.parts, "MAX_RUNS": self.max_runs, "SIGNAL": signal})
         self.sent[peer][index] += 1
 
     def send(self, peer: int, source_blocks: Iterable[int], destination_blocks: Iterable[int],
@@ -243,9 +251,8 @@ class Transfer:
             raise ValueError(f"aboleth.kv.wait_layer: rank {self.rank} expects nothing of layer "
                              f"{self.layer_names[index]} from rank {source}: call expect({source}) for each transfer "
                              "it sends")
-        with self.world.compilation():
-            self._wait[(1,)](self.endpoints, self.flags, index, source, expected * self.parts, RANKS=self.world_size,
-                             num_warps=1)
+        self._wait[(1,)](self.endpoints, self.flags, index, source, expected * self.parts, RANKS=self.world_size,
+                         num_warps=1)
 
     def check(self) -> None:
         """Synchronizes the device; ``TimeoutError`` naming the layer, the peer and the

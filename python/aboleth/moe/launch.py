@@ -14,6 +14,11 @@ alignment, an integer's width, divisibility by 16 and being 1), and call the com
 launcher directly, with Triton's launch hooks. A kernel with annotated runtime parameters, or
 a Triton other than 3.6.0, launches through ``kernel[grid]`` every time.
 
+``Launcher(kernel, compilation=world.compilation)`` enters ``compilation()`` around the launches
+that go through Triton (the first of each specialization, which compiles), and only those: a
+cached launch needs no compilation block, and entering one costs microseconds on a path that
+launches once per layer.
+
 What it does not do: check that global variables the kernel reads are unchanged (Triton's run
 does; the MoE kernels read constants only), or compile ahead of the first launch.
 """
@@ -21,7 +26,8 @@ does; the MoE kernels read constants only), or compile ahead of the first launch
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, Tuple
+import contextlib
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 #: The Triton whose internals this relies on (``JITFunction.params``, ``device_caches``,
 #: ``CompiledKernel.run``); any other goes through ``kernel[grid]``.
@@ -31,9 +37,10 @@ TRITON_VERSION = "3.6.0"
 class Launcher:
     """``Launcher(kernel)[grid](*runtime_args, **constexprs)``; see the module docstring."""
 
-    def __init__(self, kernel: Any) -> None:
+    def __init__(self, kernel: Any, compilation: Optional[Callable[[], ContextManager[Any]]] = None) -> None:
         import triton
         self.kernel = kernel
+        self.compilation = compilation
         params = getattr(kernel, "params", None)
         self.fast = triton.__version__ == TRITON_VERSION and params is not None and all(
             param.is_constexpr or not param.annotation for param in params)
@@ -57,9 +64,13 @@ class Launcher:
     def __getitem__(self, grid: Tuple[int, ...]) -> Any:
         return lambda *args, **constexprs: self.launch(grid, args, constexprs)
 
+    def _through_triton(self, grid: Tuple[int, ...], args: Tuple[Any, ...], constexprs: Dict[str, Any]) -> Any:
+        with self.compilation() if self.compilation is not None else contextlib.nullcontext():
+            return self.kernel[grid](*args, **constexprs)
+
     def launch(self, grid: Tuple[int, ...], args: Tuple[Any, ...], constexprs: Dict[str, Any]) -> Any:
         if not self.fast or len(args) != len(self.runtime):
-            return self.kernel[grid](*args, **constexprs)
+            return self._through_triton(grid, args, constexprs)
         driver = self._driver.active
         device = driver.get_current_device()
         backend = self.kernel.device_caches[device][3]
@@ -74,9 +85,9 @@ class Launcher:
         if entry is None:
             values = [constexprs.get(param.name, param.default) for param in self.constexprs]
             if any(value is inspect.Parameter.empty for value in values):
-                return self.kernel[grid](*args, **constexprs)  # Triton names the missing one
+                return self._through_triton(grid, args, constexprs)  # Triton names the missing one
             self.misses += 1
-            compiled = self.kernel[grid](*args, **constexprs)
+            compiled = self._through_triton(grid, args, constexprs)
             self.compiled[key] = (compiled, values)
             return compiled
         compiled, values = entry
