@@ -271,9 +271,9 @@ class Transfer:
                 layer, source = divmod(offset // 8, self.world_size)
                 message = (f"aboleth.kv: rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms "
                            f"waiting for layer {self.layer_names[layer]} from rank {source}: transfer "
-                           f"{record['expected_value'] // self.parts} of that layer had not arrived (the flag showed "
-                           f"{record['observed_value'] // self.parts} complete); is rank {source} alive and sending "
-                           "it?")
+                           f"{record['expected_value'] // self.parts} of that layer had not arrived (its flag read "
+                           f"{record['observed_value']}, {self.parts} per transfer, waiting for "
+                           f"{record['expected_value']}); is rank {source} alive and sending it?")
                 break
         try:
             if message is None:
