@@ -325,6 +325,12 @@ class World:
         """
         Device address of the wait-failure log (for kernels' bounded waits).
         """
+    def wait_failures(self, /) -> list[dict[str, int]]:
+        """
+        The waits that gave up, each as its record's fields (`flag_address`, `expected_value`,
+        `observed_value`, `waited_nanoseconds`, `rank`, `peer_rank`, `site_id`, `comparison`,
+        `program_id`, `thread_id`), oldest first: what a library on top names a flag by.
+        """
     @property
     def world_size(self, /) -> int:
         """
