@@ -543,6 +543,13 @@ impl World {
         identities: Vec<PeerIdentity>,
     ) -> RuntimeResult<Connection> {
         let proxy_regions = Arc::new(SharedRegionTable::default());
+        // Puts read only registered memory: those registered so far, and later ones (register).
+        let sources: Vec<(u64, u64)> = self
+            .registrations
+            .iter()
+            .map(|record| (record.address, record.length_bytes))
+            .collect();
+        proxy_regions.add_sources(&sources);
         let mut rings = BTreeMap::new();
         for (peer, &transport) in transports.iter().enumerate() {
             if transport == Transport::Proxy {
@@ -622,6 +629,11 @@ impl World {
                 code,
             })?;
         let index = self.registrations.len() as u32;
+        if let Some(connection) = &self.connection {
+            connection
+                .proxy_regions
+                .add_sources(&[(address, length_bytes)]);
+        }
         self.registrations.push(RegistrationRecord {
             address,
             length_bytes,

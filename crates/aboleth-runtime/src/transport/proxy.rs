@@ -2,8 +2,10 @@
 //! GPU ([`PinnedRing`], aboleth-abi's `ProxyRingHeader` then `ProxyRingEntry` slots), and one
 //! proxy thread per process ([`ProxyThread`]) that runs each ring's consumer
 //! (`crate::proxy_ring::RingConsumer`) with a [`ProxyExecutor`]: it resolves a command's region
-//! indices through the exchanged region table ([`ProxyRegionTable`]) and drives a
-//! [`CopyEngine`] — the CUDA copy engine ([`CudaCopyEngine`]) or a test double.
+//! indices through the exchanged region table ([`ProxyRegionTable`]), refuses a put whose source
+//! is not inside this rank's registered memory (the copy engine would read any other address as
+//! host memory), and drives a [`CopyEngine`] — the CUDA copy engine ([`CudaCopyEngine`]) or a
+//! test double.
 //!
 //! Execution and ordering. Each ring has its own CUDA stream; its commands are enqueued on it in
 //! ticket order:
@@ -152,15 +154,45 @@ pub trait CopyEngine {
 
 /// The exchanged region table as the proxy reads it: `regions[index][rank]`, addresses as this
 /// rank's GPU reaches them (mapped peer memory).
+///
+/// `sources`: this rank's registered spans (address, bytes), where a put may read; `None` (a
+/// table made for a test of the executor alone) checks no source. A World always sets them:
+/// the copy engine would read any other address as host memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProxyRegionTable {
     regions: Vec<Vec<RemoteRegionDescriptor>>,
+    sources: Option<Vec<(u64, u64)>>,
 }
 
 impl ProxyRegionTable {
     /// The table of an exchange (`RegionTables::remote`).
     pub fn new(regions: Vec<Vec<RemoteRegionDescriptor>>) -> Self {
-        Self { regions }
+        Self {
+            regions,
+            sources: None,
+        }
+    }
+
+    /// An error unless `[address, address + length_bytes)` lies inside one registered span
+    /// (or no spans are known, or the put is empty).
+    pub fn check_source(&self, address: u64, length_bytes: u64) -> Result<(), ProxyExecutionError> {
+        let Some(sources) = &self.sources else {
+            return Ok(());
+        };
+        let inside = |&(start, length): &(u64, u64)| {
+            address >= start
+                && address
+                    .checked_add(length_bytes)
+                    .is_some_and(|end| end <= start.saturating_add(length))
+        };
+        if length_bytes == 0 || sources.iter().any(inside) {
+            Ok(())
+        } else {
+            Err(ProxyExecutionError::UnregisteredSource {
+                address,
+                length_bytes,
+            })
+        }
     }
 }
 
@@ -274,6 +306,16 @@ pub enum ProxyExecutionError {
         /// Its address.
         address: u64,
     },
+    /// The put's source is not registered memory of this rank.
+    #[error(
+        "put source: {length_bytes} bytes at {address:#x} are not inside memory this rank registered (World.register); a put reads only registered memory of the sending rank"
+    )]
+    UnregisteredSource {
+        /// The source address.
+        address: u64,
+        /// The put's bytes.
+        length_bytes: u64,
+    },
     /// The copy engine failed.
     #[error("copy engine: {0}")]
     Engine(Box<dyn std::error::Error + Send + Sync>),
@@ -317,12 +359,33 @@ impl SharedRegionTable {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Replaces the table; readers see the new one at their next command.
-    pub fn replace(&self, table: ProxyRegionTable) {
+    /// Adds registered spans (address, bytes) that puts may read; from the first call on,
+    /// a put from anywhere else is refused. Readers see them at their next command.
+    pub fn add_sources(&self, spans: &[(u64, u64)]) {
         let mut guard = self
             .table
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut table = (**guard).clone();
+        table
+            .sources
+            .get_or_insert_with(Vec::new)
+            .extend_from_slice(spans);
+        *guard = Arc::new(table);
+        // Release, under the lock: a reader that sees the new generation reads the new table.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Replaces the table (keeping the known sources when `table` has none); readers see the
+    /// new one at their next command.
+    pub fn replace(&self, mut table: ProxyRegionTable) {
+        let mut guard = self
+            .table
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if table.sources.is_none() {
+            table.sources = guard.sources.clone();
+        }
         *guard = Arc::new(table);
         // Release, under the lock: a reader that sees the new generation reads the new table.
         self.generation.fetch_add(1, Ordering::Release);
@@ -588,11 +651,14 @@ impl<E: CopyEngine> CommandExecutor for ProxyExecutor<E> {
         // itself behind.
         let (put, signal) = command.operation.parts();
         let put = match put {
-            Some(put) => Some((
-                table.put_destination(put, self.peer_rank)?,
-                put.source_address,
-                put.length_bytes,
-            )),
+            Some(put) => {
+                table.check_source(put.source_address, put.length_bytes)?;
+                Some((
+                    table.put_destination(put, self.peer_rank)?,
+                    put.source_address,
+                    put.length_bytes,
+                ))
+            }
             None => None,
         };
         let signal = match signal {
@@ -1139,6 +1205,23 @@ mod tests {
             table.resolve("put destination", 2, 0, 8, 8).unwrap(),
             0x9008
         );
+    }
+
+    #[test]
+    fn a_put_reads_only_registered_memory_once_sources_are_known() {
+        let shared = SharedRegionTable::default();
+        assert!(shared.snapshot().1.check_source(0xdead, 8).is_ok()); // no sources: unchecked
+        shared.add_sources(&[(0x1000, 64), (0x4000, 16)]);
+        let table = shared.snapshot().1;
+        assert!(table.check_source(0x1000, 64).is_ok());
+        assert!(table.check_source(0x4008, 8).is_ok());
+        assert!(table.check_source(0x7000, 0).is_ok()); // an empty put reads nothing
+        let error = table.check_source(0x1030, 32).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "put source: 32 bytes at 0x1030 are not inside memory this rank registered (World.register); a put reads only registered memory of the sending rank"
+        );
+        assert!(table.check_source(u64::MAX - 4, 8).is_err());
     }
 
     #[test]
