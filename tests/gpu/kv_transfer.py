@@ -21,7 +21,10 @@ block it was sent, every other block is unchanged. Cases, in order:
    ``ValueError`` before anything is launched;
 7. ``never_sent``: rank 1 waits for layer 1 from rank 0, which never sends it; ``check()`` must
    raise ``TimeoutError`` naming the layer and the peer within a few bounds
-   (``ABOLETH_WAIT_TIMEOUT_MS``).
+   (``ABOLETH_WAIT_TIMEOUT_MS``);
+8. ``unregistered_source`` (proxy only, last: it stops rank 0's ring): the send kernel launched
+   with a tensor nobody registered as its cache; ``World.check_proxy()`` must name the source
+   as not registered (before, the copy engine read it as host memory and the process crashed).
 
 Writes OUT_DIR/kv_transfer-rank{R}.json; exit status 0 when every case passed on this rank.
 """
@@ -237,6 +240,37 @@ def main() -> int:
             return {"message": message, "seconds_to_error": round(seconds, 2),
                     "passed": bool(message) and "layer layers.1 from rank 0" in message and seconds < 4 * bound_s + 5}
         case(report, "never_sent", never_sent)
+
+        def unregistered_source() -> Dict[str, Any]:
+            # The send kernel pointed at a tensor nobody registered: over the proxy the ring must
+            # stop with an error naming the source (it made the copy engine read host memory
+            # and crash the process), and the kernel's completion wait give up at its bound.
+            if report["compilation_target"] != "proxy":
+                return {"passed": True, "note": "proxy only"}
+            message = None
+            if rank == 0:
+                stray = torch.zeros(2, 8, *SHAPE, dtype=torch.bfloat16, device="cuda")
+                plan = transfer.prepare(1, [0], [0])
+                run_sources, run_destinations, run_blocks, runs, _ = plan.launches[0]
+                transfer._send.launch(
+                    transfer._send_grid,
+                    (transfer.endpoints, transfer.cache_regions[0], transfer.flag_regions, stray,
+                     transfer.cache_keys[0], run_sources, run_destinations, run_blocks, runs, 1, 0,
+                     8 * transfer.block_bytes, transfer.peer_num_blocks[1] * transfer.block_bytes),
+                    {"RANK": 0, "RANKS": ranks, "PLANES": 2, "BLOCK_BYTES": transfer.block_bytes,
+                     "PARTS": transfer.parts, "MAX_RUNS": transfer.max_runs, "SIGNAL": True})
+                torch.cuda.synchronize()
+                try:
+                    world.check_proxy()
+                except RuntimeError as error:
+                    message = str(error)
+                world.clear_waits()
+            world.barrier("kv")
+            if rank == 1:
+                return {"passed": True, "note": "rank 0 sends from a stray tensor"}
+            return {"message": message,
+                    "passed": bool(message) and "not inside memory this rank registered" in message}
+        case(report, "unregistered_source", unregistered_source)
         report["statistics"] = transfer.statistics()
         world.close()
         report["passed"] = all(result.get("passed") for result in report["cases"].values())
