@@ -272,7 +272,14 @@ def main() -> int:
                     "passed": bool(message) and "not inside memory this rank registered" in message}
         case(report, "unregistered_source", unregistered_source)
         report["statistics"] = transfer.statistics()
-        world.close()
+        try:
+            world.close()
+        except RuntimeError as error:
+            # close() reports the stopped ring again: expected after unregistered_source only.
+            expected = report["cases"].get("unregistered_source", {}).get("message")
+            if not expected or "not inside memory this rank registered" not in str(error):
+                raise
+            report["close_reported"] = str(error)[-300:]
         report["passed"] = all(result.get("passed") for result in report["cases"].values())
     except BaseException:  # noqa: BLE001 - the report says what failed
         report["error"] = traceback.format_exc()
