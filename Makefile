@@ -3,7 +3,7 @@ CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test setup python-setup cuda-setup vllm-source python-test stubs lint bless fuzz bench help
+.PHONY: demo test setup python-setup cuda-setup vllm-source rdma-core-source python-test stubs lint bless fuzz bench help
 VENV ?= .venv
 PYTHON ?= python3
 
@@ -83,6 +83,10 @@ cuda-setup: python-setup
 vllm-source:
 	@$(PYTHON) integrations/vllm/fetch_source.py >/dev/null
 
+# rdma-core's providers/efa headers (pinned source release), for the EFA encoders' cross-check.
+rdma-core-source:
+	@$(PYTHON) crates/aboleth-abi/tests/c/fetch_rdma_core.py >/dev/null
+
 python-test: python-setup cuda-setup vllm-source
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q
 	$(VENV)/bin/pytest -q python/tests
@@ -96,7 +100,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-test: setup lint
+test: setup lint rdma-core-source
 	$(CARGO) test --workspace
 	$(MAKE) python-test
 	ABOLETH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test -p aboleth-ir --test fuzz_parser -- --nocapture

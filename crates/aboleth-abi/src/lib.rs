@@ -3,6 +3,8 @@
 //! Every struct that crosses the host/device boundary or is read by a NIC lives here as a
 //! `#[repr(C)]` type whose size and field offsets are asserted at compile time, with a safe
 //! `to_bytes`/`from_bytes` pair and typed decoding errors:
+//! - [`efa`]: the RDMA-write send WQE and the completion descriptors of AWS EFA (SRD), encoded
+//!   and decoded byte-exactly (cross-checked against rdma-core's `efa_io_defs.h`);
 //! - [`mlx5`]: work queue entries, completion queue entries and doorbells of ConnectX NICs,
 //!   encoded and decoded byte-exactly (cross-checked against rdma-core's `mlx5dv.h`);
 //! - [`proxy`]: the host-proxy command ring;
@@ -21,6 +23,7 @@ mod wire;
 
 pub mod c_declarations;
 pub mod device_library;
+pub mod efa;
 pub mod endpoint;
 pub mod mlx5;
 pub mod packet;
