@@ -56,7 +56,8 @@ __all__ = [
 ]
 
 #: What ``connect_all`` accepts: each lowered transport by its runtime name ("rdma" is mlx5),
-#: and "auto".
+#: the experimental providers "efa" and "ionic" (refused, naming the devices and libraries found:
+#: neither has a runtime yet), and "auto".
 TRANSPORT_KINDS = tuple(_aboleth.connect_kinds())
 
 #: Transports this runtime can run kernels over (``World.compilation`` targets).
@@ -277,7 +278,9 @@ class World:
     def connect_all(self, kind: str = "auto") -> List[str]:
         """Connects to every rank with ``kind`` (one of :data:`TRANSPORT_KINDS`: "rdma", "proxy", "p2p" or "auto"); returns the
         transport to each rank. Collective. ``ValueError`` for an unknown kind; ``RuntimeError``
-        when a peer cannot be reached that way (the message says why and what to change)."""
+        when a peer cannot be reached that way (the message says why and what to change), and
+        for "efa" and "ionic", which have no runtime yet (the message lists the RDMA devices
+        and the provider's libraries found)."""
         if not isinstance(kind, str):
             raise TypeError(f"aboleth: connect_all(kind) must be one of {', '.join(map(repr, TRANSPORT_KINDS))}, "
                             f"got {type(kind).__name__} {kind!r}")

@@ -321,6 +321,15 @@ pub enum RuntimeError {
         /// What is missing.
         reason: String,
     },
+    /// An experimental provider transport (efa, ionic) was requested: what was found of its
+    /// devices and libraries, and why it cannot run yet.
+    #[error("the {transport} transport cannot be used here: {reason}")]
+    ProviderUnavailable {
+        /// `efa` or `ionic`.
+        transport: &'static str,
+        /// The devices and libraries found or missing.
+        reason: String,
+    },
     /// A peer cannot be reached with the transport asked for.
     #[error("rank {rank} cannot reach rank {peer_rank} with {transport:?}: {reason}")]
     PeerUnreachable {
@@ -402,6 +411,7 @@ impl RuntimeError {
             | Self::AlreadyConnected { .. }
             | Self::Closed { .. }
             | Self::RdmaUnavailable { .. }
+            | Self::ProviderUnavailable { .. }
             | Self::PeerUnreachable { .. }
             | Self::ProxyRing { .. }
             | Self::ProxyStopped { .. }

@@ -44,7 +44,10 @@ use crate::transport::proxy::{
     SharedRegionTable,
 };
 use crate::transport::soft_rdma::{SoftRdma, SoftRdmaOptions};
-use crate::transport::{TransportRequest, choose_transports, describe_transports, rdma_devices};
+use crate::transport::{
+    PROVIDER_TRANSPORTS, TransportRequest, choose_transports, describe_transports,
+    provider_discovery, rdma_devices,
+};
 use crate::wait_failure::{
     WaitFailureLog, WaitFailureRecord, describe_wait_failure, wait_failure_log_bytes,
 };
@@ -484,6 +487,11 @@ impl World {
             .map(|(rank, bytes)| PeerIdentity::decode(bytes, rank as u32))
             .collect::<RuntimeResult<Vec<_>>>();
         let local = identities.and_then(|identities| {
+            if let TransportRequest::Only(transport) = choice
+                && PROVIDER_TRANSPORTS.contains(&transport)
+            {
+                return Err(provider_discovery::discover(transport).unavailable_error());
+            }
             let device = self.device.clone();
             let transports = choose_transports(
                 choice,

@@ -3,13 +3,16 @@
 //! own modules: [`p2p`] (peer memory through CUDA IPC), [`proxy`] (host-pinned command rings
 //! executed by a host thread with the copy engine) and [`soft_rdma`] (mlx5 queues executed by the
 //! software NIC, when [`SOFT_NIC_ENVIRONMENT_VARIABLE`]`=soft`). RDMA devices are only detected
-//! here ([`rdma_devices`]): on a real NIC, rdma is refused with the reason.
+//! here ([`rdma_devices`]): on a real NIC, rdma is refused with the reason; efa and ionic, which
+//! have no runtime yet, are refused with what [`provider_discovery`] found of their devices and
+//! libraries.
 //!
 //! Transports are chosen per direction: the transport to a peer says how this rank writes into
 //! the peer's memory; the peer may choose differently for the way back. This module maps and
 //! allocates nothing.
 
 pub mod p2p;
+pub mod provider_discovery;
 pub mod proxy;
 pub mod soft_rdma;
 
@@ -19,6 +22,10 @@ use aboleth_abi::Transport;
 
 use crate::error::{RuntimeError, RuntimeResult};
 use crate::exchange::PeerIdentity;
+
+/// The experimental provider transports `connect_all` knows by name: without a runtime yet,
+/// each is refused with what [`provider_discovery::discover`] found.
+pub const PROVIDER_TRANSPORTS: [Transport; 2] = [Transport::Efa, Transport::Ionic];
 
 /// What `connect_all` is asked for: one transport to every peer, or `auto`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,10 +40,12 @@ pub enum TransportRequest {
 
 impl TransportRequest {
     /// The names `connect_all` accepts: the runtime name ([`Transport::runtime_name`]) of every
-    /// lowered transport, then `"auto"`; a transport's own name (`"mlx5"`) is accepted too.
+    /// lowered transport, the experimental providers (`"efa"`, `"ionic"`: refused with what
+    /// was found), then `"auto"`; a transport's own name (`"mlx5"`) is accepted too.
     pub fn names() -> Vec<&'static str> {
         Transport::LOWERED
             .into_iter()
+            .chain(PROVIDER_TRANSPORTS)
             .map(Transport::runtime_name)
             .chain(["auto"])
             .collect()
@@ -48,7 +57,11 @@ impl TransportRequest {
             return Ok(Self::Auto);
         }
         match Transport::from_runtime_name(name) {
-            Some(transport) if transport.is_lowered() => Ok(Self::Only(transport)),
+            Some(transport)
+                if transport.is_lowered() || PROVIDER_TRANSPORTS.contains(&transport) =>
+            {
+                Ok(Self::Only(transport))
+            }
             _ => Err(RuntimeError::UnknownTransport {
                 name: name.to_owned(),
                 expected: TransportRequest::names()
@@ -428,7 +441,11 @@ mod tests {
         std::fs::remove_dir_all(&directory).unwrap();
         assert_eq!(
             TransportRequest::parse("nvlink").unwrap_err().to_string(),
-            "unknown transport \"nvlink\": expected one of \"rdma\", \"proxy\", \"p2p\", \"auto\""
+            "unknown transport \"nvlink\": expected one of \"rdma\", \"proxy\", \"p2p\", \"efa\", \"ionic\", \"auto\""
+        );
+        assert_eq!(
+            TransportRequest::parse("efa").unwrap(),
+            TransportRequest::Only(Transport::Efa)
         );
         assert_eq!(
             TransportRequest::parse("auto").unwrap(),
