@@ -200,6 +200,14 @@ fn expected_layouts() -> BTreeMap<String, u64> {
         ("EFA_IO_COMP_STATUS_OK", COMP_STATUS_OK.into()),
         ("EFA_IO_COMP_STATUS_FLUSHED", COMP_STATUS_FLUSHED.into()),
         (
+            "EFA_IO_COMP_STATUS_LOCAL_ERROR_INVALID_AH",
+            COMP_STATUS_LOCAL_ERROR_INVALID_AH.into(),
+        ),
+        (
+            "EFA_IO_COMP_STATUS_REMOTE_ERROR_BAD_DEST_QPN",
+            COMP_STATUS_REMOTE_ERROR_BAD_DEST_QPN.into(),
+        ),
+        (
             "EFA_IO_COMP_STATUS_LOCAL_ERROR_INVALID_LKEY",
             COMP_STATUS_LOCAL_ERROR_INVALID_LKEY.into(),
         ),

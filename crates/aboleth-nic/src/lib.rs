@@ -1,4 +1,5 @@
-//! The mlx5 NIC model: RC send queues whose WQEs, doorbell records and CQEs live in a
+//! The NIC models. [`efa`] is AWS EFA's (SRD: unordered writes). The rest of this file is the
+//! mlx5 NIC model: RC send queues whose WQEs, doorbell records and CQEs live in a
 //! [`NicMemory`], executed one WQE per [`Nic::step`] (a queue the caller's rng picks among those
 //! with work) or [`Nic::step_queue_pair`] (a queue the caller names). The same model runs over the
 //! simulator's memory (`aboleth-sim`) and over real memory in the runtime's software NIC, so the
@@ -41,6 +42,7 @@ use aboleth_abi::mlx5::{
 };
 use rand::Rng;
 
+pub mod efa;
 mod memory;
 
 pub use memory::{NicMemory, NicMemoryError};

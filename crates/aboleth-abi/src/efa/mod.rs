@@ -39,12 +39,16 @@ pub const RECV_QUEUE: u8 = 2;
 pub const COMP_STATUS_OK: u8 = 0;
 /// Completion status: flushed during QP destroy.
 pub const COMP_STATUS_FLUSHED: u8 = 1;
+/// Completion status: the address handle is not valid.
+pub const COMP_STATUS_LOCAL_ERROR_INVALID_AH: u8 = 4;
 /// Completion status: the lkey is not registered or does not match the address.
 pub const COMP_STATUS_LOCAL_ERROR_INVALID_LKEY: u8 = 5;
 /// Completion status: message too long.
 pub const COMP_STATUS_LOCAL_ERROR_BAD_LENGTH: u8 = 6;
 /// Completion status: the rkey is not registered or does not match the remote address.
 pub const COMP_STATUS_REMOTE_ERROR_BAD_ADDRESS: u8 = 7;
+/// Completion status: the destination QP does not exist (or is in error).
+pub const COMP_STATUS_REMOTE_ERROR_BAD_DEST_QPN: u8 = 9;
 /// Completion status: no receive posted at the destination (RNR).
 pub const COMP_STATUS_REMOTE_ERROR_RNR: u8 = 10;
 /// Completion status: an unreachable remote that never responded.
