@@ -5,10 +5,10 @@
 //! layouts and constants. Without the source this test fails, naming the command that fetches
 //! it; it never passes silently.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use aboleth_abi::efa::cqe::*;
 use aboleth_abi::efa::wqe::*;
@@ -266,24 +266,7 @@ fn compile_reference(directory: &Path) -> PathBuf {
          at an rdma-core source tree",
         efa.display()
     );
-    std::fs::create_dir_all(directory).expect("create the build directory");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/efa_reference.c");
-    let executable = directory.join("efa_reference");
-    let output = Command::new("cc")
-        .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-I"])
-        .arg(&efa)
-        .arg("-o")
-        .arg(&executable)
-        .arg(&source)
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run the C compiler `cc`: {error}"));
-    assert!(
-        output.status.success(),
-        "compiling {} failed:\n{}",
-        source.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    executable
+    common::compile_reference(directory, "efa_reference", Some(&efa))
 }
 
 #[test]
@@ -291,70 +274,11 @@ fn encoders_match_rdma_core_efa_io_defs_h() {
     let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join("efa_crosscheck");
     let executable = compile_reference(&directory);
     let cases = cases();
-    let stdin_text: String = cases
-        .iter()
-        .map(|case| format!("{}\n", case.input))
-        .collect();
-    let mut child = Command::new(&executable)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the reference program");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin_text.as_bytes())
-        .expect("write inputs");
-    let output = child
-        .wait_with_output()
-        .expect("wait for the reference program");
-    assert!(
-        output.status.success(),
-        "reference program failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).expect("ASCII output");
-    let mut layouts = BTreeMap::new();
-    let mut case_lines = Vec::new();
-    for line in stdout.lines() {
-        let (label, value) = line.split_once(' ').expect("`label value` lines");
-        if label.starts_with("sizeof.")
-            || label.starts_with("offsetof.")
-            || label.starts_with("const.")
-        {
-            layouts.insert(label.to_string(), value.parse::<u64>().expect("decimal"));
-        } else {
-            case_lines.push((label.to_string(), value.to_string()));
-        }
-    }
-    let expected = expected_layouts();
-    for (name, theirs) in &layouts {
-        let ours = expected
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} is not checked on our side"));
-        assert_eq!(ours, theirs, "{name}: ours {ours}, rdma-core {theirs}");
-    }
-    for name in expected.keys() {
-        assert!(
-            layouts.contains_key(name),
-            "{name} not printed by the reference program"
-        );
-    }
-    assert_eq!(
-        case_lines.len(),
-        cases.len(),
-        "one output line per input line"
-    );
-    for (index, (case, (label, theirs))) in cases.iter().zip(&case_lines).enumerate() {
+    let inputs: Vec<String> = cases.iter().map(|case| case.input.clone()).collect();
+    let (layouts, case_lines) = common::run_reference(&executable, &inputs);
+    common::check_layouts(&layouts, &expected_layouts());
+    for (case, (label, theirs)) in cases.iter().zip(&case_lines) {
         let command = case.input.split(' ').next().unwrap_or_default();
-        assert_eq!(
-            label,
-            &format!("{command}#{}", index + 1),
-            "output out of step"
-        );
         let ours: String = case.ours.iter().map(|byte| format!("{byte:02x}")).collect();
         assert_eq!(
             &ours, theirs,
@@ -362,10 +286,7 @@ fn encoders_match_rdma_core_efa_io_defs_h() {
             case.input
         );
         if command == "write" {
-            let bytes: Vec<u8> = (0..theirs.len())
-                .step_by(2)
-                .map(|at| u8::from_str_radix(&theirs[at..at + 2], 16).expect("hex"))
-                .collect();
+            let bytes = common::bytes_of_hex(theirs);
             let wqe = RdmaWriteWqe::from_bytes(bytes.as_slice().try_into().expect("64 bytes"));
             wqe.decode().expect("rdma-core's WQE decodes");
         }

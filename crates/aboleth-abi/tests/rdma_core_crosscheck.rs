@@ -1,12 +1,14 @@
 //! Cross-check of the mlx5 encoders against rdma-core's own `<infiniband/mlx5dv.h>` (Debian's
 //! `libibverbs-dev`): `tests/c/mlx5dv_reference.c` is compiled with the system C compiler, fed
-//! the same inputs as our encoders on stdin, and must print the same bytes, layouts and constants.
+//! the same inputs as our encoders on stdin, and must print the same bytes, layouts and constants
+//! (running and reading the program: `tests/common/mod.rs`, shared with `tests/efa_crosscheck.rs`).
 //! Without the header this test fails; it never passes silently.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use aboleth_abi::mlx5::*;
 use aboleth_abi::{Be32, Be64};
@@ -519,21 +521,7 @@ fn compile_reference(directory: &Path) -> PathBuf {
         "{HEADER_MISSING}\ncc said:\n{}",
         String::from_utf8_lossy(&probe_output.stderr)
     );
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mlx5dv_reference.c");
-    let executable = directory.join("mlx5dv_reference");
-    let output = Command::new("cc")
-        .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-o"])
-        .arg(&executable)
-        .arg(&source)
-        .output()
-        .expect("run cc");
-    assert!(
-        output.status.success(),
-        "compiling {} failed:\n{}",
-        source.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    executable
+    common::compile_reference(directory, "mlx5dv_reference", None)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -545,76 +533,11 @@ fn encoders_match_rdma_core_mlx5dv_h() {
     let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rdma_core_crosscheck");
     let executable = compile_reference(&directory);
     let cases = cases();
-    let stdin_text: String = cases
-        .iter()
-        .map(|case| format!("{}\n", case.input))
-        .collect();
-    let mut child = Command::new(&executable)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the reference program");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin_text.as_bytes())
-        .expect("write inputs");
-    let output = child
-        .wait_with_output()
-        .expect("wait for the reference program");
-    assert!(
-        output.status.success(),
-        "reference program failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).expect("ASCII output");
-
-    let mut layouts = BTreeMap::new();
-    let mut case_lines = Vec::new();
-    for line in stdout.lines() {
-        let (label, value) = line.split_once(' ').expect("`label value` lines");
-        if label.starts_with("sizeof.")
-            || label.starts_with("offsetof.")
-            || label.starts_with("const.")
-        {
-            layouts.insert(label.to_string(), value.parse::<u64>().expect("decimal"));
-        } else {
-            case_lines.push((label.to_string(), value.to_string()));
-        }
-    }
-
-    let expected = expected_layouts();
-    for (name, value) in &layouts {
-        let ours = expected
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} is not checked on our side"));
-        assert_eq!(ours, value, "{name}: ours {ours}, rdma-core {value}");
-    }
-    for name in expected.keys() {
-        assert!(
-            layouts.contains_key(name),
-            "{name} not printed by the reference program"
-        );
-    }
-
-    assert_eq!(
-        case_lines.len(),
-        cases.len(),
-        "one output line per input line"
-    );
-    for (index, (case, (label, theirs_hex))) in cases.iter().zip(&case_lines).enumerate() {
-        let command = case.input.split(' ').next().unwrap_or_default();
-        assert_eq!(
-            label,
-            &format!("{command}#{}", index + 1),
-            "output out of step"
-        );
-        let theirs: Vec<u8> = (0..theirs_hex.len())
-            .step_by(2)
-            .map(|at| u8::from_str_radix(&theirs_hex[at..at + 2], 16).expect("hex"))
-            .collect();
+    let inputs: Vec<String> = cases.iter().map(|case| case.input.clone()).collect();
+    let (layouts, case_lines) = common::run_reference(&executable, &inputs);
+    common::check_layouts(&layouts, &expected_layouts());
+    for (case, (label, theirs_hex)) in cases.iter().zip(&case_lines) {
+        let theirs = common::bytes_of_hex(theirs_hex);
         if let Some(offset) =
             (0..case.ours.len().max(theirs.len())).find(|&at| case.ours.get(at) != theirs.get(at))
         {

@@ -3,7 +3,10 @@
 //! key `RKEY + rank`, and an atomic of its own that counts its calls (as the runtime's software
 //! NIC has). Nothing from `aboleth-sim`.
 
-#![allow(dead_code, reason = "each test crate that includes this module uses part of it")]
+#![allow(
+    dead_code,
+    reason = "each test crate that includes this module uses part of it"
+)]
 
 use aboleth_nic::{NicMemory, NicMemoryError};
 
