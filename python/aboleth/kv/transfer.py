@@ -25,7 +25,7 @@ a wait that gives up, or as wrong blocks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..moe.launch import Launcher
@@ -62,6 +62,8 @@ class TransferPlan:
     run_blocks: Any
     chunks: List[Tuple[int, int]]
     launches: List[Tuple[Any, Any, Any, int, bool]]
+    #: Per layer, its launches bound to their arguments (``Launcher.bind``), made at its first send.
+    bound: Dict[int, List[Any]] = field(default_factory=dict)
 
 
 class Transfer:
@@ -207,15 +209,20 @@ class Transfer:
         the peer's flag of (layer, this rank) once they are there; on the current stream."""
         index = self.layer_index[layer] if isinstance(layer, str) and layer in self.layer_index else self._layer(layer)
         peer = plan.peer
-        peer_plane_bytes = self.peer_num_blocks[peer] * self.block_bytes
-        for run_sources, run_destinations, run_blocks, runs, signal in plan.launches:
-            self._send.launch(
+        launches = plan.bound.get(index)
+        if launches is None:
+            # Bound once per (plan, layer): later sends of this layer are driver calls alone.
+            peer_plane_bytes = self.peer_num_blocks[peer] * self.block_bytes
+            launches = plan.bound[index] = [self._send.bind(
                 self._send_grid,
                 (self.endpoints, self.cache_regions[index], self.flag_regions, self.caches[index],
                  self.cache_keys[index], run_sources, run_destinations, run_blocks, runs, peer, index,
                  self._local_plane_bytes, peer_plane_bytes),
                 {"RANK": self.rank, "RANKS": self.world_size, "PLANES": self.planes, "BLOCK_BYTES": self.block_bytes,
                  "PARTS": self.parts, "MAX_RUNS": self.max_runs, "SIGNAL": signal})
+                for run_sources, run_destinations, run_blocks, runs, signal in plan.launches]
+        for launch in launches:
+            launch()
         self.sent[peer][index] += 1
 
     def send(self, peer: int, source_blocks: Iterable[int], destination_blocks: Iterable[int],

@@ -14,6 +14,10 @@ alignment, an integer's width, divisibility by 16 and being 1), and call the com
 launcher directly, with Triton's launch hooks. A kernel with annotated runtime parameters, or
 a Triton other than 3.6.0, launches through ``kernel[grid]`` every time.
 
+``launcher.bind(grid, args, constexprs)`` returns a callable for a launch repeated with the same
+arguments (``aboleth.kv``'s per-layer sends): the specialization and the lookup are done once,
+and each call is the driver call alone.
+
 ``Launcher(kernel, compilation=world.compilation)`` enters ``compilation()`` around the launches
 that go through Triton (the first of each specialization, which compiles), and only those: a
 cached launch needs no compilation block, and entering one costs microseconds on a path that
@@ -68,9 +72,12 @@ class Launcher:
         with self.compilation() if self.compilation is not None else contextlib.nullcontext():
             return self.kernel[grid](*args, **constexprs)
 
-    def launch(self, grid: Tuple[int, ...], args: Tuple[Any, ...], constexprs: Dict[str, Any]) -> Any:
+    def _entry(self, grid: Tuple[int, ...], args: Tuple[Any, ...], constexprs: Dict[str, Any]) -> Any:
+        """``(device, compiled kernel, constexpr values)`` for these arguments, compiling (and
+        launching once through Triton) on a miss, which then returns ``(None, compiled, None)``;
+        ``None`` when the kernel cannot take the fast path."""
         if not self.fast or len(args) != len(self.runtime):
-            return self._through_triton(grid, args, constexprs)
+            return None
         driver = self._driver.active
         device = driver.get_current_device()
         backend = self.kernel.device_caches[device][3]
@@ -85,14 +92,18 @@ class Launcher:
         if entry is None:
             values = [constexprs.get(param.name, param.default) for param in self.constexprs]
             if any(value is inspect.Parameter.empty for value in values):
-                return self._through_triton(grid, args, constexprs)  # Triton names the missing one
+                return None  # Triton names the missing one
             self.misses += 1
             compiled = self._through_triton(grid, args, constexprs)
             self.compiled[key] = (compiled, values)
-            return compiled
-        compiled, values = entry
+            return (None, compiled, None)
+        return (device, *entry)
+
+    def _run(self, device: Any, compiled: Any, values: List[Any], grid: Tuple[int, ...],
+             args: Tuple[Any, ...]) -> Any:
+        """The driver call of a cached kernel, on the current stream, with Triton's launch hooks."""
         self.launches += 1
-        stream = driver.get_current_stream(device)
+        stream = self._driver.active.get_current_stream(device)
         grid_x = grid[0]
         grid_y = grid[1] if len(grid) > 1 else 1
         grid_z = grid[2] if len(grid) > 2 else 1
@@ -104,3 +115,35 @@ class Launcher:
         compiled.run(grid_x, grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, metadata,
                      enter_hook, exit_hook, *arguments)
         return compiled
+
+    def launch(self, grid: Tuple[int, ...], args: Tuple[Any, ...], constexprs: Dict[str, Any]) -> Any:
+        entry = self._entry(grid, args, constexprs)
+        if entry is None:
+            return self._through_triton(grid, args, constexprs)
+        device, compiled, values = entry
+        if device is None:
+            return compiled  # launched through Triton, which compiled it
+        return self._run(device, compiled, values, grid, args)
+
+    def bind(self, grid: Tuple[int, ...], args: Tuple[Any, ...], constexprs: Dict[str, Any]) -> Callable[[], Any]:
+        """A callable that does ``launch(grid, args, constexprs)``, with the specialization and
+        the cache lookup done at its first call and kept: for a launch repeated with the same
+        argument objects (a plan's tables, a layer's cache), only the driver call is left. The
+        arguments must not change meaning (a tensor's address, an integer's value) between
+        calls; the current device must stay the one of the first call."""
+        bound: List[Any] = []
+
+        def run() -> Any:
+            if bound:
+                device, compiled, values = bound
+                return self._run(device, compiled, values, grid, args)
+            entry = self._entry(grid, args, constexprs)
+            if entry is None:
+                return self._through_triton(grid, args, constexprs)
+            device, compiled, values = entry
+            if device is None:
+                return compiled  # this call compiled and launched it; the next one binds
+            bound.extend(entry)
+            return self._run(device, compiled, values, grid, args)
+
+        return run
