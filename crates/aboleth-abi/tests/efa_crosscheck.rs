@@ -234,6 +234,10 @@ fn expected_layouts() -> BTreeMap<String, u64> {
             META_INLINE_MSG.into(),
         ),
         ("EFA_IO_TX_META_DESC_META_DESC_MASK", META_META_DESC.into()),
+        (
+            "EFA_IO_TX_META_DESC_META_EXTENSION_MASK",
+            META_EXTENSION.into(),
+        ),
         ("EFA_IO_TX_META_DESC_PHASE_MASK", META_PHASE.into()),
         ("EFA_IO_TX_META_DESC_FIRST_MASK", META_FIRST.into()),
         ("EFA_IO_TX_META_DESC_LAST_MASK", META_LAST.into()),
@@ -322,6 +326,25 @@ fn a_wqe_the_device_would_refuse_does_not_decode() {
         not_last.decode(),
         Err(WqeDecodeError::NotOneDescriptor { .. })
     ));
+    let mut extension = good;
+    extension.ctrl1 |= META_EXTENSION;
+    assert!(matches!(
+        extension.decode(),
+        Err(WqeDecodeError::NotRdmaWrite { .. })
+    ));
+    let mut reserved = good;
+    reserved.ctrl2 |= 1 << 1;
+    assert!(matches!(
+        reserved.decode(),
+        Err(WqeDecodeError::NotOneDescriptor { .. })
+    ));
+    // rdma-core's empty write carries no buffer; it decodes as one of 0 bytes.
+    let mut empty = RdmaWriteWqe::encode(&RdmaWrite {
+        length_bytes: 0,
+        ..write
+    });
+    empty.length = 0;
+    assert_eq!(empty.decode().map(|decoded| decoded.length_bytes), Ok(0));
     let mut lengths = good;
     lengths.remote_length = 63;
     assert_eq!(

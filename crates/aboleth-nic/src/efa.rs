@@ -8,19 +8,26 @@
 //! model exists to show.
 //!
 //! What it models: the doorbell (the device fetches the WQEs up to the new producer index at
-//! once, refusing a producer index that goes back or runs more than a ring ahead, and a WQE
-//! whose phase bit is not its lap's, i.e. one written in an earlier lap: a doorbell rung before
-//! the WQE was written); the address handle of each destination (`ah` to a rank, per requester
+//! once, refusing a producer index that goes back or leaves more than a ring of WQEs unexecuted,
+//! and a WQE whose phase bit is not its lap's, i.e. one written in an earlier lap: a doorbell rung
+//! before the WQE was written; a refused doorbell takes nothing); the address handle of each destination (`ah` to a rank, per requester
 //! rank) and the destination QP number, which must name a QP of that rank; lkey and rkey checks
 //! through the memory; the copy; the responder's receive completion, with its immediate, for a
 //! write with immediate (into the rank's receive CQ, [`EfaDevice::create_receive_cq`]); and the
 //! send completion, written in execution order (so out of posting order), with the lap's phase
 //! bit, when the WQE asked for one, or always when it failed (with the failure's status).
 //!
+//! Phase bits follow rdma-core: a send queue's first lap has phase 0, a CQ's first lap phase 1
+//! (so a zeroed CQ holds no completion). Errors are checked local first (lkey, address handle),
+//! then remote (destination QP, rkey); a failed write writes nothing.
+//!
 //! What it does not model: packet loss and retries (SRD hides them), sends, reads, inline
-//! data, completion counters, CQ doorbells and CQ overrun, receive queues (writes with
-//! immediate complete at the responder unsolicited), and time (each event reports the bytes it
-//! moved; a caller prices it).
+//! data, queue keys, completion counters, CQ doorbells and CQ overrun, slot reuse tied to the
+//! completions the producer has polled (WQEs are copied at the doorbell, so a slot rewritten
+//! while its write is in flight does no harm here; rdma-core also refuses writes without a
+//! completion request, which the model accepts), a cap on WQEs per doorbell, receive queues
+//! (writes with immediate complete at the responder unsolicited), and time (each event reports
+//! the bytes it moved; a caller prices it).
 
 use std::collections::BTreeMap;
 
@@ -177,10 +184,16 @@ pub struct EfaDevice {
     in_flight: Vec<InFlight>,
 }
 
-/// The phase bit of ring index `index` on a ring of `entries`: 1 in the first lap, then
-/// alternating, so that a zeroed ring holds no entry of the first lap (rdma-core starts its CQ
-/// phase at 1 for the same reason; the model uses one rule for send queues and CQs).
-pub fn phase_of(index: u32, entries: u32) -> bool {
+/// The phase bit of send-queue index `index` on a ring of `entries`, as rdma-core writes it:
+/// 0 in the first lap, then alternating (a zeroed slot is refused anyway: it lacks the metadata
+/// bit).
+pub fn send_queue_phase_of(index: u32, entries: u32) -> bool {
+    !(index / entries).is_multiple_of(2)
+}
+
+/// The phase bit of completion-queue index `index` on a ring of `entries`: 1 in the first lap,
+/// then alternating, so that a zeroed CQ holds no completion (rdma-core starts its CQ phase at 1).
+pub fn completion_queue_phase_of(index: u32, entries: u32) -> bool {
     (index / entries).is_multiple_of(2)
 }
 
@@ -263,6 +276,8 @@ impl EfaDevice {
                 entries,
             });
         }
+        // Every WQE is checked before any is taken: a refused doorbell changes nothing.
+        let mut fetched = Vec::new();
         for index in queue.fetched..producer {
             let slot = index % entries;
             let address = queue.config.sq_address + u64::from(slot) * TX_WQE_BYTES as u64;
@@ -280,21 +295,22 @@ impl EfaDevice {
                 reason,
             };
             let write = wqe.decode().map_err(|error| bad(error.to_string()))?;
-            if write.phase != phase_of(index, entries) {
+            if write.phase != send_queue_phase_of(index, entries) {
                 return Err(bad(format!(
                     "its phase bit is {}, and lap {} of the ring has {}: a WQE of an earlier lap (the doorbell was rung before it was written)",
                     u8::from(write.phase),
                     index / entries,
-                    u8::from(phase_of(index, entries))
+                    u8::from(send_queue_phase_of(index, entries))
                 )));
             }
-            self.in_flight.push(InFlight {
+            fetched.push(InFlight {
                 rank,
                 qp_num,
                 index,
                 write,
             });
         }
+        self.in_flight.extend(fetched);
         queue.fetched = producer;
         Ok(())
     }
@@ -333,23 +349,32 @@ impl EfaDevice {
         let write = flight.write;
         let target = self.address_handles.get(&(flight.rank, write.ah)).copied();
         let length = u64::from(write.length_bytes);
-        let status = match target {
-            None => COMP_STATUS_LOCAL_ERROR_INVALID_AH,
-            Some(target) if !self.queue_pairs.contains_key(&(target, write.dest_qp_num)) => {
-                COMP_STATUS_REMOTE_ERROR_BAD_DEST_QPN
-            }
-            Some(target) => {
-                if memory
-                    .check_local_key(flight.rank, write.lkey, write.local_address, length)
-                    .is_err()
-                {
-                    COMP_STATUS_LOCAL_ERROR_INVALID_LKEY
-                } else if memory
-                    .check_remote_key(target, write.rkey, write.remote_address, length)
-                    .is_err()
+        // Local errors first (the requester's own key and address handle), then the remote ones.
+        let status = if memory
+            .check_local_key(flight.rank, write.lkey, write.local_address, length)
+            .is_err()
+        {
+            COMP_STATUS_LOCAL_ERROR_INVALID_LKEY
+        } else {
+            match target {
+                None => COMP_STATUS_LOCAL_ERROR_INVALID_AH,
+                Some(target) if !self.queue_pairs.contains_key(&(target, write.dest_qp_num)) => {
+                    COMP_STATUS_REMOTE_ERROR_BAD_DEST_QPN
+                }
+                Some(target)
+                    if memory
+                        .check_remote_key(target, write.rkey, write.remote_address, length)
+                        .is_err() =>
                 {
                     COMP_STATUS_REMOTE_ERROR_BAD_ADDRESS
-                } else {
+                }
+                Some(target) => {
+                    if write.immediate.is_some() && !self.receive_cqs.contains_key(&target) {
+                        return Err(EfaError::NoReceiveCq {
+                            rank: target,
+                            from: flight.rank,
+                        });
+                    }
                     memory
                         .copy(
                             (flight.rank, write.local_address),
@@ -378,7 +403,7 @@ impl EfaDevice {
             let completion = TxCompletion::new(
                 write.req_id,
                 status,
-                phase_of(index, entries),
+                completion_queue_phase_of(index, entries),
                 flight.qp_num,
                 RDMA_WRITE,
             );
@@ -415,12 +440,18 @@ impl EfaDevice {
                     from: flight.rank,
                 })?;
         let index = *produced;
+        // The responder's own handle for the requester, when it has one (0xFFFF: unknown).
+        let source_ah = self
+            .address_handles
+            .iter()
+            .find(|(key, rank)| key.0 == target && **rank == flight.rank)
+            .map_or(0xFFFF, |(key, _)| key.1);
         let completion = RxCompletion::write_with_immediate(
             0,
-            phase_of(index, config.entries),
+            completion_queue_phase_of(index, config.entries),
             flight.write.dest_qp_num,
             flight.write.length_bytes as u16,
-            flight.write.ah,
+            source_ah,
             flight.qp_num,
             immediate,
         );
@@ -459,7 +490,7 @@ impl EfaDevice {
                 .map_err(|_| EfaError::Memory("a short CQ read".to_owned()))?,
         );
         Ok(completion
-            .is_written_in(phase_of(index, entries))
+            .is_written_in(completion_queue_phase_of(index, entries))
             .then_some(completion))
     }
 }

@@ -7,14 +7,16 @@
 
 mod common;
 
-use aboleth_abi::efa::cqe::RxCompletion;
+use aboleth_abi::efa::cqe::{FLAGS_UNSOLICITED, RxCompletion};
 use aboleth_abi::efa::wqe::{RdmaWrite, RdmaWriteWqe};
 use aboleth_abi::efa::{
     COMP_STATUS_LOCAL_ERROR_INVALID_AH, COMP_STATUS_OK, COMP_STATUS_REMOTE_ERROR_BAD_ADDRESS,
     TX_WQE_BYTES,
 };
 use aboleth_nic::NicMemory;
-use aboleth_nic::efa::{EfaDevice, EfaError, EfaQueuePairConfig, EfaReceiveCqConfig, phase_of};
+use aboleth_nic::efa::{
+    EfaDevice, EfaError, EfaQueuePairConfig, EfaReceiveCqConfig, send_queue_phase_of,
+};
 use common::{BUFFER, FlatMemory, LKEY, RANK_BYTES, RKEY};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -25,6 +27,8 @@ const CQ: u64 = 0x1000;
 const RECEIVE_CQ: u64 = 0x2000;
 const SQ_ENTRIES: u32 = 4;
 const AH: u16 = 9;
+/// Rank 1's address handle of rank 0.
+const RESPONDER_AH: u16 = 77;
 
 fn setup() -> (EfaDevice, FlatMemory) {
     let memory = FlatMemory {
@@ -40,7 +44,7 @@ fn setup() -> (EfaDevice, FlatMemory) {
                 sq_address: SQ,
                 sq_entries: SQ_ENTRIES,
                 cq_address: CQ,
-                cq_entries: 8,
+                cq_entries: 4,
             })
             .unwrap();
         device
@@ -52,6 +56,7 @@ fn setup() -> (EfaDevice, FlatMemory) {
             .unwrap();
     }
     device.add_address_handle(0, AH, 1);
+    device.add_address_handle(1, RESPONDER_AH, 0);
     (device, memory)
 }
 
@@ -59,7 +64,7 @@ fn setup() -> (EfaDevice, FlatMemory) {
 fn write(index: u32, source: u64, destination: u64, length: u32, completion: bool) -> RdmaWrite {
     RdmaWrite {
         req_id: index as u16,
-        phase: phase_of(index, SQ_ENTRIES),
+        phase: send_queue_phase_of(index, SQ_ENTRIES),
         completion_requested: completion,
         dest_qp_num: QP,
         ah: AH,
@@ -129,46 +134,55 @@ fn completions_name_their_request_and_carry_the_laps_phase() {
     let (mut device, mut memory) = setup();
     memory.write(0, BUFFER, &[7; 256]).unwrap();
     let mut rng = StdRng::seed_from_u64(5);
-    // Two laps of the 4-entry ring: 4 writes, then 2 more once the first are done.
-    for index in 0..4 {
-        post(
-            &mut memory,
-            index,
-            &write(index, 0, u64::from(index) * 32, 32, true),
-        );
-    }
+    let post_writes = |memory: &mut FlatMemory, range: std::ops::Range<u32>| {
+        for index in range {
+            post(
+                memory,
+                index,
+                &write(index, 0, u64::from(index) * 32, 32, true),
+            );
+        }
+    };
+    let requests = |device: &EfaDevice, memory: &FlatMemory, range: std::ops::Range<u32>| {
+        range
+            .map(|index| {
+                let completion = device
+                    .poll_send_completion(memory, 0, QP, index)
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("completion {index} not written"));
+                assert_eq!(completion.status, COMP_STATUS_OK);
+                u32::from(completion.req_id)
+            })
+            .collect::<Vec<_>>()
+    };
+    // Two laps of the 4-entry send queue and CQ: 4 writes, then 2 more once the first are done.
+    post_writes(&mut memory, 0..4);
     device.ring_doorbell(&memory, 0, QP, 4).unwrap();
     let first_lap: Vec<u32> = run(&mut device, &mut memory, &mut rng)
         .iter()
         .map(|event| event.index)
         .collect();
-    for index in 4..6 {
-        post(
-            &mut memory,
-            index,
-            &write(index, 0, u64::from(index) * 32, 32, true),
-        );
-    }
-    device.ring_doorbell(&memory, 0, QP, 6).unwrap();
-    run(&mut device, &mut memory, &mut rng);
     assert_ne!(
         first_lap,
         vec![0, 1, 2, 3],
         "seed 5 executes out of posting order"
     );
-    let mut requests = Vec::new();
-    for index in 0..6 {
-        let completion = device
-            .poll_send_completion(&memory, 0, QP, index)
+    // The CQ's first lap holds every request once, in execution order.
+    assert_eq!(requests(&device, &memory, 0..4), first_lap);
+    post_writes(&mut memory, 4..6);
+    device.ring_doorbell(&memory, 0, QP, 6).unwrap();
+    run(&mut device, &mut memory, &mut rng);
+    let mut second_lap = requests(&device, &memory, 4..6);
+    second_lap.sort();
+    assert_eq!(second_lap, vec![4, 5]);
+    // Slots 0 and 1 now hold lap 1's completions, slot 2 still lap 0's: neither is what a
+    // consumer at index 0 or 6 waits for.
+    assert!(
+        device
+            .poll_send_completion(&memory, 0, QP, 0)
             .unwrap()
-            .unwrap_or_else(|| panic!("completion {index} not written"));
-        assert_eq!(completion.status, COMP_STATUS_OK);
-        requests.push(u32::from(completion.req_id));
-    }
-    // In execution order, every request once.
-    assert_eq!(&requests[..4], first_lap.as_slice());
-    requests.sort();
-    assert_eq!(requests, (0..6).collect::<Vec<_>>());
+            .is_none()
+    );
     assert!(
         device
             .poll_send_completion(&memory, 0, QP, 6)
@@ -185,14 +199,16 @@ fn a_wqe_of_an_earlier_lap_is_refused() {
     }
     device.ring_doorbell(&memory, 0, QP, 4).unwrap();
     run(&mut device, &mut memory, &mut StdRng::seed_from_u64(1));
-    // Index 4 is rung before its WQE is written: slot 0 still holds lap 0's.
-    let error = device.ring_doorbell(&memory, 0, QP, 5).unwrap_err();
+    post(&mut memory, 4, &write(4, 0, 0, 8, false));
+    // Index 5 is rung before its WQE is written: slot 1 still holds lap 0's. The good WQE 4
+    // before it is not taken either.
+    let error = device.ring_doorbell(&memory, 0, QP, 6).unwrap_err();
     assert!(
         matches!(
             error,
             EfaError::BadWqe {
-                index: 4,
-                slot: 0,
+                index: 5,
+                slot: 1,
                 ..
             }
         ),
@@ -202,6 +218,14 @@ fn a_wqe_of_an_earlier_lap_is_refused() {
         error.to_string().contains("a WQE of an earlier lap"),
         "{error}"
     );
+    assert_eq!(
+        device.in_flight_count(),
+        0,
+        "a refused doorbell takes nothing"
+    );
+    post(&mut memory, 5, &write(5, 0, 0, 8, false));
+    device.ring_doorbell(&memory, 0, QP, 6).unwrap();
+    assert_eq!(device.in_flight_count(), 2);
     let mut fresh = EfaDevice::new();
     fresh
         .create_queue_pair(EfaQueuePairConfig {
@@ -262,5 +286,10 @@ fn a_write_with_immediate_completes_at_the_responder_with_its_immediate() {
     let completion = RxCompletion::from_bytes(bytes.as_slice().try_into().unwrap());
     assert_eq!(completion.immediate(), Some(0xfeed_0001));
     assert_eq!((completion.length, completion.src_qp_num), (8, QP));
+    assert_eq!(
+        completion.ah, RESPONDER_AH,
+        "the responder's handle of the sender"
+    );
+    assert_ne!(completion.flags & FLAGS_UNSOLICITED, 0);
     assert_eq!(memory.read(1, BUFFER, 8).unwrap(), vec![3; 8]);
 }

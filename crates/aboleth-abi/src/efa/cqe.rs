@@ -1,7 +1,7 @@
 //! EFA completion descriptors: the 8-byte send completion (`struct efa_io_tx_cdesc`) and the
 //! 16-byte receive completion (`struct efa_io_rx_cdesc`, which an RDMA write with immediate
 //! produces at the responder), their `flags` bits, builders (as a simulated device writes them)
-//! and decoders. The phase bit is the parity of the ring lap, as on the send queue.
+//! and decoders. The phase bit alternates with the ring lap (1 in a CQ's first lap, in rdma-core).
 //!
 //! What this does not cover: the extended receive completion (`efa_io_rx_cdesc_ex`, source
 //! addresses and write lengths above 64 KiB) and completion counters.
@@ -109,7 +109,9 @@ impl TxCompletion {
 }
 
 impl RxCompletion {
-    /// The receive completion of an RDMA write with immediate `imm` of `length` bytes.
+    /// The receive completion of an RDMA write with immediate `imm` of `length` bytes, which
+    /// consumed no posted receive (`unsolicited`); `ah` is the responder's address handle of the
+    /// sender (0xFFFF when it has none).
     pub fn write_with_immediate(
         req_id: u16,
         phase: bool,
@@ -122,7 +124,7 @@ impl RxCompletion {
         Self {
             req_id,
             status: super::COMP_STATUS_OK,
-            flags: flags(phase, super::RECV_QUEUE, super::RDMA_WRITE, true, false),
+            flags: flags(phase, super::RECV_QUEUE, super::RDMA_WRITE, true, true),
             qp_num,
             length,
             ah,

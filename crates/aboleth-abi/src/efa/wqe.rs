@@ -18,6 +18,8 @@ pub const META_OP_TYPE_MASK: u8 = 0x0f;
 pub const META_HAS_IMM: u8 = 1 << 4;
 /// `ctrl1` bit 5: inline message (`EFA_IO_TX_META_DESC_INLINE_MSG_MASK`); never set here.
 pub const META_INLINE_MSG: u8 = 1 << 5;
+/// `ctrl1` bit 6: extended metadata, must be zero (`EFA_IO_TX_META_DESC_META_EXTENSION_MASK`).
+pub const META_EXTENSION: u8 = 1 << 6;
 /// `ctrl1` bit 7: this is a metadata descriptor, must be set (`EFA_IO_TX_META_DESC_META_DESC_MASK`).
 pub const META_META_DESC: u8 = 1 << 7;
 /// `ctrl2` bit 0: the phase of the ring lap (`EFA_IO_TX_META_DESC_PHASE_MASK`).
@@ -28,6 +30,8 @@ pub const META_FIRST: u8 = 1 << 2;
 pub const META_LAST: u8 = 1 << 3;
 /// `ctrl2` bit 4: post a send completion once transmitted (`EFA_IO_TX_META_DESC_COMP_REQ_MASK`).
 pub const META_COMP_REQ: u8 = 1 << 4;
+/// `ctrl2`'s must-be-zero bits: 1 and 7:5.
+pub const META_CTRL2_RESERVED: u8 = 0b1110_0010;
 /// Bits 23:0 of a buffer descriptor's `lkey` (`EFA_IO_TX_BUF_DESC_LKEY_MASK`).
 pub const BUF_DESC_LKEY_MASK: u32 = 0x00ff_ffff;
 
@@ -114,19 +118,23 @@ pub struct RdmaWrite {
 /// Why 64 bytes are not an RDMA write WQE this module would have written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WqeDecodeError {
-    /// `ctrl1` lacks the metadata bit, has the inline bit, or names another operation.
+    /// `ctrl1` lacks the metadata bit, has the inline or extension bit, or names another
+    /// operation.
     #[error("EFA WQE ctrl1 {ctrl1:#04x} is not an RDMA write metadata descriptor")]
     NotRdmaWrite {
         /// The byte found.
         ctrl1: u8,
     },
-    /// `ctrl2` lacks first or last: the device needs both on a one-descriptor transaction.
-    #[error("EFA WQE ctrl2 {ctrl2:#04x} lacks the first and last bits")]
+    /// `ctrl2` lacks first or last (the device needs both on a one-descriptor transaction), or
+    /// sets a must-be-zero bit.
+    #[error(
+        "EFA WQE ctrl2 {ctrl2:#04x} lacks the first or the last bit, or sets a must-be-zero bit"
+    )]
     NotOneDescriptor {
         /// The byte found.
         ctrl2: u8,
     },
-    /// The buffer count is not one, or the local and remote lengths differ.
+    /// The buffer count is not one (or zero, for an empty write), or the lengths differ.
     #[error(
         "EFA WQE carries {buffers} buffer(s), local length {local_length} and remote length {remote_length}"
     )]
@@ -192,15 +200,22 @@ impl RdmaWriteWqe {
     /// (one buffer, equal lengths).
     pub fn decode(&self) -> Result<RdmaWrite, WqeDecodeError> {
         if self.ctrl1 & META_META_DESC == 0
-            || self.ctrl1 & META_INLINE_MSG != 0
+            || self.ctrl1 & (META_INLINE_MSG | META_EXTENSION) != 0
             || self.ctrl1 & META_OP_TYPE_MASK != RDMA_WRITE
         {
             return Err(WqeDecodeError::NotRdmaWrite { ctrl1: self.ctrl1 });
         }
-        if self.ctrl2 & (META_FIRST | META_LAST) != META_FIRST | META_LAST {
+        if self.ctrl2 & (META_FIRST | META_LAST) != META_FIRST | META_LAST
+            || self.ctrl2 & META_CTRL2_RESERVED != 0
+        {
             return Err(WqeDecodeError::NotOneDescriptor { ctrl2: self.ctrl2 });
         }
-        if self.length != TX_DESC_NUM_RDMA_BUFS || self.local_length != self.remote_length {
+        // rdma-core writes an empty RDMA write with no buffer; this encoder with one of 0 bytes.
+        let empty_without_buffer =
+            self.length == 0 && self.local_length == 0 && self.remote_length == 0;
+        if !(self.length == TX_DESC_NUM_RDMA_BUFS || empty_without_buffer)
+            || self.local_length != self.remote_length
+        {
             return Err(WqeDecodeError::BadLengths {
                 buffers: self.length,
                 local_length: self.local_length,

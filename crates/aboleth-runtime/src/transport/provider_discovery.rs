@@ -42,8 +42,10 @@ pub struct ProviderDiscovery {
     pub transport: Transport,
     /// The directory listed.
     pub sysfs_directory: String,
-    /// Its devices; `None` when the directory does not exist.
+    /// Its devices; `None` when the directory could not be listed.
     pub devices: Option<Vec<RdmaDevice>>,
+    /// Why it could not be listed (`No such file or directory`, a permission error).
+    pub unreadable: Option<String>,
     /// The libraries tried, in order.
     pub libraries: Vec<LibraryProbe>,
 }
@@ -87,7 +89,9 @@ pub fn discover_in(
     directory: &Path,
     load: impl Fn(&str) -> Result<(), String>,
 ) -> ProviderDiscovery {
-    let devices = std::fs::read_dir(directory).ok().map(|entries| {
+    let listing = std::fs::read_dir(directory);
+    let unreadable = listing.as_ref().err().map(|error| error.to_string());
+    let devices = listing.ok().map(|entries| {
         let mut devices: Vec<RdmaDevice> = entries
             .filter_map(|entry| entry.ok())
             .map(|entry| {
@@ -119,6 +123,7 @@ pub fn discover_in(
         transport,
         sysfs_directory: directory.display().to_string(),
         devices,
+        unreadable,
         libraries,
     }
 }
@@ -152,7 +157,10 @@ impl ProviderDiscovery {
         let driver = provider_driver(self.transport);
         let directory = &self.sysfs_directory;
         let devices = match &self.devices {
-            None => format!("{directory} does not exist: the kernel has no RDMA device"),
+            None => format!(
+                "no RDMA device is visible here ({directory}: {})",
+                self.unreadable.as_deref().unwrap_or("not listed")
+            ),
             Some(devices) if devices.is_empty() => format!("{directory} lists no RDMA device"),
             Some(devices) => {
                 let listed = devices
@@ -185,10 +193,16 @@ impl ProviderDiscovery {
             })
             .collect::<Vec<_>>()
             .join("; ");
+        let status = match self.transport {
+            Transport::Efa => {
+                "its work-request encoders are cross-checked against rdma-core and a device model runs them, but no lowering or device runtime exists yet"
+            }
+            _ => "no encoders, lowering or device runtime exist yet",
+        };
         RuntimeError::ProviderUnavailable {
             transport: name,
             reason: format!(
-                "{devices}; {libraries}. The {name} transport is experimental: its work-request encoders are cross-checked against rdma-core, and no lowering or device runtime exists yet; use \"p2p\" or \"proxy\" between GPUs of one host"
+                "{devices}; {libraries}. The {name} transport is experimental: {status}; use \"p2p\" or \"proxy\" between GPUs of one host"
             ),
         }
     }
@@ -256,7 +270,7 @@ mod tests {
         let message = found.unavailable_error().to_string();
         assert!(
             message.starts_with(
-                "the efa transport cannot be used here: /nonexistent/infiniband does not exist: the kernel has no RDMA device; libibverbs.so.1 loads; libefa.so.1 (rdma-core's EFA provider"
+                "the efa transport cannot be used here: no RDMA device is visible here (/nonexistent/infiniband: No such file or directory (os error 2)); libibverbs.so.1 loads; libefa.so.1 (rdma-core's EFA provider"
             ),
             "{message}"
         );

@@ -308,7 +308,7 @@ pub enum ProxyExecutionError {
     },
     /// The put's source is not registered memory of this rank.
     #[error(
-        "put source: {length_bytes} bytes at {address:#x} are not inside memory this rank registered (World.register); a put reads only registered memory of the sending rank"
+        "put source: {length_bytes} bytes at {address:#x} are not inside memory this rank registered with this World (World.register); a put reads only memory registered with the sending rank's World"
     )]
     UnregisteredSource {
         /// The source address.
@@ -1219,7 +1219,7 @@ mod tests {
         let error = table.check_source(0x1030, 32).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "put source: 32 bytes at 0x1030 are not inside memory this rank registered (World.register); a put reads only registered memory of the sending rank"
+            "put source: 32 bytes at 0x1030 are not inside memory this rank registered with this World (World.register); a put reads only memory registered with the sending rank's World"
         );
         assert!(table.check_source(u64::MAX - 4, 8).is_err());
     }
