@@ -64,14 +64,15 @@ def simulate(target: str, ranks: int, parts: int, *extra: str) -> subprocess.Com
     plane_expression = f"(ranks*{RUNS * MAX_RUN}+{SOURCE_WINDOW + MAX_RUN})*{BLOCK_BYTES}"
     signature = ("endpoints=*i64,layer0_regions=*i64,layer1_regions=*i64,flag_regions=*i64,layer0=*bf16,layer1=*bf16,"
                  "flags=*i64,layer0_key=i32,layer1_key=i32,run_sources=*i64,run_destinations=*i64,run_blocks=*i64,"
-                 "plane_bytes=i64,epoch=i64")
+                 "plane_bytes=i64,first_runs=i32,last_runs=i32,epoch=i64")
     regions = (f"layer0=2*{plane_expression} layer1=2*{plane_expression} flags=2*ranks*8 "
                f"sources=ranks*{RUNS * 8} destinations=ranks*{RUNS * 8} blocks=ranks*{RUNS * 8}")
     bind = ("endpoints=endpoints layer0_regions=regions:layer0 layer1_regions=regions:layer1 "
             "flag_regions=regions:flags layer0=local:layer0 layer1=local:layer1 flags=local:flags "
             "layer0_key=lkey:layer0 layer1_key=lkey:layer1 run_sources=local:sources "
             "run_destinations=local:destinations run_blocks=local:blocks "
-            f"plane_bytes=value:{plane_blocks * BLOCK_BYTES} epoch=value:epoch")
+            f"plane_bytes=value:{plane_blocks * BLOCK_BYTES} first_runs=value:{RUNS - 1} last_runs=value:1 "
+            "epoch=value:epoch")
     # Destinations 0, MAX_RUN, 2 * MAX_RUN, ...: rank r's runs (at r * RUNS) never overlap
     # another rank's; lengths 0..MAX_RUN, so some runs are empty.
     init = (f"layer0=random layer1=random flags=zero sources=random_mod:{SOURCE_WINDOW} "
@@ -98,16 +99,17 @@ def test_the_transfer_is_translation_validated(target, ranks, parts):
     on = report["passes_on"]["rounds"][0]["counts"]
     off = report["passes_off"]["rounds"][0]["counts"]
     if target != "p2p":
-        # One reservation and one doorbell per sending program and layer (2 layers), for its
-        # runtime-sized loop of puts and its add; the library style rings one per command.
+        # One reservation and one doorbell per sending program and launch (layer 0's two chunks,
+        # layer 1), for its runtime-sized loop of puts and its add; the library style rings one
+        # per command.
         programs = ranks * (ranks - 1) * parts
-        assert on["doorbells"] == on["reservations"] == 2 * programs, on
+        assert on["doorbells"] == on["reservations"] == 3 * programs, on
         assert off["doorbells"] > on["doorbells"]
     assert on["payload_bytes"] == off["payload_bytes"] > 0
 
 
 @pytest.mark.parametrize("target, mutation, kind", [
-    ("mlx5", "missing-fence", "deadlock"),
+    ("mlx5", "missing-fence", "nic"),
     ("proxy", "missing-fence", "proxy"),
     ("p2p", "missing-fence", "data-not-visible"),
     ("mlx5", "run-time-batch-under-reserved", "slot-collision"),

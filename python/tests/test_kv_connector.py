@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import json
 import sys
 import types
 from typing import Any, Dict, List
@@ -61,9 +62,8 @@ class FakeStore:
     def get(self, key: str) -> bytes:
         return self.values[key].encode()
 
-    def wait(self, keys: List[str], timeout: Any) -> None:
-        if any(key not in self.values for key in keys):
-            raise RuntimeError("Wait timeout")
+    def check(self, keys: List[str]) -> bool:
+        return all(key in self.values for key in keys)
 
     def delete_key(self, key: str) -> bool:
         return self.values.pop(key, None) is not None
@@ -115,15 +115,17 @@ def test_the_schedulers_hand_a_requests_blocks_from_consumer_to_producer(connect
     store = FakeStore()
     consumer = make(connector_module, "kv_consumer", Role.SCHEDULER, store)
     producer = make(connector_module, "kv_producer", Role.SCHEDULER, store)
+    prefill = request({"aboleth_request": "k1", "do_remote_decode": True})
+    # The producer holds the request back until the consumer has published its blocks.
+    assert producer.get_num_new_matched_tokens(prefill, 0) == (None, False)
     decode = request({"aboleth_request": "k1", "do_remote_prefill": True})
     # Every prompt token but the last is loaded, synchronously.
     assert consumer.get_num_new_matched_tokens(decode, 0) == (39, False)
-    assert producer.get_num_new_matched_tokens(decode, 0) == (0, False)
     consumer.update_state_after_alloc(decode, blocks([7, 3, 9]), 39)
     received = consumer.build_connector_meta(step([7, 3, 9], 1))
     assert [(r.request_id, r.destination_blocks) for r in received.receives] == [("r1", [7, 3, 9])]
     assert consumer.build_connector_meta(step([], 0)).receives == []  # reset after each step
-    prefill = request({"aboleth_request": "k1", "do_remote_decode": True})
+    assert producer.get_num_new_matched_tokens(prefill, 0) == (0, False)
     producer.update_state_after_alloc(prefill, blocks([1, 2, 5]), 0)
     sent = producer.build_connector_meta(step([1, 2, 5], 40))
     assert [(s.source_blocks, s.destination_blocks) for s in sent.sends] == [([1, 2, 5], [7, 3, 9])]
@@ -131,15 +133,32 @@ def test_the_schedulers_hand_a_requests_blocks_from_consumer_to_producer(connect
     assert producer.request_finished(prefill, [1, 2, 5]) == (False, None)
 
 
+def test_a_local_prefix_hit_moves_only_the_blocks_after_it(connector_module):
+    store = FakeStore()
+    consumer = make(connector_module, "kv_consumer", Role.SCHEDULER, store)
+    decode = request({"aboleth_request": "k3", "do_remote_prefill": True}, prompt=50)
+    # 16 tokens (one block) are cached locally; vLLM has not added them to the request yet.
+    assert consumer.get_num_new_matched_tokens(decode, 16) == (33, False)
+    consumer.update_state_after_alloc(decode, blocks([4, 8, 6, 2]), 33)
+    published = json.loads(store.values[connector_module.STORE_PREFIX + "k3"])
+    assert published == {"first_block": 1, "blocks": [8, 6, 2]}
+
+
 def test_a_chunked_prefill_and_a_missing_consumer_are_named(connector_module):
     store = FakeStore()
     producer = make(connector_module, "kv_producer", Role.SCHEDULER, store)
-    producer.update_state_after_alloc(request({"aboleth_request": "k2", "do_remote_decode": True}), blocks([1]), 0)
+    store.set(connector_module.STORE_PREFIX + "k2", json.dumps({"first_block": 0, "blocks": [9]}))
+    prefill = request({"aboleth_request": "k2", "do_remote_decode": True})
+    assert producer.get_num_new_matched_tokens(prefill, 0) == (0, False)
+    producer.update_state_after_alloc(prefill, blocks([1]), 0)
     with pytest.raises(ValueError, match="prefills 16 of its 40 prompt tokens.*chunked prefill"):
         producer.build_connector_meta(step([1, 2, 5], 16))
-    producer.update_state_after_alloc(request({"aboleth_request": "k2", "do_remote_decode": True}), blocks([1]), 0)
-    with pytest.raises(TimeoutError, match="never published the blocks of request r1"):
-        producer.build_connector_meta(step([1, 2, 5], 40))
+    # A consumer that never publishes: past the timeout the request is prefilled without a push.
+    quick = make(connector_module, "kv_producer", Role.SCHEDULER, FakeStore(), {**EXTRA, "aboleth_store_timeout_s": 0})
+    lonely = request({"aboleth_request": "k9", "do_remote_decode": True})
+    assert quick.get_num_new_matched_tokens(lonely, 0) == (0, False)
+    quick.update_state_after_alloc(lonely, blocks([1]), 0)
+    assert quick.build_connector_meta(step([1], 40)).sends == []
 
 
 @pytest.mark.parametrize("role, extra, message", [
@@ -153,8 +172,9 @@ def test_a_bad_configuration_names_the_setting(connector_module, role, extra, me
 
 
 class FakeTransfer:
-    def __init__(self) -> None:
+    def __init__(self, failures: List[str] = ()) -> None:
         self.calls: List[Any] = []
+        self.failures = list(failures)
 
     def expect(self, source: int) -> None:
         self.calls.append(("expect", source))
@@ -169,10 +189,15 @@ class FakeTransfer:
     def send_layer(self, plan: Any, layer: str) -> None:
         self.calls.append(("send_layer", plan, layer))
 
+    def failed_layers(self) -> List[str]:
+        failures, self.failures = self.failures, []
+        return failures
 
-def test_the_workers_send_and_wait_once_per_layer(connector_module):
+
+def test_the_workers_send_and_wait_once_per_layer_in_vllms_order(connector_module, monkeypatch):
     store = FakeStore()
     module = connector_module
+    assert module.AbolethKVConnector.requires_piecewise_for_cudagraph({}) is True
     for role, rank in (("kv_producer", 1), ("kv_consumer", 3)):
         worker = make(module, role, Role.WORKER, store)
         worker.world = types.SimpleNamespace(rank=rank)
@@ -181,14 +206,24 @@ def test_the_workers_send_and_wait_once_per_layer(connector_module):
         metadata = module.AbolethKVConnectorMetadata(sends=[pushed] if role == "kv_producer" else [],
                                                      receives=[] if role == "kv_producer" else [pushed])
         worker.bind_connector_metadata(metadata)
-        worker.start_load_kv(None)
+        if role == "kv_consumer":
+            worker.start_load_kv(None)  # vLLM calls it before the forward only for pending loads
         for layer in ("layers.0", "layers.1"):
             worker.wait_for_layer_load(layer)
             worker.save_kv_layer(layer, None, None)
         worker.wait_for_save()
-        if role == "kv_producer":  # worker 1 of tp 2 pushes to rank 3
+        if role == "kv_producer":
+            worker.start_load_kv(None)  # after the forward: plans nothing
             assert worker.transfer.calls == [("prepare", 3, [1, 2], [7, 3]), ("send_layer", ("plan", 3), "layers.0"),
                                              ("send_layer", ("plan", 3), "layers.1")]
         else:  # and rank 3 waits for rank 1
             assert worker.transfer.calls == [("expect", 1), ("wait_layer", "layers.0", 1),
                                              ("wait_layer", "layers.1", 1)]
+            torch = types.ModuleType("torch")
+            torch.cuda = types.SimpleNamespace(synchronize=lambda: None)
+            monkeypatch.setitem(sys.modules, "torch", torch)
+            assert worker.get_block_ids_with_load_errors() == set()  # the step's waits passed
+            worker.start_load_kv(None)
+            worker.transfer.failures = ["aboleth.kv: rank 3 gave up ... layer layers.1 from rank 1"]
+            assert worker.get_block_ids_with_load_errors() == {7, 3}
+            assert worker.get_block_ids_with_load_errors() == set()

@@ -315,7 +315,7 @@ def test_exchange_regions_takes_a_dict_of_regions():
 
 def test_connect_all_checks_the_kind_type_and_records_the_transports():
     world, raw = fake_world()
-    with pytest.raises(TypeError, match=r"connect_all\(kind\) must be one of 'rdma', 'proxy', 'p2p', 'auto'"):
+    with pytest.raises(TypeError, match=r"connect_all\(kind\) must be one of 'rdma', 'proxy', 'p2p', 'efa', 'ionic', 'auto'"):
         world.connect_all(3)
     assert world.transports is None
     assert world.connect_all("p2p") == ["p2p", "p2p"]

@@ -62,6 +62,8 @@ class TransferPlan:
     run_blocks: Any
     chunks: List[Tuple[int, int]]
     launches: List[Tuple[Any, Any, Any, int, bool]]
+    #: The runs per launch the chunks were cut for (the kernel's bound).
+    max_runs: int
     #: Per layer, its launches bound to their arguments (``Launcher.bind``), made at its first send.
     bound: Dict[int, List[Any]] = field(default_factory=dict)
 
@@ -110,6 +112,20 @@ class Transfer:
         self.caches = caches
         self.layers = len(caches)
         self.layer_index = {name: index for index, name in enumerate(self.layer_names)}
+        # The options are checked before the collective exchange: a rank refusing them later
+        # would leave its peers waiting.
+        p2p = world.compilation_target() == "p2p"
+        self.parts = parts if parts is not None else (P2P_PARTS if p2p else 1)
+        if not isinstance(self.parts, int) or self.parts < 1:
+            raise ValueError(f"aboleth.kv.Transfer: parts must be a positive integer, got {self.parts!r}")
+        self.max_run_blocks = max_run_blocks if max_run_blocks is not None else (P2P_MAX_RUN_BLOCKS if p2p else 0)
+        self.max_runs = max_runs_per_launch if max_runs_per_launch is not None else RUNS_PER_PROGRAM * self.parts
+        if not isinstance(self.max_runs, int) or self.max_runs < 1:
+            raise ValueError(f"aboleth.kv.Transfer: max_runs_per_launch must be a positive integer, got {self.max_runs!r}")
+        if not p2p and self.max_runs > RUNS_PER_PROGRAM * self.parts:
+            raise ValueError(f"aboleth.kv.Transfer: max_runs_per_launch={self.max_runs} is more than "
+                             f"{RUNS_PER_PROGRAM} runs per program ({self.parts} programs): a program's puts of one "
+                             "launch must fit its 1024-slot queue")
         self.flags = torch.zeros(self.layers * self.world_size, dtype=torch.int64, device=caches[0].device)
         regions = {}
         for index, cache in enumerate(caches):
@@ -122,14 +138,6 @@ class Transfer:
         self.cache_keys = [self.table.local(f"kv.layer{index}").lkey for index in range(self.layers)]
         self.flag_regions = self.table.regions("kv.flags")
         self.peer_num_blocks = self._peer_num_blocks()
-        p2p = world.compilation_target() == "p2p"
-        self.parts = parts if parts is not None else (P2P_PARTS if p2p else 1)
-        if not isinstance(self.parts, int) or self.parts < 1:
-            raise ValueError(f"aboleth.kv.Transfer: parts must be a positive integer, got {self.parts!r}")
-        self.max_run_blocks = max_run_blocks if max_run_blocks is not None else (P2P_MAX_RUN_BLOCKS if p2p else 0)
-        self.max_runs = max_runs_per_launch if max_runs_per_launch is not None else RUNS_PER_PROGRAM * self.parts
-        if not isinstance(self.max_runs, int) or self.max_runs < 1:
-            raise ValueError(f"aboleth.kv.Transfer: max_runs_per_launch must be a positive integer, got {self.max_runs!r}")
         # expected[source][layer]: the transfers of that layer this rank was told to expect.
         self.expected = [[0] * self.layers for _ in range(self.world_size)]
         self.sent = [[0] * self.layers for _ in range(self.world_size)]
@@ -193,16 +201,19 @@ class Transfer:
         peer = self._peer(peer, "peer")
         runs = block_runs(source_blocks, destination_blocks, self.num_blocks, self.peer_num_blocks[peer],
                           self.max_run_blocks, peer)
-        columns = list(zip(*runs)) if runs else [(), (), ()]
         device = self.caches[0].device
-        tables = [torch.tensor(column, dtype=torch.int64).to(device, non_blocking=False) if runs
-                  else torch.zeros(1, dtype=torch.int64, device=device) for column in columns]
-        chunks = [(first, min(self.max_runs, len(runs) - first))
-                  for first in range(0, len(runs), self.max_runs)] or [(0, 0)]
+        # One pinned host table and one asynchronous copy (the caching host allocator keeps the
+        # pinned buffer until the copy is done): no wait for the stream's earlier work.
+        host = torch.tensor(list(zip(*runs)) if runs else [[0], [0], [0]], dtype=torch.int64).pin_memory()
+        table = host.to(device, non_blocking=True)
+        tables = [table[0], table[1], table[2]]
+        max_runs = self.max_runs
+        chunks = [(first, min(max_runs, len(runs) - first))
+                  for first in range(0, len(runs), max_runs)] or [(0, 0)]
         launches = [(tables[0][first:], tables[1][first:], tables[2][first:], count, number == len(chunks) - 1)
                     for number, (first, count) in enumerate(chunks)]
         return TransferPlan(peer, sum(run[2] for run in runs), len(runs), tables[0], tables[1], tables[2], chunks,
-                            launches)
+                            launches, max_runs)
 
     def send_layer(self, plan: TransferPlan, layer: Union[int, str]) -> None:
         """Puts the plan's blocks of ``layer`` (index or name) into the peer's cache and adds to
@@ -219,7 +230,7 @@ class Transfer:
                  self.cache_keys[index], run_sources, run_destinations, run_blocks, runs, peer, index,
                  self._local_plane_bytes, peer_plane_bytes),
                 {"RANK": self.rank, "RANKS": self.world_size, "PLANES": self.planes, "BLOCK_BYTES": self.block_bytes,
-                 "PARTS": self.parts, "MAX_RUNS": self.max_runs, "SIGNAL": signal})
+                 "PARTS": self.parts, "MAX_RUNS": plan.max_runs, "SIGNAL": signal})
                 for run_sources, run_destinations, run_blocks, runs, signal in plan.launches]
         for launch in launches:
             launch()
@@ -262,33 +273,47 @@ class Transfer:
                          num_warps=1)
 
     def check(self) -> None:
-        """Synchronizes the device; ``TimeoutError`` naming the layer, the peer and the
-        transfer for a ``wait_layer`` that gave up (then the World's other failures, as
-        ``World.check_waits`` reports them). Each failure is raised once."""
+        """Synchronizes the device; ``TimeoutError`` naming the layer, the peer and the first
+        transfer missing for every ``wait_layer`` that gave up (then the World's other
+        failures, as ``World.check_waits`` reports them). Each failure is raised once, and the
+        transfers that never came are forgotten (a later ``expect`` counts from what arrived)."""
         torch = _torch()
         torch.cuda.synchronize()
+        failed = self.failed_layers()
+        if failed:
+            raise TimeoutError("; ".join(failed))
+
+    def failed_layers(self) -> List[str]:
+        """The ``wait_layer`` waits that gave up since the last call, described (layer, peer, the first
+        transfer missing, the flag), without synchronizing; each is then forgotten, and so are
+        the transfers that never came. ``RuntimeError`` (``World.check_waits``) for a failed wait
+        that is not this Transfer's."""
         failures = self.world.wait_failures()
         if not failures:
-            return
+            return []
         base = self.flags.data_ptr()
-        message = None
+        messages = []
+        foreign = False
         for record in failures:
             offset = record["flag_address"] - base
-            if 0 <= offset < self.flags.numel() * 8 and offset % 8 == 0:
-                layer, source = divmod(offset // 8, self.world_size)
-                message = (f"aboleth.kv: rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms "
-                           f"waiting for layer {self.layer_names[layer]} from rank {source}: transfer "
-                           f"{record['expected_value'] // self.parts} of that layer had not arrived (its flag read "
-                           f"{record['observed_value']}, {self.parts} per transfer, waiting for "
-                           f"{record['expected_value']}); is rank {source} alive and sending it?")
-                break
+            if not (0 <= offset < self.flags.numel() * 8 and offset % 8 == 0):
+                foreign = True
+                continue
+            layer, source = divmod(offset // 8, self.world_size)
+            arrived = record["observed_value"] // self.parts
+            messages.append(
+                f"aboleth.kv: rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms waiting for "
+                f"layer {self.layer_names[layer]} from rank {source}: transfer {arrived + 1} of that layer (of "
+                f"{record['expected_value'] // self.parts} expected) had not arrived (its flag read "
+                f"{record['observed_value']}, {self.parts} per transfer); is rank {source} alive and sending it?")
+            # Forget what never came, so that the next transfer is waited for, not this one.
+            self.expected[source][layer] = min(self.expected[source][layer], arrived)
         try:
-            if message is None:
+            if foreign:
                 self.world.check_waits()
         finally:
             self.world.clear_waits()
-        if message is not None:
-            raise TimeoutError(message)
+        return messages
 
     def statistics(self) -> Dict[str, Any]:
         """Per peer and layer: transfers sent and expected so far (host counts)."""

@@ -19,27 +19,38 @@ True}`` to the producer (a router or the client sets them; KEY names the request
 1. the consumer's scheduler reports the prompt's tokens but the last as loadable (synchronously,
    so that the request runs in the step the blocks are allocated), and publishes the blocks it
    allocated for them in the store under KEY;
-2. the producer's scheduler, building the step that prefills the request, reads them (bounded:
-   ``aboleth_store_timeout_s``) and gives its workers the request's own blocks and the peer's;
+2. the producer's scheduler does not schedule the request until they are published (past
+   ``aboleth_store_timeout_s`` it prefills it without pushing, and logs why), then gives its
+   workers the request's own blocks and the peer's;
 3. the producer's workers, in ``save_kv_layer``, push each layer's blocks right after the
    layer's attention wrote them, with one signal per layer; the consumer's workers, in
    ``wait_for_layer_load``, make the layer's attention wait (bounded) for that layer's signal:
    decode computes the early layers while later ones are still being prefilled and sent.
 
+The layer flags count transfers: the producer must push requests in the order the consumer
+loads them (both follow the router's order; requests that reach the engines in different
+orders would let one request's signal stand for another's). A wait that gives up is reported by
+``get_block_ids_with_load_errors`` (the step's received blocks, for vLLM to recompute; a step
+that received synchronizes the device there), and the missing transfer is forgotten. CUDA graphs run piecewise (the waits and sends are calls between
+layers).
+
 What it does not do: chunked prefill of a pushed request (the whole prompt must be prefilled in
 one step: ``ValueError`` otherwise), pipeline parallelism, a peer engine with another
-tensor-parallel size, hybrid models (only the first KV-cache group moves), or recovery from a
-peer that dies (its wait gives up and ``Transfer.check`` names the layer and the peer).
+tensor-parallel size, or hybrid models (more than one KV-cache group: refused).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
                                                                 KVConnectorRole)
+
+logger = logging.getLogger(__name__)
 
 #: The store's key of a request's destination blocks.
 STORE_PREFIX = "aboleth/kv/request/"
@@ -91,13 +102,16 @@ class AbolethKVConnector(KVConnectorBase_V1):
         # Scheduler state.
         self._requests: Dict[str, Any] = {}  # request id -> Request, until its step is built
         self._receives: List[PushedRequest] = []
+        self._waiting_since: Dict[str, float] = {}  # producer: requests whose blocks are not published
+        self._abandoned: set = set()  # producer: requests prefilled without pushing
         if role == KVConnectorRole.SCHEDULER and self.is_consumer:
             self._store_client()  # host the block tables' store before the producer asks
         # Worker state.
         self.world: Any = None
         self.transfer: Any = None
-        self._plans: Dict[str, Any] = {}  # request id -> TransferPlan, for this step's sends
+        self._plans: Optional[Dict[str, Any]] = None  # this step's sends, made at its first save
         self._receiving = False
+        self._received_blocks: List[int] = []  # consumer: destination blocks since the last check
 
     @staticmethod
     def _address(config: Any, key: str, what: str) -> Tuple[str, int]:
@@ -128,7 +142,23 @@ class AbolethKVConnector(KVConnectorBase_V1):
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         params = self._params(request)
-        if not (self.is_consumer and params.get("do_remote_prefill") and params.get("aboleth_request")):
+        key = params.get("aboleth_request")
+        if self.is_producer and params.get("do_remote_decode") and key:
+            # Not scheduled until the consumer has published where the blocks go (None: ask
+            # again later); past the store's timeout, prefilled without pushing.
+            if self._store_client().check([STORE_PREFIX + str(key)]):
+                self._waiting_since.pop(request.request_id, None)
+                return 0, False
+            first_asked = self._waiting_since.setdefault(request.request_id, time.monotonic())
+            if time.monotonic() - first_asked < self.store_timeout_s:
+                return None, False
+            self._waiting_since.pop(request.request_id, None)
+            self._abandoned.add(request.request_id)
+            logger.warning("aboleth.kv.vllm_connector: the consumer never published the blocks of request %s (%s) "
+                           "within %s s: prefilling it without pushing", request.request_id, key,
+                           self.store_timeout_s)
+            return 0, False
+        if not (self.is_consumer and params.get("do_remote_prefill") and key):
             return 0, False
         # Every prompt token but the last comes from the producer; decode computes the last.
         loadable = len(request.prompt_token_ids or []) - 1 - num_computed_tokens
@@ -137,12 +167,19 @@ class AbolethKVConnector(KVConnectorBase_V1):
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         params = self._params(request)
         if self.is_producer and params.get("do_remote_decode") and params.get("aboleth_request"):
-            self._requests[request.request_id] = request
+            if request.request_id in self._abandoned:
+                self._abandoned.discard(request.request_id)  # prefilled without pushing
+            else:
+                self._requests[request.request_id] = request
             return
         if not (self.is_consumer and num_external_tokens > 0):
             return
         block_ids = blocks.get_block_ids()[0]
-        first, end = _blocks_for_tokens(request.num_computed_tokens, num_external_tokens, self.block_size)
+        # The loaded tokens end one before the prompt's end (decode computes the last); they
+        # start after the local prefix-cache hit, which vLLM has not yet added to the request's
+        # num_computed_tokens at this call.
+        first_token = len(request.prompt_token_ids or []) - 1 - num_external_tokens
+        first, end = _blocks_for_tokens(first_token, num_external_tokens, self.block_size)
         destination = list(block_ids[first:end])
         key = params["aboleth_request"]
         self._store_client().set(STORE_PREFIX + str(key),
@@ -165,14 +202,7 @@ class AbolethKVConnector(KVConnectorBase_V1):
                                  "(--no-enable-chunked-prefill) or raise --max-num-batched-tokens")
             key = STORE_PREFIX + str(self._params(request)["aboleth_request"])
             store = self._store_client()
-            from datetime import timedelta
-            try:
-                store.wait([key], timedelta(seconds=self.store_timeout_s))
-            except Exception as error:  # the store's timeout error type varies across torch versions
-                raise TimeoutError(f"aboleth.kv.vllm_connector: the consumer never published the blocks of request "
-                                   f"{new.req_id} ({key}) within {self.store_timeout_s} s: was it sent to the decode "
-                                   "engine with do_remote_prefill?") from error
-            published = json.loads(store.get(key))
+            published = json.loads(store.get(key))  # there: get_num_new_matched_tokens checked
             first = published["first_block"]
             destination = published["blocks"]
             source = list(new.block_ids[0][first:first + len(destination)])
@@ -198,6 +228,10 @@ class AbolethKVConnector(KVConnectorBase_V1):
         device = next(iter(kv_caches.values())).device
         self.world = aboleth.World(rank, size, device=device.index, bootstrap=bootstrap)
         self.world.connect_all("auto")
+        groups = getattr(self._kv_cache_config, "kv_cache_groups", None) or []
+        if len(groups) > 1:
+            raise ValueError(f"aboleth.kv.vllm_connector: this model has {len(groups)} KV-cache groups (a hybrid "
+                             "model); the connector moves one group's blocks only")
         first = next(iter(kv_caches.values()))
         planes = 2 if first.dim() >= 2 and first.shape[0] == 2 else 1
         self.transfer = Transfer(self.world, kv_caches, planes=planes)
@@ -210,26 +244,54 @@ class AbolethKVConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         metadata = self._get_connector_metadata()
         self._receiving = bool(self.is_consumer and metadata.receives)
-        if self._receiving:
-            for _ in metadata.receives:
-                self.transfer.expect(self._peer())
-        if self.is_producer:
-            self._plans = {send.request_id: self.transfer.prepare(self._peer(), send.source_blocks,
-                                                                   send.destination_blocks)
-                           for send in metadata.sends}
+        for receive in metadata.receives if self._receiving else []:
+            self.transfer.expect(self._peer())
+            self._received_blocks.extend(receive.destination_blocks)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         if self._receiving:
             self.transfer.wait_layer(layer_name, self._peer())
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
+        if not self.is_producer:
+            return
+        if self._plans is None:
+            # At the step's first layer: vLLM calls start_load_kv before the forward only when
+            # a load is pending, so the sends are planned here, once per step.
+            metadata = self._get_connector_metadata()
+            self._plans = {send.request_id: self.transfer.prepare(self._peer(), send.source_blocks,
+                                                                  send.destination_blocks)
+                           for send in metadata.sends}
         for plan in self._plans.values():
             self.transfer.send_layer(plan, layer_name)
 
     def wait_for_save(self) -> None:
         # Each layer's send drained before its kernel ended, in stream order before whatever
         # reuses the source blocks: nothing is left to wait for.
-        self._plans = {}
+        self._plans = None
+        self._receiving = False
+
+    def get_block_ids_with_load_errors(self) -> set:
+        """The destination blocks received in this step when one of its layer waits gave up
+        (logged with the layer and the peer), so that vLLM recomputes them. A step that received
+        synchronizes the device here (its waits have ended, passed or given up, once it is done);
+        other steps cost nothing."""
+        if self.transfer is None or not self.is_consumer or not self._received_blocks:
+            return set()
+        import torch
+        torch.cuda.synchronize()
+        failed = self.transfer.failed_layers()
+        for message in failed:
+            logger.error("%s", message)
+        blocks = set(self._received_blocks) if failed else set()
+        self._received_blocks = []
+        return blocks
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
+        # The waits and sends are Python calls between layers: a full CUDA graph would replay
+        # the layers without them.
+        return True
 
     def shutdown(self) -> None:
         if self.world is not None:
