@@ -292,7 +292,7 @@ class Transfer:
         if not failures:
             return []
         base = self.flags.data_ptr()
-        messages = []
+        messages: Dict[Tuple[int, int], str] = {}  # one per (layer, source): every thread of a wait records
         foreign = False
         for record in failures:
             offset = record["flag_address"] - base
@@ -301,7 +301,7 @@ class Transfer:
                 continue
             layer, source = divmod(offset // 8, self.world_size)
             arrived = record["observed_value"] // self.parts
-            messages.append(
+            messages.setdefault((layer, source),
                 f"aboleth.kv: rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms waiting for "
                 f"layer {self.layer_names[layer]} from rank {source}: transfer {arrived + 1} of that layer (of "
                 f"{record['expected_value'] // self.parts} expected) had not arrived (its flag read "
@@ -313,7 +313,7 @@ class Transfer:
                 self.world.check_waits()
         finally:
             self.world.clear_waits()
-        return messages
+        return list(messages.values())
 
     def statistics(self) -> Dict[str, Any]:
         """Per peer and layer: transfers sent and expected so far (host counts)."""
