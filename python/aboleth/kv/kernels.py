@@ -55,7 +55,9 @@ def send_layer_programs(endpoints, cache_regions, flag_regions, cache, cache_key
     aboleth.drain(ep)  # the source blocks are reused once the request is done
 
 
-@triton.jit
+# The integers that vary from call to call are not specialized (Triton would compile a variant
+# for a value of 1 or a multiple of 16): one compiled kernel per layout serves every request.
+@triton.jit(do_not_specialize=["cache_key", "run_count", "peer", "layer", "local_plane_bytes", "peer_plane_bytes"])
 def send_layer(endpoints, cache_regions, flag_regions, cache, cache_key, run_sources, run_destinations, run_blocks,
                run_count, peer, layer, local_plane_bytes, peer_plane_bytes, RANK: tl.constexpr,
                RANKS: tl.constexpr, PLANES: tl.constexpr, BLOCK_BYTES: tl.constexpr, PARTS: tl.constexpr,
@@ -65,7 +67,7 @@ def send_layer(endpoints, cache_regions, flag_regions, cache, cache_key, run_sou
                         RANK, RANKS, PLANES, BLOCK_BYTES, PARTS, MAX_RUNS, SIGNAL)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["layer", "source", "target"])
 def wait_layer(endpoints, flags, layer, source, target, RANKS: tl.constexpr):
     # The endpoint gives the wait its bound and failure log (and names the peer in it).
     aboleth.endpoint(endpoints, source)
