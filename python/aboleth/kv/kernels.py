@@ -56,8 +56,9 @@ def send_layer_programs(endpoints, cache_regions, flag_regions, cache, cache_key
 
 
 # The integers that vary from call to call are not specialized (Triton would compile a variant
-# for a value of 1 or a multiple of 16): one compiled kernel per layout serves every request.
-@triton.jit(do_not_specialize=["cache_key", "run_count", "peer", "layer", "local_plane_bytes", "peer_plane_bytes"])
+# for a value of 1 or a multiple of 16); the plane sizes stay specialized: constant per
+# Transfer, their divisibility lets the p2p copies use 16-byte vectors.
+@triton.jit(do_not_specialize=["run_count", "peer", "layer"])
 def send_layer(endpoints, cache_regions, flag_regions, cache, cache_key, run_sources, run_destinations, run_blocks,
                run_count, peer, layer, local_plane_bytes, peer_plane_bytes, RANK: tl.constexpr,
                RANKS: tl.constexpr, PLANES: tl.constexpr, BLOCK_BYTES: tl.constexpr, PARTS: tl.constexpr,
