@@ -9,7 +9,7 @@ PYTHON ?= python3
 
 help:
 	@echo "make demo   - compile the seed's Triton all-to-all on the CPU, run it on 8 simulated ranks per transport, library-style vs Aboleth"
-	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-check, fuzz)"
+	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-checks of mlx5 and EFA, fuzz)"
 	@echo "make bless  - rewrite golden .out files, the tier-1 bitcode and the extension's stubs from the current compiler (review the diff!)"
 	@echo "make stubs  - regenerate python/aboleth/_aboleth.pyi from crates/aboleth-python"
 	@echo "make bench  - how to run the benchmark suites on the GPU machine (experiments/bench)"
