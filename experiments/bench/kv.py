@@ -34,7 +34,7 @@ import os
 import random
 import subprocess
 import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -63,14 +63,10 @@ def tables(tokens: int, layout: str) -> Dict[str, List[int]]:
     return {"source": pick.sample(range(NUM_BLOCKS), blocks), "destination": pick.sample(range(NUM_BLOCKS), blocks)}
 
 
-def runs_of(source: List[int], destination: List[int]) -> List[List[int]]:
-    runs: List[List[int]] = []
-    for s, d in zip(source, destination):
-        if runs and s == runs[-1][0] + runs[-1][2] and d == runs[-1][1] + runs[-1][2]:
-            runs[-1][2] += 1
-        else:
-            runs.append([s, d, 1])
-    return runs
+def runs_of(table: Dict[str, List[int]]) -> List[Tuple[int, int, int]]:
+    """The runs ``Transfer.prepare`` makes of ``table`` (no length limit): what torch-copy copies."""
+    from aboleth.kv import block_runs
+    return block_runs(table["source"], table["destination"], NUM_BLOCKS, NUM_BLOCKS, 0, 1)
 
 
 def summary(times_us: List[float], moved_bytes: int) -> Dict[str, Any]:
@@ -146,7 +142,7 @@ def main() -> int:
             moved = len(table["source"]) * 2 * BLOCK_BYTES * len(layers)
             rows.append({"suite": "kv", "system": system, "transport": arguments.transport if system.startswith(
                 "aboleth") else "cuda-ipc", "tokens": tokens, "layout": layout, "layers": len(layers),
-                "blocks": len(table["source"]), "runs": len(runs_of(table["source"], table["destination"])),
+                "blocks": len(table["source"]), "runs": len(runs_of(table)),
                 "checked": checked, **summary(result["times_us"], moved)})
             print(f"[rank 0] {system} {tokens} tokens {layout}: {rows[-1]['median_us']} us, "
                   f"{rows[-1]['gb_per_s']} GB/s, checked {checked}", flush=True)
@@ -169,7 +165,7 @@ def main() -> int:
             measure("aboleth-layer", tokens, layout, table, [0], lambda: aboleth_run([0]))
             source = torch.tensor(table["source"], device="cuda")
             destination = torch.tensor(table["destination"], device="cuda")
-            runs = runs_of(table["source"], table["destination"])
+            runs = runs_of(table)
 
             def index_run() -> None:
                 if rank == 0:

@@ -188,8 +188,6 @@ class Transfer:
     def _layers(self, layers: Optional[Iterable[Union[int, str]]]) -> List[int]:
         if layers is None:
             return list(range(self.layers))
-        if isinstance(layers, range):
-            layers = list(layers)
         return [self._layer(layer) for layer in layers]
 
     # ---- sending -------------------------------------------------------------------------------
@@ -218,7 +216,7 @@ class Transfer:
     def send_layer(self, plan: TransferPlan, layer: Union[int, str]) -> None:
         """Puts the plan's blocks of ``layer`` (index or name) into the peer's cache and adds to
         the peer's flag of (layer, this rank) once they are there; on the current stream."""
-        index = self.layer_index[layer] if isinstance(layer, str) and layer in self.layer_index else self._layer(layer)
+        index = self._layer(layer)
         peer = plan.peer
         launches = plan.bound.get(index)
         if launches is None:
