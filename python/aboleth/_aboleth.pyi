@@ -429,8 +429,9 @@ def run_stage(ttir_text: str, options: PipelineOptions, *, source_name: str = "<
 
 def transports() -> list[tuple[str, str, bool, bool]]:
     """
-    transports() -> list of (name, runtime_name, lowered, has_runtime): every transport of
-    `aboleth_abi::Transport`, in wire-code order (`aboleth.TARGETS` are the lowered ones' names;
+    transports() -> list of (name, runtime_name, generated, has_runtime): every transport of
+    `aboleth_abi::Transport`, in wire-code order (`generated`: Triton kernels compile for it, and
+    `aboleth.TARGETS` are those names; efa is lowered and simulated but not generated;
     `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
     """
 

@@ -93,8 +93,9 @@ __all__ = [
     "cache_salt",
 ]
 
-#: The transports a kernel can be compiled for (the lowered ones of the Rust ``Transport`` enum).
-TARGETS = tuple(name for name, _runtime_name, lowered, _has_runtime in _aboleth.transports() if lowered)
+#: The transports a kernel can be compiled for (those of the Rust ``Transport`` enum with code
+#: generation; efa is lowered and simulated for Aboleth IR kernels only).
+TARGETS = tuple(name for name, _runtime_name, generated, _has_runtime in _aboleth.transports() if generated)
 #: The name of the stage inserted after ``ttir`` (also the ``kernel.asm`` key of its output).
 STAGE = "aboleth"
 #: The version of the builtin/stage contract (``__aboleth_v1__`` in the symbols).

@@ -55,13 +55,13 @@ __all__ = [
     "tensor_span",
 ]
 
-#: What ``connect_all`` accepts: each lowered transport by its runtime name ("rdma" is mlx5),
+#: What ``connect_all`` accepts: each transport with code generation by its runtime name ("rdma" is mlx5),
 #: the experimental providers "efa" and "ionic" (refused, naming the devices and libraries found:
 #: neither has a runtime yet), and "auto".
 TRANSPORT_KINDS = tuple(_aboleth.connect_kinds())
 
 #: Transports this runtime can run kernels over (``World.compilation`` targets).
-_TRANSPORTS_WITH_RUNTIME = tuple(name for name, _runtime_name, _lowered, has_runtime in _aboleth.transports()
+_TRANSPORTS_WITH_RUNTIME = tuple(name for name, _runtime_name, _generated, has_runtime in _aboleth.transports()
                                  if has_runtime)
 
 

@@ -63,7 +63,7 @@ def test_the_comparisons_are_nvshmems_in_every_binding(tmp_path: Path) -> None:
 
 
 def test_a_transport_without_a_lowering_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(NotImplementedError, match="--target efa has no lowering yet"):
+    with pytest.raises(NotImplementedError, match="--target efa has no code generation yet"):
         device_library.write("efa", tmp_path)
     with pytest.raises(ValueError, match='unknown transport "nvlink"'):
         device_library.write("nvlink", tmp_path)

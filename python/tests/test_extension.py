@@ -69,7 +69,8 @@ def test_ttir_that_does_not_parse_raises_value_error_with_the_position():
 
 @pytest.mark.parametrize("target, options, message", [
     ("rdma", {}, 'unknown target "rdma", expected one of mlx5, proxy, p2p'),
-    ("efa", {}, 'unknown target "efa", expected one of mlx5, proxy, p2p'),
+    ("efa", {}, 'target "efa" is lowered and simulated but has no code generation for Triton kernels yet'),
+    ("ionic", {}, 'unknown target "ionic", expected one of mlx5, proxy, p2p'),
     ("p2p", {"immediate_signals": True}, "immediate signals (--immediate-signals, immediate_signals=True)"),
     ("proxy", {"passes_off": True, "disabled_passes": ["batch-commands"]}, "disabling passes (batch-commands)"),
 ])

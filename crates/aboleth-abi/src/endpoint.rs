@@ -1,6 +1,8 @@
 //! Per-peer endpoint handles as kernels read them: the 128-byte
-//! [`EndpointHandle`] (one per peer, every transport's fields present, no union) and the 64-byte
-//! [`Mlx5QueueManagement`] block of device-side queue counters.
+//! [`EndpointHandle`] (one per peer, every transport's fields present, no union; EFA's send
+//! queue uses the queue fields mlx5 uses, with its own meaning said per field) and the 64-byte
+//! [`Mlx5QueueManagement`] block of device-side queue counters (EFA's is
+//! [`crate::efa::queue::EfaQueueManagement`]).
 //!
 //! The runtime fills handles after connecting; the code generator reads fields at the offsets
 //! asserted here; the simulator validates them. This module creates no queue and maps no memory.
@@ -56,23 +58,27 @@ pub struct EndpointHandle {
     pub local_rank: u32,
     /// `ENDPOINT_FLAG_*` bits.
     pub flags: u32,
-    /// mlx5: send ring base.
+    /// mlx5: send ring base. efa: the send queue (64-byte WQEs).
     pub sq_buffer_address: u64,
-    /// mlx5: send ring size in basic blocks (power of two).
+    /// mlx5: send ring size in basic blocks (power of two). efa: send queue entries (a power of
+    /// two, at most [`crate::efa::queue::SQ_ENTRIES_MAX`]).
     pub sq_wqe_basic_block_count: u32,
-    /// mlx5: queue pair number (24 bits).
+    /// mlx5: queue pair number (24 bits). efa: the local QP number (16 bits).
     pub qpn: u32,
     /// mlx5: the QP doorbell record (8 B; the send word is at +4).
     pub doorbell_record_address: u64,
-    /// mlx5: the UAR doorbell register, mapped for the GPU.
+    /// mlx5: the UAR doorbell register, mapped for the GPU. efa: the send queue's 32-bit
+    /// doorbell register, mapped for the GPU.
     pub uar_doorbell_address: u64,
-    /// mlx5: CQ buffer (64-byte CQEs).
+    /// mlx5: CQ buffer (64-byte CQEs). efa: the send CQ (8-byte completions).
     pub cq_buffer_address: u64,
-    /// mlx5: number of CQEs (power of two).
+    /// mlx5: number of CQEs (power of two). efa: send CQ entries (a power of two, at least the
+    /// send queue's).
     pub cqe_count: u32,
     /// mlx5: 1 if the CQ is collapsed (every CQE in slot 0), else 0.
     pub cq_collapsed: u32,
-    /// mlx5: this queue's [`Mlx5QueueManagement`] block.
+    /// mlx5: this queue's [`Mlx5QueueManagement`] block. efa: its
+    /// [`crate::efa::queue::EfaQueueManagement`] block.
     pub management_address: u64,
     /// proxy: the [`crate::proxy::ProxyRingHeader`], entries after it.
     pub proxy_ring_address: u64,
@@ -92,7 +98,8 @@ pub struct EndpointHandle {
     /// This rank's wait-failure log ([`crate::wait_failure`]): where bounded waits report.
     pub wait_failure_log_address: u64,
     /// mlx5: this rank's [`crate::mlx5::receive::Mlx5ReceiveContext`] (the same in every handle
-    /// of the rank), where write-with-immediate signals arrive; 0 when there is none.
+    /// of the rank), where write-with-immediate signals arrive; 0 when there is none. efa: its
+    /// [`crate::efa::queue::EfaReceiveContext`].
     pub receive_context_address: u64,
 }
 wire_layout!(EndpointHandle, 128, {
@@ -134,6 +141,29 @@ pub enum EndpointError {
     InvalidCqCollapsed {
         /// The value found.
         value: u32,
+    },
+    /// efa: the send queue is not a power of two up to `SQ_ENTRIES_MAX` entries.
+    #[error(
+        "efa: sq_wqe_basic_block_count (send queue entries) {count} is not a power of two up to {}",
+        crate::efa::queue::SQ_ENTRIES_MAX
+    )]
+    EfaSendQueueEntries {
+        /// The value found.
+        count: u32,
+    },
+    /// efa: the send CQ is not a power of two at least as large as the send queue.
+    #[error("efa: cqe_count {count} is not a power of two at least the send queue's {sq_entries}")]
+    EfaCompletionQueueEntries {
+        /// The value found.
+        count: u32,
+        /// The send queue's entries.
+        sq_entries: u32,
+    },
+    /// efa: a QP number wider than 16 bits.
+    #[error("efa: qpn {qpn:#x} does not fit in 16 bits")]
+    EfaQpnTooLarge {
+        /// The value found.
+        qpn: u32,
     },
     /// QPN wider than 24 bits.
     #[error("qpn {qpn:#x} does not fit in 24 bits")]
@@ -186,7 +216,7 @@ impl EndpointHandle {
         Transport::from_code(self.transport)
     }
 
-    /// Checks the fields of the handle's transport. EFA and Ionic have no fields yet.
+    /// Checks the fields of the handle's transport. Ionic has no fields yet.
     pub fn validate(&self) -> Result<Transport, EndpointError> {
         let kind = self.decode_transport()?;
         if self.flags & !ENDPOINT_FLAGS_ALL != 0 {
@@ -225,7 +255,27 @@ impl EndpointHandle {
                 check_address("proxy_ring_address", self.proxy_ring_address, 64)?;
                 validate_capacity_entries(self.proxy_ring_capacity_entries)?;
             }
-            Transport::P2p | Transport::Efa | Transport::Ionic => {}
+            Transport::Efa => {
+                let entries = self.sq_wqe_basic_block_count;
+                if !entries.is_power_of_two() || entries > crate::efa::queue::SQ_ENTRIES_MAX {
+                    return Err(EndpointError::EfaSendQueueEntries { count: entries });
+                }
+                if !self.cqe_count.is_power_of_two() || self.cqe_count < entries {
+                    return Err(EndpointError::EfaCompletionQueueEntries {
+                        count: self.cqe_count,
+                        sq_entries: entries,
+                    });
+                }
+                if self.qpn > u32::from(u16::MAX) {
+                    return Err(EndpointError::EfaQpnTooLarge { qpn: self.qpn });
+                }
+                check_address("sq_buffer_address", self.sq_buffer_address, 64)?;
+                check_address("cq_buffer_address", self.cq_buffer_address, 8)?;
+                check_address("management_address", self.management_address, 128)?;
+                check_address("uar_doorbell_address", self.uar_doorbell_address, 4)?;
+                check_address("receive_context_address", self.receive_context_address, 64)?;
+            }
+            Transport::P2p | Transport::Ionic => {}
         }
         Ok(kind)
     }
@@ -305,5 +355,44 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(p2p.validate(), Ok(Transport::P2p));
+        let efa = EndpointHandle {
+            transport: Transport::Efa as u32,
+            sq_buffer_address: 0x10000,
+            sq_wqe_basic_block_count: 256,
+            qpn: 0x101,
+            uar_doorbell_address: 0x30800,
+            cq_buffer_address: 0x40000,
+            cqe_count: 256,
+            management_address: 0x50080,
+            receive_context_address: 0x60040,
+            ..Default::default()
+        };
+        assert_eq!(efa.validate(), Ok(Transport::Efa));
+        let bad_efa = |edit: fn(&mut EndpointHandle)| {
+            let mut handle = efa;
+            edit(&mut handle);
+            handle.validate().unwrap_err()
+        };
+        assert_eq!(
+            bad_efa(|h| h.sq_wqe_basic_block_count = 1 << 16),
+            EndpointError::EfaSendQueueEntries { count: 1 << 16 }
+        );
+        assert_eq!(
+            bad_efa(|h| h.cqe_count = 128),
+            EndpointError::EfaCompletionQueueEntries {
+                count: 128,
+                sq_entries: 256
+            }
+        );
+        assert_eq!(
+            bad_efa(|h| h.qpn = 1 << 16),
+            EndpointError::EfaQpnTooLarge { qpn: 1 << 16 }
+        );
+        assert_eq!(
+            bad_efa(|h| h.receive_context_address = 0),
+            EndpointError::NullAddress {
+                field: "receive_context_address"
+            }
+        );
     }
 }

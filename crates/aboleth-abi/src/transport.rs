@@ -3,8 +3,9 @@
 //! simulator, the runtime's `connect_all` and the `transport` field of endpoint handles and region
 //! descriptors (its wire code).
 //!
-//! It says, per transport, its names, its wire code, whether the pipeline lowers it and whether
-//! the host runtime can connect with it; nothing else in the project keeps its own list.
+//! It says, per transport, its names, its wire code, whether the pipeline lowers it, whether
+//! the code generator generates code for it and whether the host runtime can connect with it;
+//! nothing else in the project keeps its own list.
 //!
 //! Names: each transport has one name (`mlx5`, `proxy`, `p2p`, `efa`, `ionic`), used by the
 //! compiler, the statistics, the simulator and messages. The runtime's `connect_all` also accepts
@@ -27,7 +28,7 @@ pub enum Transport {
     Proxy = 2,
     /// NVLink / PCIe peer memory: plain loads and stores over peer pointers.
     P2p = 3,
-    /// AWS EFA: named so handles and messages can say it; not lowered, no runtime.
+    /// AWS EFA (SRD): lowered and simulated (experimental); no code generation, no runtime.
     Efa = 4,
     /// AMD Pensando Ionic: named so handles and messages can say it; not lowered, no runtime.
     Ionic = 5,
@@ -51,8 +52,17 @@ impl Transport {
         Transport::Ionic,
     ];
 
-    /// The transports the pipeline lowers (and the code generator generates TTIR for).
-    pub const LOWERED: [Transport; 3] = [Transport::Mlx5, Transport::Proxy, Transport::P2p];
+    /// The transports the pipeline lowers (and the simulator runs).
+    pub const LOWERED: [Transport; 4] = [
+        Transport::Mlx5,
+        Transport::Proxy,
+        Transport::P2p,
+        Transport::Efa,
+    ];
+
+    /// The transports the code generator generates TTIR and CUDA for (Triton kernels and the
+    /// device library compile for these).
+    pub const GENERATED: [Transport; 3] = [Transport::Mlx5, Transport::Proxy, Transport::P2p];
 
     /// The name of every transport, in [`Transport::ALL`]'s order.
     pub const NAMES: [&'static str; 5] = ["mlx5", "proxy", "p2p", "efa", "ionic"];
@@ -90,8 +100,16 @@ impl Transport {
             .find(|transport| transport.runtime_name() == name || transport.name() == name)
     }
 
-    /// Whether the pipeline has a lowering (and the code generator TTIR generation) for it.
+    /// Whether the pipeline has a lowering for it (and the simulator a model).
     pub const fn is_lowered(self) -> bool {
+        matches!(
+            self,
+            Transport::Mlx5 | Transport::Proxy | Transport::P2p | Transport::Efa
+        )
+    }
+
+    /// Whether the code generator generates TTIR and CUDA for it.
+    pub const fn has_code_generation(self) -> bool {
         matches!(self, Transport::Mlx5 | Transport::Proxy | Transport::P2p)
     }
 
@@ -138,11 +156,15 @@ mod tests {
             .filter(|transport| transport.is_lowered())
             .collect();
         assert_eq!(lowered, Transport::LOWERED);
-        assert!(
-            Transport::ALL
-                .into_iter()
-                .all(|transport| !transport.has_runtime() || transport.is_lowered())
-        );
+        let generated: Vec<Transport> = Transport::ALL
+            .into_iter()
+            .filter(|transport| transport.has_code_generation())
+            .collect();
+        assert_eq!(generated, Transport::GENERATED);
+        assert!(Transport::ALL.into_iter().all(|transport| {
+            (!transport.has_runtime() || transport.has_code_generation())
+                && (!transport.has_code_generation() || transport.is_lowered())
+        }));
         assert_eq!(
             Transport::from_code(0),
             Err(TransportCodeError { value: 0 })

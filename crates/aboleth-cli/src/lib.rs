@@ -504,6 +504,15 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
         } => {
             let options = pipeline.options()?;
             if is_python_file(&file) {
+                if !options.target.has_code_generation() {
+                    anyhow::bail!(
+                        "{file}: error: --target {target} has no code generation for Triton \
+                         kernels yet ({target} is experimental: lowered and simulated for \
+                         Aboleth IR only); compile the kernel's .abo form with --target \
+                         {target}, or use --target mlx5, proxy or p2p",
+                        target = options.target.name()
+                    );
+                }
                 let request = PythonCompilation {
                     file: &file,
                     pipeline: &pipeline,

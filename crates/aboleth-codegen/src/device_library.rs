@@ -309,9 +309,9 @@ pub fn generate_mutated(
     target: Transport,
     mutation: Option<CudaMutation>,
 ) -> Result<DeviceLibrary, BridgeError> {
-    if !matches!(target, Transport::P2p | Transport::Proxy | Transport::Mlx5) {
+    if !target.has_code_generation() {
         return Err(BridgeError::not_built(format!(
-            "the device library is generated for --target p2p, proxy and mlx5; --target {} has no lowering yet",
+            "the device library is generated for --target p2p, proxy and mlx5; --target {} has no code generation yet",
             target.name()
         )));
     }

@@ -1,4 +1,5 @@
-//! The transport dialects: `mlx5`, `proxy`, `p2p` and the target-neutral `gpu` ops they share.
+//! The transport dialects: `mlx5`, `proxy`, `p2p`, `efa` and the target-neutral `gpu` ops they
+//! share.
 //!
 //! These are what the transport-specialization passes emit and what the simulator executes and
 //! the code generator prints. Every op here is one concrete device action (a WQE write, a
@@ -95,6 +96,47 @@ transport_op_without_result!(
 transport_op_without_result!(
     /// `mlx5.wait_completion %ep, %slot`: poll the CQ until the WQE at `%slot` has completed.
     Mlx5WaitCompletionOp, "mlx5.wait_completion");
+
+transport_op_with_result!(
+    /// `%base = efa.reserve %ep, %wqes [atomic: bool]`: reserve send-queue WQEs (64 bytes each).
+    /// Waits while the queue is full: the completion log's consumer index (every WQE before it
+    /// completed, `aboleth_abi::efa::queue`) is at least `base + wqes - entries`, polling the
+    /// send CQ when it is not.
+    EfaReserveOp, "efa.reserve");
+transport_op_without_result!(
+    /// `efa.write %ep, %slot, %dst, %src, %bytes, %lkey, %predicate, %completion`: an RDMA write
+    /// WQE at `%slot` (an empty write when the predicate is 0: no NOP exists on EFA). Every EFA
+    /// WQE requests a completion (rdma-core requires it, and the consumer index needs each one).
+    EfaWriteOp, "efa.write");
+transport_op_without_result!(
+    /// `efa.signal %ep, %slot, %flag, %value, %completion [op: set|add]`: a signal WQE at
+    /// `%slot`. Set: the value is staged in the slot's staging word and written to the flag by
+    /// an 8-byte RDMA write. Add: an empty RDMA write with immediate
+    /// (`aboleth_abi::mlx5::receive::ImmediateSignal`) that a wait of the target applies. SRD
+    /// does not order it behind earlier WQEs: the lowering waits for their completions first.
+    EfaSignalOp, "efa.signal");
+transport_op_without_result!(
+    /// `efa.publish %ep, %base, %wqes`: in-order publication on a shared queue (`atomicCAS` on
+    /// the ready head), as `mlx5.publish`.
+    EfaPublishOp, "efa.publish");
+transport_op_without_result!(
+    /// `efa.lock %ep`: take the queue's doorbell lock, so that doorbells reach the device in
+    /// producer order (it refuses one that goes back).
+    EfaLockOp, "efa.lock");
+transport_op_without_result!(
+    /// `efa.unlock %ep`: release the doorbell lock (a release store).
+    EfaUnlockOp, "efa.unlock");
+transport_op_without_result!(
+    /// `efa.doorbell %ep, %producer [atomic_max: bool, order]`: a system-scope release (the
+    /// WQEs and staged values become visible to the device), then the 32-bit MMIO write of the
+    /// producer index; with `atomic_max`, an `atomicMax` on the shared producer index first.
+    EfaDoorbellOp, "efa.doorbell");
+transport_op_without_result!(
+    /// `efa.wait_completion %ep [, %slot, %end] [publishes]`: poll the send CQ into the
+    /// completion log until the WQE at `%slot` has completed, or, without a slot, until every
+    /// WQE this program posted on the queue has (the consumer index reaches its last command's
+    /// end). `publishes`: the wait that orders a signal after its data (SRD does not).
+    EfaWaitCompletionOp, "efa.wait_completion");
 
 transport_op_with_result!(
     /// `%base = proxy.reserve %ep, %entries [atomic: bool]`: reserve ring entries (waits while full).

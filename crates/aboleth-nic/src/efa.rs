@@ -87,6 +87,9 @@ pub struct EfaEvent {
     pub status: u8,
     /// Whether a send completion was written.
     pub completed: bool,
+    /// For a write with immediate that landed: the index of the receive completion it left in
+    /// the target's receive CQ (counting from 0 across laps).
+    pub receive_index: Option<u32>,
 }
 
 /// Why the device cannot go on: a programming error of the queue's producer, or of the setup.
@@ -349,6 +352,7 @@ impl EfaDevice {
         let write = flight.write;
         let target = self.address_handles.get(&(flight.rank, write.ah)).copied();
         let length = u64::from(write.length_bytes);
+        let mut receive_index = None;
         // Local errors first (the requester's own key and address handle), then the remote ones.
         let status = if memory
             .check_local_key(flight.rank, write.lkey, write.local_address, length)
@@ -383,7 +387,8 @@ impl EfaDevice {
                         )
                         .map_err(|error| EfaError::Memory(error.message))?;
                     if let Some(immediate) = write.immediate {
-                        self.complete_receive(memory, target, flight, immediate)?;
+                        receive_index =
+                            Some(self.complete_receive(memory, target, flight, immediate)?);
                     }
                     COMP_STATUS_OK
                 }
@@ -422,6 +427,7 @@ impl EfaDevice {
             target_rank: target,
             status,
             completed,
+            receive_index,
         })
     }
 
@@ -431,7 +437,7 @@ impl EfaDevice {
         target: u32,
         flight: InFlight,
         immediate: u32,
-    ) -> Result<(), EfaError> {
+    ) -> Result<u32, EfaError> {
         let (config, produced) =
             self.receive_cqs
                 .get_mut(&target)
@@ -461,7 +467,7 @@ impl EfaDevice {
             .write(target, address, &completion.to_bytes())
             .map_err(|error| EfaError::Memory(error.message))?;
         *produced += 1;
-        Ok(())
+        Ok(index)
     }
 
     /// The send completion at ring index `index` of queue pair `qp_num`'s CQ, if the device

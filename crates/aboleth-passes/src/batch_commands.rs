@@ -14,7 +14,15 @@
 //! attribute `batch = N`. Program order inside a batch is kept, so every ordering the program
 //! had on the queue still holds; only the reservation is shared. A predicated put stays a
 //! member: its slot is filled with a NOP when the predicate is false.
+//!
+//! On EFA a signal never follows another member of its batch, and a loop holding a signal is
+//! not a member: SRD delivers a queue's writes in any order, so the lowering must wait for the
+//! completions of the commands before a signal, which are only posted at the batch's doorbell.
+//! A signal there starts a new batch (the puts after it may join it). A put with a run-time
+//! predicate is not a member on EFA either: its slot would be filled by an empty write, which
+//! is a network transaction there, not a local NOP.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic, attrs,
     pliron::{
@@ -29,7 +37,7 @@ use aboleth_ir::{
 
 use crate::registry::PassContext;
 use crate::support::transfers::{
-    batchable_loop_endpoint, endpoint_of, is_pure_scalar, is_transfer,
+    batchable_loop_endpoint, endpoint_of, is_pure_scalar, is_runtime_predicated_put, is_transfer,
 };
 
 /// Runs the pass on every block of `module`.
@@ -60,20 +68,26 @@ pub fn run(
         let mut runs: Vec<Vec<Ptr<Operation>>> = Vec::new();
         for op in block_ops(ctx, block) {
             let name = op_name(ctx, op);
-            let member_endpoint = if is_transfer(ctx, op) {
-                // Transfers inside a batchable loop are handled with their loop.
-                Some(endpoint_of(ctx, op))
-            } else if name == "ab.for" {
-                batchable_loop_endpoint(ctx, op, pass.target)
-            } else {
-                None
-            };
+            let member_endpoint =
+                if pass.target == Transport::Efa && is_runtime_predicated_put(ctx, op) {
+                    // An empty write is a network transaction on EFA: post the put only if it sends.
+                    None
+                } else if is_transfer(ctx, op) {
+                    // Transfers inside a batchable loop are handled with their loop.
+                    Some(endpoint_of(ctx, op))
+                } else if name == "ab.for" {
+                    batchable_loop_endpoint(ctx, op, pass.target)
+                } else {
+                    None
+                };
+            let unordered_signal = pass.target == Transport::Efa && name == "ab.signal";
             match member_endpoint {
                 Some(endpoint) => match &mut current {
                     // The run's reservation is emitted before its first member: a run-time trip
                     // count computed after that member starts a new run.
                     Some((run_endpoint, members))
                         if *run_endpoint == endpoint
+                            && !unordered_signal
                             && trip_count_available_before(ctx, op, members[0]) =>
                     {
                         members.push(op)

@@ -7,6 +7,10 @@
 //!   cannot overtake its data; no NIC fence and no GPU fence are needed.
 //! - data on another endpoint: `AfterCompletion` (`order-publications` then inserts a wait for
 //!   the data's completion before the signal). Nothing orders two queues.
+//! - EFA: `AfterCompletion`, always. SRD delivers one queue pair's writes in any order, so a
+//!   signal is posted only once every earlier command of its queue has completed (`lower-efa`
+//!   emits that wait; `order-publications` adds the wait for data on another queue).
+//!   `InOrderOnQueue` there is the bug the `signal-in-order-on-efa` mutation stands for.
 //! - p2p: `ReleaseStore`: after a CTA barrier, one `st.release.sys` (or `red.release.sys.add`)
 //!   is cumulative over every store the CTA made before it, whichever peer they went to.
 //!
@@ -89,6 +93,8 @@ pub fn run(
             Publication::FlagInData
         } else if pass.target == Transport::P2p {
             Publication::ReleaseStore
+        } else if pass.target == Transport::Efa {
+            Publication::AfterCompletion
         } else if immediate.is_some() {
             Publication::WriteWithImmediate
         } else {

@@ -17,13 +17,9 @@
 //! driver in [`crate::support::queue_lowering`]; this file holds only what is mlx5's.
 
 use aboleth_abi::Transport;
-use aboleth_abi::mlx5::receive::{IMMEDIATE_ADD_BIT, IMMEDIATE_INDEX_BITS};
 use aboleth_ir::{
     Diagnostic,
-    ab::{
-        attributes::{BinaryOperator, Publication, SignalOperation},
-        ops::operand,
-    },
+    ab::{attributes::Publication, ops::operand},
     attrs,
     builder::Builder,
     pliron::{
@@ -32,7 +28,6 @@ use aboleth_ir::{
         operation::Operation,
         value::Value,
     },
-    scalar::constant_value,
     text::op_name,
     transport::{
         Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp, Mlx5LockOp, Mlx5PublishOp,
@@ -47,8 +42,8 @@ use crate::support::{
         Command, QueueTransport, Submission, emit_publication, emit_put_op, emit_signal_op,
         lower_module, mark_completion_once,
     },
-    riding_signals::immediate_signal_candidate,
-    transfers::{signal_after, signal_operation},
+    riding_signals::{emit_immediate_word, immediate_signal_candidate},
+    transfers::signal_after,
     wait_lowering::ReceiveSide,
 };
 
@@ -139,11 +134,6 @@ fn immediate_of(
     signal: Ptr<Operation>,
 ) -> (Value, Value) {
     let flag = signal.deref(ctx).get_operand(operand::signal::FLAG);
-    let value = signal.deref(ctx).get_operand(operand::signal::VALUE);
-    let value = constant_value(ctx, value)
-        .expect("choose-signal-publication checked the value is a constant");
-    let add = signal_operation(ctx, signal) == SignalOperation::Add;
-    let high = (i64::from(add) << IMMEDIATE_ADD_BIT) | (value << IMMEDIATE_INDEX_BITS);
     let at = flag.defining_op().expect("checked: the flag is an ab.at");
     // It may sit between the put and the signal; its operands come from before the put
     // (checked), so it moves before the put, where the WQE uses it. One already before the put
@@ -157,10 +147,7 @@ fn immediate_of(
         at.unlink(ctx);
         at.insert_before(ctx, put);
     }
-    let index = at.deref(ctx).get_operand(1);
-    let index = builder.to_i64(ctx, index);
-    let high = builder.constant(ctx, high);
-    (builder.binary(ctx, BinaryOperator::Or, high, index), flag)
+    (emit_immediate_word(ctx, builder, signal, at), flag)
 }
 
 /// Whether `later` follows `earlier` in their (common) block.

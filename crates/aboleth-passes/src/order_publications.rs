@@ -5,7 +5,10 @@
 //! completion. Two queues (two QPs, two proxy rings) are not ordered with each other, so only
 //! the data's completion proves it has landed. Signals on their data's own queue are left
 //! alone: in-order delivery already orders them, and this pass must not add a fence there.
+//! On EFA (SRD: no order on one queue either) a signal whose data is on its own queue is left
+//! to the lowering, which waits for every earlier command of that queue before the signal.
 
+use aboleth_abi::Transport;
 use aboleth_ir::{
     Diagnostic,
     ab::{attributes::Publication, ops::WaitOp},
@@ -20,10 +23,14 @@ use aboleth_ir::{
 };
 
 use crate::registry::PassContext;
-use crate::support::transfers::signal_after;
+use crate::support::transfers::{endpoint_of, signal_after};
 
 /// Runs the pass on every kernel of `module`.
-pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result<bool, Diagnostic> {
+pub fn run(
+    ctx: &mut Context,
+    module: Ptr<Operation>,
+    pass: &PassContext,
+) -> Result<bool, Diagnostic> {
     let mut changed = false;
     for op in all_ops(ctx, module) {
         if op_name(ctx, op) != "ab.signal"
@@ -35,6 +42,13 @@ pub fn run(ctx: &mut Context, module: Ptr<Operation>, _: &PassContext) -> Result
         let Some(token) = signal_after(ctx, op) else {
             continue;
         };
+        let same_endpoint = token
+            .defining_op()
+            .is_some_and(|producer| endpoint_of(ctx, producer) == endpoint_of(ctx, op));
+        if pass.target == Transport::Efa && same_endpoint {
+            // lower-efa's wait for the whole queue covers it.
+            continue;
+        }
         let already_waited = token
             .uses(ctx)
             .iter()

@@ -169,6 +169,12 @@ pub const LOWERINGS: &[LoweringInfo] = &[
         run: crate::lower_proxy::run,
     },
     LoweringInfo {
+        target: Transport::Efa,
+        name: "lower-efa",
+        description: "specialize to AWS EFA (SRD, unordered): RDMA write WQEs, signals after their data's completions, MMIO doorbell",
+        run: crate::lower_efa::run,
+    },
+    LoweringInfo {
         target: Transport::P2p,
         name: "lower-p2p",
         description: "specialize to NVLink peer memory: stores to peer pointers and flag stores",

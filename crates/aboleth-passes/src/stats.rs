@@ -33,11 +33,12 @@ pub struct FenceCounts {
 /// The counters of `--emit stats` and `aboleth sim --stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
-    /// Queue reservations (mlx5 SQ or proxy ring).
+    /// Queue reservations (mlx5 or EFA send queue, proxy ring).
     pub reservations: u64,
-    /// Commands written: WQEs on mlx5, ring entries on proxy.
+    /// Commands written: WQEs on mlx5 and EFA, ring entries on proxy.
     pub wqes: u64,
-    /// Doorbells: UAR MMIO writes (mlx5) or producer-head release stores (proxy).
+    /// Doorbells: UAR MMIO writes (mlx5), SQ doorbell MMIO writes (EFA) or producer-head
+    /// release stores (proxy).
     pub doorbells: u64,
     /// mlx5 doorbell-record stores.
     pub doorbell_record_updates: u64,
@@ -107,6 +108,7 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
         let name = op_name(ctx, op);
         if !(name.starts_with("mlx5.")
             || name.starts_with("proxy.")
+            || name.starts_with("efa.")
             || name.starts_with("p2p.")
             || name.starts_with("gpu."))
         {
@@ -151,13 +153,13 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
             (operand_constant(index).unwrap_or(0).max(0) as u64).saturating_mul(multiplicity)
         };
         match name.as_str() {
-            "mlx5.reserve" | "proxy.reserve" => {
+            "mlx5.reserve" | "proxy.reserve" | "efa.reserve" => {
                 counts.reservations = counts.reservations.saturating_add(multiplicity);
                 if attrs::get_bool(ctx, op, "atomic") {
                     counts.atomics = counts.atomics.saturating_add(multiplicity);
                 }
             }
-            "mlx5.write" | "proxy.put" => {
+            "mlx5.write" | "proxy.put" | "efa.write" => {
                 counts.wqes = counts.wqes.saturating_add(multiplicity);
                 let bytes = bytes_of(4, &mut conditional);
                 counts.payload_bytes = counts.payload_bytes.saturating_add(bytes);
@@ -167,14 +169,15 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 counts.completions_requested =
                     counts.completions_requested.saturating_add(completion(7));
             }
-            "mlx5.atomic" | "proxy.signal" => {
+            "mlx5.atomic" | "proxy.signal" | "efa.signal" => {
                 counts.wqes = counts.wqes.saturating_add(multiplicity);
                 counts.completions_requested =
                     counts.completions_requested.saturating_add(completion(4));
             }
             // A one-owner queue's publication is a plain store.
-            "mlx5.publish" | "proxy.publish" if attrs::get_bool(ctx, op, "owner_only") => {}
-            "mlx5.publish" | "proxy.publish" | "mlx5.lock" => {
+            "mlx5.publish" | "proxy.publish" | "efa.publish"
+                if attrs::get_bool(ctx, op, "owner_only") => {}
+            "mlx5.publish" | "proxy.publish" | "efa.publish" | "mlx5.lock" | "efa.lock" => {
                 counts.atomics = counts.atomics.saturating_add(multiplicity)
             }
             "mlx5.doorbell_record" => {
@@ -185,7 +188,7 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 }
             }
             "mlx5.doorbell" => counts.doorbells = counts.doorbells.saturating_add(multiplicity),
-            "proxy.doorbell" => {
+            "proxy.doorbell" | "efa.doorbell" => {
                 counts.doorbells = counts.doorbells.saturating_add(multiplicity);
                 if attrs::get_bool(ctx, op, "atomic_max") {
                     counts.atomics = counts.atomics.saturating_add(multiplicity);

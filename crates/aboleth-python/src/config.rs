@@ -31,8 +31,9 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// The pipeline options the Python arguments ask for: `target` names a lowered transport
-/// ([`Transport::LOWERED`]), and the rest is checked by `PipelineOptions::validate`.
+/// The pipeline options the Python arguments ask for: `target` names a transport the code
+/// generator generates for ([`Transport::GENERATED`]: Python compiles Triton kernels), and the
+/// rest is checked by `PipelineOptions::validate`.
 pub fn pipeline_options(
     target: &str,
     passes_off: bool,
@@ -40,18 +41,29 @@ pub fn pipeline_options(
     immediate_signals: bool,
     packet_signals: bool,
 ) -> Result<PipelineOptions, ConfigError> {
-    let target = Transport::from_name(target)
-        .filter(|transport| transport.is_lowered())
-        .ok_or_else(|| {
-            let lowered: Vec<&str> = Transport::LOWERED
-                .iter()
-                .map(|transport| transport.name())
-                .collect();
-            ConfigError(format!(
+    let generated: Vec<&str> = Transport::GENERATED
+        .iter()
+        .map(|transport| transport.name())
+        .collect();
+    let target = match Transport::from_name(target) {
+        Some(transport) if transport.has_code_generation() => transport,
+        Some(transport) if transport.is_lowered() => {
+            return Err(ConfigError(format!(
+                "target {target:?} is lowered and simulated but has no code generation for \
+                 Triton kernels yet (experimental); write the kernel as Aboleth IR and use \
+                 `aboleth compile FILE.abo --target {name}` or `aboleth sim FILE.abo --target \
+                 {name}`, or compile for one of {}",
+                generated.join(", "),
+                name = transport.name()
+            )));
+        }
+        _ => {
+            return Err(ConfigError(format!(
                 "unknown target {target:?}, expected one of {}",
-                lowered.join(", ")
-            ))
-        })?;
+                generated.join(", ")
+            )));
+        }
+    };
     let mut options = PipelineOptions::new(target);
     options.passes_off = passes_off;
     options.disabled = disabled_passes.into_iter().collect();

@@ -81,11 +81,17 @@ pub enum Mutation {
     /// launch, an overwritten or skipped command (lost data, a NIC or proxy error), or a
     /// deadlock.
     RunTimeBatchUnderReserved,
+    /// EFA signals are posted without first waiting for the completions of the commands
+    /// before them on their queue (the waits `lower-efa` marks `publishes` are dropped), as a
+    /// lowering that trusted SRD to deliver one queue pair's writes in order would: the signal
+    /// rides in order behind its data. Caught as data not visible when the wait passes (the
+    /// device model executes the writes in flight in any order).
+    SignalInOrderOnEfa,
 }
 
 impl Mutation {
     /// Every mutation, in the order tests and the CLI list them.
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::SignalBeforeData,
         Mutation::MissingFence,
         Mutation::DroppedCompletion,
@@ -101,6 +107,7 @@ impl Mutation {
         Mutation::PutWithoutSourceBarrier,
         Mutation::WaitComparisonDropped,
         Mutation::RunTimeBatchUnderReserved,
+        Mutation::SignalInOrderOnEfa,
     ];
 
     /// The command-line name.
@@ -121,6 +128,7 @@ impl Mutation {
             Mutation::PutWithoutSourceBarrier => "put-without-source-barrier",
             Mutation::WaitComparisonDropped => "wait-comparison-dropped",
             Mutation::RunTimeBatchUnderReserved => "run-time-batch-under-reserved",
+            Mutation::SignalInOrderOnEfa => "signal-in-order-on-efa",
         }
     }
 
@@ -162,7 +170,10 @@ impl Mutation {
                             Operation::erase(op, ctx);
                             changed = true;
                         }
-                        "p2p.signal" | "mlx5.doorbell_record" | "proxy.doorbell" => {
+                        "p2p.signal"
+                        | "mlx5.doorbell_record"
+                        | "proxy.doorbell"
+                        | "efa.doorbell" => {
                             attrs::set_string(ctx, op, "order", "relaxed");
                             changed = true;
                         }
@@ -173,8 +184,8 @@ impl Mutation {
             Mutation::DroppedCompletion => {
                 for op in all_ops(ctx, module) {
                     let completion_operand = match op_name(ctx, op).as_str() {
-                        "mlx5.write" | "proxy.put" => 7,
-                        "mlx5.atomic" | "proxy.signal" => 4,
+                        "mlx5.write" | "proxy.put" | "efa.write" => 7,
+                        "mlx5.atomic" | "proxy.signal" | "efa.signal" => 4,
                         _ => continue,
                     };
                     let mut builder = Builder::before(ctx, op);
@@ -204,7 +215,7 @@ impl Mutation {
                     let name = op_name(ctx, op);
                     let is_token_wait = matches!(
                         name.as_str(),
-                        "mlx5.wait_completion" | "proxy.wait_completion"
+                        "mlx5.wait_completion" | "proxy.wait_completion" | "efa.wait_completion"
                     ) && op.deref(ctx).get_num_operands() > 1;
                     if is_token_wait {
                         Operation::erase(op, ctx);
@@ -215,15 +226,18 @@ impl Mutation {
             Mutation::FalseSingleOwner => {
                 for op in all_ops(ctx, module) {
                     match op_name(ctx, op).as_str() {
-                        "mlx5.reserve" | "proxy.reserve" if attrs::get_bool(ctx, op, "atomic") => {
+                        "mlx5.reserve" | "proxy.reserve" | "efa.reserve"
+                            if attrs::get_bool(ctx, op, "atomic") =>
+                        {
                             attrs::set_bool(ctx, op, "atomic", false);
                             changed = true;
                         }
-                        "mlx5.publish" | "proxy.publish" | "mlx5.lock" | "mlx5.unlock" => {
+                        "mlx5.publish" | "proxy.publish" | "efa.publish" | "mlx5.lock"
+                        | "mlx5.unlock" | "efa.lock" | "efa.unlock" => {
                             Operation::erase(op, ctx);
                             changed = true;
                         }
-                        "mlx5.doorbell_record" | "proxy.doorbell" => {
+                        "mlx5.doorbell_record" | "proxy.doorbell" | "efa.doorbell" => {
                             attrs::set_bool(ctx, op, "atomic_max", false);
                         }
                         _ => {}
@@ -250,8 +264,10 @@ impl Mutation {
             }
             Mutation::StalePublicationCounter => {
                 for op in all_ops(ctx, module) {
-                    if matches!(op_name(ctx, op).as_str(), "mlx5.publish" | "proxy.publish")
-                        && attrs::get_bool(ctx, op, "owner_only")
+                    if matches!(
+                        op_name(ctx, op).as_str(),
+                        "mlx5.publish" | "proxy.publish" | "efa.publish"
+                    ) && attrs::get_bool(ctx, op, "owner_only")
                     {
                         Operation::erase(op, ctx);
                         changed = true;
@@ -321,7 +337,10 @@ impl Mutation {
             }
             Mutation::RunTimeBatchUnderReserved => {
                 for op in all_ops(ctx, module) {
-                    if !matches!(op_name(ctx, op).as_str(), "mlx5.reserve" | "proxy.reserve") {
+                    if !matches!(
+                        op_name(ctx, op).as_str(),
+                        "mlx5.reserve" | "proxy.reserve" | "efa.reserve"
+                    ) {
                         continue;
                     }
                     let count = op.deref(ctx).get_operand(1);
@@ -333,6 +352,16 @@ impl Mutation {
                     let short = builder.binary(ctx, BinaryOperator::Sub, count, one);
                     Operation::replace_operand(op, ctx, 1, short);
                     changed = true;
+                }
+            }
+            Mutation::SignalInOrderOnEfa => {
+                for op in all_ops(ctx, module) {
+                    if op_name(ctx, op) == "efa.wait_completion"
+                        && attrs::get_bool(ctx, op, "publishes")
+                    {
+                        Operation::erase(op, ctx);
+                        changed = true;
+                    }
                 }
             }
             Mutation::PostingWithoutBarrier => {

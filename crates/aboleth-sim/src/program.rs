@@ -1,5 +1,5 @@
 //! The simulator's form of a lowered kernel: a tree of instructions over numbered registers,
-//! built once from the transport-level IR (mlx5, proxy, p2p and gpu ops plus the scalar `ab`
+//! built once from the transport-level IR (mlx5, proxy, efa, p2p and gpu ops plus the scalar `ab`
 //! ops) so that running it many times under many schedules does not touch pliron.
 //!
 //! What it does: maps every SSA value to a register, keeps loops and ifs as nested bodies,
@@ -276,6 +276,8 @@ pub struct SignalOperands {
     pub completion: Register,
     pub operation: SignalOperation,
     pub fenced: bool,
+    /// efa: an add's immediate (an `ImmediateSignal`), computed by the lowering.
+    pub immediate: Option<Register>,
     /// mlx5 `periodic_completion` (see [`PutOperands`]).
     pub periodic_completion: bool,
 }
@@ -585,13 +587,13 @@ impl KernelBuilder<'_> {
                 remote: operand(self, 0)?,
                 index: operand(self, 1)?,
             },
-            "mlx5.reserve" | "proxy.reserve" => InstructionKind::Reserve {
+            "mlx5.reserve" | "proxy.reserve" | "efa.reserve" => InstructionKind::Reserve {
                 result: result(self)?,
                 endpoint: operand(self, 0)?,
                 slots: operand(self, 1)?,
                 atomic: attrs::get_bool(ctx, op, "atomic"),
             },
-            "mlx5.write" | "proxy.put" => InstructionKind::Put(PutOperands {
+            "mlx5.write" | "proxy.put" | "efa.write" => InstructionKind::Put(PutOperands {
                 endpoint: operand(self, 0)?,
                 slot: operand(self, 1)?,
                 destination: operand(self, 2)?,
@@ -608,26 +610,33 @@ impl KernelBuilder<'_> {
                 },
                 periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
             }),
-            "mlx5.atomic" | "proxy.signal" => InstructionKind::SignalCommand(SignalOperands {
-                endpoint: operand(self, 0)?,
-                slot: operand(self, 1)?,
-                flag: operand(self, 2)?,
-                value: operand(self, 3)?,
-                completion: operand(self, 4)?,
-                operation: signal_operation(),
-                fenced: attrs::get_bool(ctx, op, "fence"),
-                periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
-            }),
-            "mlx5.publish" | "proxy.publish" => InstructionKind::Publish {
+            "mlx5.atomic" | "proxy.signal" | "efa.signal" => {
+                InstructionKind::SignalCommand(SignalOperands {
+                    endpoint: operand(self, 0)?,
+                    slot: operand(self, 1)?,
+                    flag: operand(self, 2)?,
+                    value: operand(self, 3)?,
+                    completion: operand(self, 4)?,
+                    immediate: if operands.len() > 5 {
+                        Some(operand(self, 5)?)
+                    } else {
+                        None
+                    },
+                    operation: signal_operation(),
+                    fenced: attrs::get_bool(ctx, op, "fence"),
+                    periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
+                })
+            }
+            "mlx5.publish" | "proxy.publish" | "efa.publish" => InstructionKind::Publish {
                 endpoint: operand(self, 0)?,
                 base: operand(self, 1)?,
                 count: operand(self, 2)?,
                 owner_only: attrs::get_bool(ctx, op, "owner_only"),
             },
-            "mlx5.lock" => InstructionKind::Lock {
+            "mlx5.lock" | "efa.lock" => InstructionKind::Lock {
                 endpoint: operand(self, 0)?,
             },
-            "mlx5.unlock" => InstructionKind::Unlock {
+            "mlx5.unlock" | "efa.unlock" => InstructionKind::Unlock {
                 endpoint: operand(self, 0)?,
             },
             "mlx5.doorbell_record" => InstructionKind::DoorbellRecord {
@@ -636,20 +645,22 @@ impl KernelBuilder<'_> {
                 atomic_max: attrs::get_bool(ctx, op, "atomic_max"),
                 order: order("order"),
             },
-            "mlx5.doorbell" | "proxy.doorbell" => InstructionKind::Doorbell {
+            "mlx5.doorbell" | "proxy.doorbell" | "efa.doorbell" => InstructionKind::Doorbell {
                 endpoint: operand(self, 0)?,
                 end: operand(self, 1)?,
                 atomic_max: attrs::get_bool(ctx, op, "atomic_max"),
                 order: order("order"),
             },
-            "mlx5.wait_completion" | "proxy.wait_completion" => InstructionKind::WaitCompletion {
-                endpoint: operand(self, 0)?,
-                slot: if operands.len() > 2 {
-                    Some((operand(self, 1)?, operand(self, 2)?))
-                } else {
-                    None
-                },
-            },
+            "mlx5.wait_completion" | "proxy.wait_completion" | "efa.wait_completion" => {
+                InstructionKind::WaitCompletion {
+                    endpoint: operand(self, 0)?,
+                    slot: if operands.len() > 2 {
+                        Some((operand(self, 1)?, operand(self, 2)?))
+                    } else {
+                        None
+                    },
+                }
+            }
             "p2p.copy" => InstructionKind::P2pCopy {
                 endpoint: operand(self, 0)?,
                 destination: operand(self, 1)?,

@@ -19,5 +19,5 @@ def bitcode_paths(transport: str) -> Dict[str, str]:
     """Each operation's bitcode file for ``transport``. ``ValueError`` for a transport without it."""
     if transport not in TRANSPORTS:
         raise ValueError(f"aboleth: the tier-1 bitcode exists for {', '.join(TRANSPORTS)}, not {transport!r} "
-                         "(efa and ionic have no lowering yet)")
+                         "(efa and ionic have no code generation yet)")
     return {operation: os.path.join(BITCODE_DIRECTORY, transport, f"{operation}.bc") for operation in OPERATIONS}

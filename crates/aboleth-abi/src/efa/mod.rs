@@ -6,14 +6,15 @@
 //! Every field is little-endian (the device's order). One send WQE is 64 bytes: a 32-byte
 //! metadata descriptor, then for RDMA a remote-memory descriptor and one local buffer descriptor
 //! ([`wqe`]); completions are 8-byte send and 16-byte receive descriptors with a phase bit
-//! ([`cqe`]). What this module does not do: allocate queues, ring doorbells (the doorbell is a
-//! 32-bit MMIO write of the producer index that `efadv_query_qp_wqs` exposes), or model SRD's
-//! delivery; and it does not encode sends, inline messages or receive descriptors, which the
+//! ([`cqe`]); the GPU-side queue counters and receive context are [`queue`]. What this module
+//! does not do: allocate queues, ring doorbells (the doorbell is a 32-bit MMIO write of the
+//! producer index that `efadv_query_qp_wqs` exposes), or model SRD's delivery; and it does not encode sends, inline messages or receive descriptors, which the
 //! lowering does not use.
 //!
 //! Constant names follow rdma-core's `EFA_IO_*` names without the prefix, so they can be grepped.
 
 pub mod cqe;
+pub mod queue;
 pub mod wqe;
 
 /// Bytes of one send queue entry (`sizeof(struct efa_io_tx_wqe)`).

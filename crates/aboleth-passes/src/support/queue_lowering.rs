@@ -1,5 +1,5 @@
-//! The lowering driver shared by the queue transports (mlx5 and proxy): reservation, commands,
-//! submission and completion waits, driven by the planning attributes.
+//! The lowering driver shared by the queue transports (mlx5, proxy and EFA): reservation,
+//! commands, submission and completion waits, driven by the planning attributes.
 //!
 //! For each batch (or each single transfer when there is none) it emits: one reservation of
 //! the batch's slots (atomic unless the endpoint has one owner; a loop with a run-time trip
@@ -14,8 +14,11 @@
 //! queue is in order), `ab.wait_signal` a flag poll ([`crate::support::wait_lowering`]).
 //! What differs per transport (the command ops, what submission is, a signal riding in its
 //! put's command, what a wait does on the receive side) is a [`QueueTransport`]
-//! implementation, in `lower_mlx5.rs` and `lower_proxy.rs`; this module holds no transport
-//! detail.
+//! implementation, in `lower_mlx5.rs`, `lower_proxy.rs` and `lower_efa.rs`; this module holds
+//! no transport detail. A transport whose queue does not execute in order
+//! ([`QueueTransport::IN_ORDER`] false: EFA's SRD) gets, before each signal's reservation, a
+//! wait for every earlier command of the program on that queue (marked `publishes`), and no
+//! library put-signal fusion; `batch-commands` never puts such a signal after another member.
 
 use aboleth_abi::Transport;
 use std::collections::HashMap;
@@ -102,6 +105,11 @@ pub trait QueueTransport {
     /// The publication of a signal that rides in its put's command and takes no slot of its
     /// own (mlx5: write-with-immediate); `None` when the transport has none.
     const RIDING_PUBLICATION: Option<Publication> = None;
+    /// Whether one queue executes its commands in order (an RC QP, a proxy ring): a signal then
+    /// follows its data with nothing between. When false (EFA), every signal waits for the
+    /// completion of the program's earlier commands on its queue first, unless its publication
+    /// says `InOrderOnQueue` (which on such a transport is a bug: the mutation stands for it).
+    const IN_ORDER: bool = true;
 
     /// Emits, before its put's command, the operands that carry `signal` (a signal of
     /// [`Self::RIDING_PUBLICATION`] riding on that put) in the command.
@@ -184,6 +192,7 @@ impl<T: QueueTransport> Lowering<'_, T> {
                 let mut last = index;
                 let mut library_put_signal = false;
                 if batch.is_none()
+                    && T::IN_ORDER
                     && let Some(signal_index) = fusable_signal(ctx, &ops, index)
                 {
                     // Library style still has put_signal: one call, one reservation and one
@@ -231,9 +240,17 @@ impl<T: QueueTransport> Lowering<'_, T> {
                     );
                     self.erase.push(op);
                 }
-                "ab.fence" => {
+                "ab.fence" if T::IN_ORDER => {
                     // One RC queue (one proxy ring) executes its commands in order: later puts
                     // on the endpoint are delivered after earlier ones with no instruction.
+                    self.erase.push(op);
+                }
+                "ab.fence" => {
+                    // Not in order (SRD): later commands may land first, so wait for every
+                    // earlier command on the endpoint, as a fence does there.
+                    let endpoint = endpoint_of(ctx, op);
+                    let mut builder = Builder::before(ctx, op);
+                    emit_wait_completion::<T::WaitCompletionOp>(ctx, &mut builder, endpoint, None);
                     self.erase.push(op);
                 }
                 "ab.drain" => {
@@ -283,6 +300,9 @@ impl<T: QueueTransport> Lowering<'_, T> {
             }
         }
         let mut builder = Builder::before(ctx, first);
+        if !T::IN_ORDER {
+            self.publish_after_earlier_commands(ctx, &mut builder, members, endpoint)?;
+        }
         let mut count = builder.constant(ctx, constant_slots);
         let mut run_time_trips = HashMap::new();
         for (for_op, per_iteration) in run_time_loops {
@@ -361,6 +381,46 @@ impl<T: QueueTransport> Lowering<'_, T> {
                 scope,
             };
             self.transport.emit_submit(ctx, &mut builder, &submission);
+        }
+        Ok(())
+    }
+
+    /// On a queue that does not execute in order: a batch whose first member is a signal waits
+    /// first for every earlier command of the program on its queue (the signal's data among
+    /// them), unless the signal is published `InOrderOnQueue`; a signal anywhere else in a batch
+    /// is refused (`batch-commands` never puts one there on such a transport).
+    fn publish_after_earlier_commands(
+        &mut self,
+        ctx: &mut Context,
+        builder: &mut Builder,
+        members: &[Ptr<Operation>],
+        endpoint: Value,
+    ) -> Result<(), Diagnostic> {
+        for (position, member) in members.iter().enumerate() {
+            let nested = op_name(ctx, *member) == "ab.for"
+                && aboleth_ir::walk::all_ops(ctx, *member)
+                    .into_iter()
+                    .any(|op| op_name(ctx, op) == "ab.signal");
+            if nested || (position > 0 && op_name(ctx, *member) == "ab.signal") {
+                return Err(Diagnostic::at_op(
+                    ctx,
+                    *member,
+                    format!(
+                        "a signal batched after other commands on {}, whose queue does not \
+                         execute in order: it could land before its data (a compiler bug: \
+                         batch-commands starts a new batch at each signal there)",
+                        T::TARGET.name()
+                    ),
+                ));
+            }
+        }
+        let first = members[0];
+        if op_name(ctx, first) == "ab.signal"
+            && attrs::get_typed::<Publication>(ctx, first, "publication")
+                != Some(Publication::InOrderOnQueue)
+        {
+            let wait = emit_wait_completion::<T::WaitCompletionOp>(ctx, builder, endpoint, None);
+            attrs::set_bool(ctx, wait, "publishes", true);
         }
         Ok(())
     }
@@ -724,12 +784,12 @@ fn emit_wait_completion<T: Op>(
     builder: &mut Builder,
     endpoint: Value,
     slot: Option<(Value, Value)>,
-) {
+) -> Ptr<Operation> {
     let mut operands = vec![endpoint];
     if let Some((slot, end)) = slot {
         operands.extend([slot, end]);
     }
-    builder.create::<T>(ctx, vec![], operands);
+    builder.create::<T>(ctx, vec![], operands)
 }
 
 /// Emits a put command op `T` (`mlx5.write`, `proxy.put`): endpoint, slot, destination,

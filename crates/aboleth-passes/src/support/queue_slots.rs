@@ -1,5 +1,5 @@
 //! How many queue slots a command takes on each transport (WQE basic blocks on mlx5, ring
-//! entries on proxy), and the inline payload limit that decides it for an mlx5 put.
+//! entries on proxy, 64-byte WQEs on EFA), and the inline payload limit that decides it for an mlx5 put.
 //!
 //! Read by `batch-commands` (which run-time loops fit a batch), `size-buffers` (ring sizes),
 //! the queue lowering (slot offsets), the code generator and the simulator (inline WQE sizes). Nothing here rewrites IR.
@@ -27,7 +27,8 @@ use crate::support::transfers::{is_transfer, signal_operation};
 /// only small payloads win; 64 B is the DOCA/DeepEP-style choice.
 pub const MLX5_INLINE_BYTES_LIMIT: i64 = 64;
 
-/// Queue slots one transfer takes on `target`: WQE basic blocks on mlx5, ring entries on proxy.
+/// Queue slots one transfer takes on `target`: WQE basic blocks on mlx5, ring entries on proxy,
+/// one WQE on EFA (a put is one RDMA write, a signal one write too: no inline data, no atomics).
 /// Returns `None` when the size is not a compile-time constant (an inline put of unknown size).
 pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Transport) -> Option<i64> {
     match target {
@@ -55,8 +56,8 @@ pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Transport) -> Option<
                 Some(1)
             }
         }
-        Transport::Proxy => Some(1),
-        Transport::P2p | Transport::Efa | Transport::Ionic => Some(0),
+        Transport::Proxy | Transport::Efa => Some(1),
+        Transport::P2p | Transport::Ionic => Some(0),
     }
 }
 

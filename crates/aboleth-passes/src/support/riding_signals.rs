@@ -93,18 +93,58 @@ pub fn riding_signal(
     if flag_before_put && !operands_before_put {
         return None;
     }
+    let (flag_table, endpoint_table) = signal_tables(ctx, signal)?;
+    Some(RidingSignal {
+        put,
+        flag_at,
+        flag_table,
+        endpoint_table,
+    })
+}
+
+/// The (flag table, endpoint table) of `signal` when its flag is an element (`ab.at`) of an
+/// `ab.remote` and its endpoint an `ab.endpoint`, both on tables that are kernel parameters:
+/// what a receive side that applies immediates needs (every program finds them).
+pub fn signal_tables(ctx: &Context, signal: Ptr<Operation>) -> Option<(Value, Value)> {
+    let flag_at = signal
+        .deref(ctx)
+        .get_operand(operand::signal::FLAG)
+        .defining_op()?;
+    if op_name(ctx, flag_at) != "ab.at" {
+        return None;
+    }
     let flag_table = remote_table(ctx, flag_at)?;
     let endpoint = endpoint_of(ctx, signal).defining_op()?;
     if op_name(ctx, endpoint) != "ab.endpoint" {
         return None;
     }
     let endpoint_table = endpoint.deref(ctx).get_operand(0);
-    is_kernel_parameter(ctx, endpoint_table).then_some(RidingSignal {
-        put,
-        flag_at,
-        flag_table,
-        endpoint_table,
-    })
+    is_kernel_parameter(ctx, endpoint_table).then_some((flag_table, endpoint_table))
+}
+
+/// Emits the 32-bit immediate ([`aboleth_abi::mlx5::receive::ImmediateSignal`]) that carries
+/// `signal`, whose value is a constant (checked by the caller): the add bit, the value, and the
+/// element index of its flag (`flag_at`'s index operand, which must be available here).
+pub fn emit_immediate_word(
+    ctx: &mut Context,
+    builder: &mut aboleth_ir::builder::Builder,
+    signal: Ptr<Operation>,
+    flag_at: Ptr<Operation>,
+) -> Value {
+    use aboleth_abi::mlx5::receive::{IMMEDIATE_ADD_BIT, IMMEDIATE_INDEX_BITS};
+    let value = signal.deref(ctx).get_operand(operand::signal::VALUE);
+    let value = constant_value(ctx, value).expect("checked: the signal's value is a constant");
+    let add = signal_operation(ctx, signal) == SignalOperation::Add;
+    let high = (i64::from(add) << IMMEDIATE_ADD_BIT) | (value << IMMEDIATE_INDEX_BITS);
+    let index = flag_at.deref(ctx).get_operand(1);
+    let index = builder.to_i64(ctx, index);
+    let high = builder.constant(ctx, high);
+    builder.binary(
+        ctx,
+        aboleth_ir::ab::attributes::BinaryOperator::Or,
+        high,
+        index,
+    )
 }
 
 /// The descriptor table of the `ab.remote` an `ab.at` indexes, when it is a kernel parameter.

@@ -42,6 +42,13 @@ pub fn put_predicate(ctx: &Context, op: Ptr<Operation>) -> Option<Value> {
         .then(|| operation.get_operand(operand::put::PREDICATE))
 }
 
+/// Whether `op` is an `ab.put` whose predicate is not the constant 1.
+pub fn is_runtime_predicated_put(ctx: &Context, op: Ptr<Operation>) -> bool {
+    op_name(ctx, op) == "ab.put"
+        && put_predicate(ctx, op)
+            .is_some_and(|predicate| aboleth_ir::scalar::constant_value(ctx, predicate) != Some(1))
+}
+
 /// The optional `after` token of an `ab.signal`.
 pub fn signal_after(ctx: &Context, op: Ptr<Operation>) -> Option<Value> {
     let operation = op.deref(ctx);
@@ -101,6 +108,17 @@ pub fn batchable_loop_endpoint(
     target: Transport,
 ) -> Option<Value> {
     let endpoint = loop_body_endpoint(ctx, for_op)?;
+    // SRD does not order a signal behind the puts before it: on EFA a signal waits for their
+    // completions first, which a batch (one doorbell after every member) cannot do. And a put
+    // whose predicate is false would take its slot as an empty write, a network transaction
+    // on EFA (there is no local NOP), so predicated puts are posted only when they send.
+    if target == Transport::Efa
+        && aboleth_ir::walk::all_ops(ctx, for_op)
+            .into_iter()
+            .any(|op| op_name(ctx, op) == "ab.signal" || is_runtime_predicated_put(ctx, op))
+    {
+        return None;
+    }
     if constant_trip_count(ctx, for_op).is_none() {
         let bound = trip_count_bound(ctx, for_op)?;
         let per_iteration = loop_slots_per_iteration(ctx, for_op, target)?;

@@ -40,10 +40,10 @@ pub enum TransportRequest {
 
 impl TransportRequest {
     /// The names `connect_all` accepts: the runtime name ([`Transport::runtime_name`]) of every
-    /// lowered transport, the experimental providers (`"efa"`, `"ionic"`: refused with what
+    /// transport with code generation, the experimental providers (`"efa"`, `"ionic"`: refused with what
     /// was found), then `"auto"`; a transport's own name (`"mlx5"`) is accepted too.
     pub fn names() -> Vec<&'static str> {
-        Transport::LOWERED
+        Transport::GENERATED
             .into_iter()
             .chain(PROVIDER_TRANSPORTS)
             .map(Transport::runtime_name)
@@ -58,7 +58,7 @@ impl TransportRequest {
         }
         match Transport::from_runtime_name(name) {
             Some(transport)
-                if transport.is_lowered() || PROVIDER_TRANSPORTS.contains(&transport) =>
+                if transport.has_code_generation() || PROVIDER_TRANSPORTS.contains(&transport) =>
             {
                 Ok(Self::Only(transport))
             }

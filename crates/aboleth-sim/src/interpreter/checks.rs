@@ -57,7 +57,10 @@ impl<'k> World<'k> {
     /// reservation counter, whichever protocol posted to it: the next kernel on the queue may
     /// post with the shared protocol, which waits until the counter equals its base.
     pub(super) fn check_queue_counters(&self, round: u32) -> Result<(), SimulationError> {
-        if !matches!(self.transport, Transport::Mlx5 | Transport::Proxy) {
+        if !matches!(
+            self.transport,
+            Transport::Mlx5 | Transport::Proxy | Transport::Efa
+        ) {
             return Ok(());
         }
         let mut handles: Vec<(&(u32, u64), &usize)> = self.endpoint_handle_index.iter().collect();

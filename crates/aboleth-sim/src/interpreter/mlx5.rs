@@ -11,7 +11,7 @@
 //! signal's records) is in `queue.rs`; the NIC's own execution of a WQE is in `nic.rs`.
 
 use aboleth_abi::{
-    EndpointHandle, Mlx5QueueManagement, RemoteRegionDescriptor,
+    EndpointHandle, Mlx5QueueManagement, RemoteRegionDescriptor, Transport,
     mlx5::{
         ControlSegment, Cqe64, DoorbellRecord, FENCE_MODE_INITIATOR_SMALL, LocalBuffer,
         MaskedCompareSwap64, RemoteAddress, UarDoorbell, WQE_BASIC_BLOCK_BYTES, WQE_CTRL_CQ_UPDATE,
@@ -451,7 +451,15 @@ impl<'k> World<'k> {
         )
     }
 
-    /// `mlx5.lock`: takes the queue's post lock, or waits for it.
+    /// Where the post lock of `handle`'s queue is, in its transport's management block.
+    fn post_lock_address(&self, handle: &EndpointHandle) -> u64 {
+        match self.transport {
+            Transport::Efa => Self::efa_post_lock_address(handle),
+            _ => handle.management_address + management_offset(MANAGEMENT_POST_SEND_LOCK),
+        }
+    }
+
+    /// `mlx5.lock` / `efa.lock`: takes the queue's post lock, or waits for it.
     pub(super) fn mlx5_lock(
         &mut self,
         thread: usize,
@@ -460,7 +468,7 @@ impl<'k> World<'k> {
     ) -> Result<Step, SimulationError> {
         let rank = self.threads[thread].rank;
         let (_, handle) = self.endpoint(thread, endpoint)?;
-        let address = handle.management_address + management_offset(MANAGEMENT_POST_SEND_LOCK);
+        let address = self.post_lock_address(&handle);
         if self.memory.read_u64(rank, address).unwrap_or(1) != 0 {
             return Ok(Step::Blocked(Block::Lock { address, site }));
         }
@@ -470,7 +478,7 @@ impl<'k> World<'k> {
         Ok(Step::Effect)
     }
 
-    /// `mlx5.unlock`: releases the post lock (a release store).
+    /// `mlx5.unlock` / `efa.unlock`: releases the post lock (a release store).
     pub(super) fn mlx5_unlock(
         &mut self,
         thread: usize,
@@ -478,7 +486,7 @@ impl<'k> World<'k> {
     ) -> Result<Step, SimulationError> {
         let rank = self.threads[thread].rank;
         let (_, handle) = self.endpoint(thread, endpoint)?;
-        let address = handle.management_address + management_offset(MANAGEMENT_POST_SEND_LOCK);
+        let address = self.post_lock_address(&handle);
         self.store(
             thread,
             rank,
@@ -652,6 +660,9 @@ impl<'k> World<'k> {
 
     /// The number of the next receive CQE of `rank`'s context at `context`, if one is ready.
     pub(super) fn next_receive_cqe(&self, rank: u32, context: u64) -> Option<u64> {
+        if self.transport == Transport::Efa {
+            return self.efa_next_receive(rank, context);
+        }
         let bytes = self
             .memory
             .read(rank, context, Mlx5ReceiveContext::SIZE_BYTES as u64)
@@ -682,6 +693,9 @@ impl<'k> World<'k> {
         flag_table: u64,
         thread: Option<usize>,
     ) -> Result<(), SimulationError> {
+        if self.transport == Transport::Efa {
+            return self.efa_drain_receive_cq(rank, context_address, flag_table, thread);
+        }
         let fail = |message: String| SimulationError::Program(format!("rank {rank}: {message}"));
         let read = |world: &Self, address: u64, length: u64| {
             world

@@ -4,15 +4,17 @@
 //! Set-up follows the kernel's launch attributes ([`crate::launch`]): every region on every
 //! rank (registered, initialised from the data seed), region-descriptor tables, and one
 //! endpoint per peer pair whose handle ([`aboleth_abi::EndpointHandle`]) the kernel reads from
-//! memory: an RC QP with its SQ ring, doorbell record and collapsed CQ (mlx5), a host-pinned
-//! command ring (proxy), or nothing but peer addresses (p2p).
+//! memory: an RC QP with its SQ ring, doorbell record and collapsed CQ (mlx5), an SRD queue
+//! pair with its send queue, send CQ and completion log (efa), a host-pinned command ring
+//! (proxy), or nothing but peer addresses (p2p).
 //!
 //! Execution: each program is one thread of instructions whose memory effects go through its
 //! own [`GpuStoreBuffer`]; WQEs and ring entries are the bytes `aboleth-abi` encodes, stored
 //! like any other store, so the NIC and proxy models see exactly what has become visible. At
 //! every step the schedule (a seeded rng) picks one agent that can move: a program (pure
 //! instructions run on until the next effect), a store buffer making one store visible, the
-//! NIC executing one WQE, or a proxy executing one ring entry. A program waiting on a flag, a
+//! NIC executing one WQE, the EFA device executing one write in flight (any of them: SRD has no
+//! order), or a proxy executing one ring entry. A program waiting on a flag, a
 //! completion, ring space, in-order publication or a lock is not runnable until its condition
 //! holds; when nothing can move and a program has not finished, that is a deadlock, reported
 //! with each waiting program, what it waits for and what it sees.
@@ -51,12 +53,13 @@
 //! The files: `setup.rs` builds the world from the launch attributes; `step.rs` runs a
 //! program's instructions and dispatches each to its handler; `memory_access.rs` is memory as
 //! a program sees it; `waits.rs` the waits and what blocks a program; `checks.rs` the checks
-//! and their records; `queue.rs` the queue protocol mlx5 and the proxy share; `mlx5.rs`,
-//! `proxy.rs`, `p2p.rs` and `packets.rs` each transport's commands (and the set-up of its
+//! and their records; `queue.rs` the queue protocol mlx5, EFA and the proxy share; `mlx5.rs`,
+//! `efa.rs`, `proxy.rs`, `p2p.rs` and `packets.rs` each transport's commands (and the set-up of its
 //! endpoints). This file holds the public API, the world's state (values, threads, records)
 //! and the scheduler.
 
 mod checks;
+mod efa;
 mod memory_access;
 mod mlx5;
 mod p2p;
@@ -181,6 +184,7 @@ pub fn memory_estimate(kernel: &SimKernel, options: &SimulationOptions) -> Memor
     let transport = match kernel.target {
         Transport::Mlx5 => mlx5::infrastructure_bytes(ranks, options),
         Transport::Proxy => proxy::infrastructure_bytes(ranks, options),
+        Transport::Efa => efa::infrastructure_bytes(ranks, options),
         _ => 0,
     };
     MemoryEstimate {
@@ -572,6 +576,7 @@ enum PostedCommand {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum CommandKey {
     Mlx5 { rank: u32, qpn: u32, slot: u64 },
+    Efa { rank: u32, qp_num: u16, slot: u64 },
     Proxy { rank: u32, peer: u32, ticket: u64 },
 }
 
@@ -603,6 +608,14 @@ enum Block {
         slot: u64,
         site: usize,
     },
+    /// An `efa.wait_completion` whose WQE (or prefix) has not completed: released when the
+    /// device writes another send completion.
+    EfaCompletion {
+        queue: efa::EfaQueue,
+        peer: u32,
+        target: efa::EfaWaitTarget,
+        site: usize,
+    },
     ProxyCompletion {
         ring_address: u64,
         peer: u32,
@@ -617,6 +630,8 @@ enum Block {
         needed: u64,
         /// mlx5: the collapsed CQ's `wqe_counter` word, from which a full ring is reclaimed.
         cq_counter_address: Option<u64>,
+        /// EFA: the queue, whose send CQ a reservation polls when the queue looks full.
+        efa_queue: Option<efa::EfaQueue>,
     },
     Publication {
         address: u64,
@@ -716,6 +731,8 @@ struct World<'k> {
     options: SimulationOptions,
     memory: Memory,
     nic: Nic,
+    /// The EFA device (SRD: writes executed in an rng-chosen order), for efa kernels.
+    efa: aboleth_nic::efa::EfaDevice,
     proxies: Vec<ProxyEngine>,
     store_buffers: Vec<GpuStoreBuffer>,
     threads: Vec<Thread>,
@@ -873,6 +890,7 @@ impl<'k> World<'k> {
             Thread(usize),
             StoreBuffer(usize),
             Nic,
+            Efa,
             Proxy(usize),
         }
         let mut candidates = Vec::new();
@@ -899,6 +917,9 @@ impl<'k> World<'k> {
             }
             if self.nic.pending_work(&self.memory) {
                 candidates.push(Agent::Nic);
+            }
+            if self.efa.pending_work() {
+                candidates.push(Agent::Efa);
             }
             for (index, proxy) in self.proxies.iter().enumerate() {
                 if proxy.pending_work(&self.memory) {
@@ -932,6 +953,7 @@ impl<'k> World<'k> {
                     self.on_drained(index, drained.into_iter().collect());
                 }
                 Agent::Nic => self.step_nic()?,
+                Agent::Efa => self.step_efa()?,
                 Agent::Proxy(index) => self.step_proxy(index)?,
             }
         }
@@ -943,6 +965,10 @@ impl<'k> World<'k> {
             let mut moved = false;
             if self.nic.pending_work(&self.memory) {
                 self.step_nic()?;
+                moved = true;
+            }
+            if self.efa.pending_work() {
+                self.step_efa()?;
                 moved = true;
             }
             for index in 0..self.proxies.len() {

@@ -1,9 +1,9 @@
-//! The queue protocol mlx5 and the proxy share: reserving slots, reading a put's or a
+//! The queue protocol mlx5, EFA and the proxy share: reserving slots, reading a put's or a
 //! signal's operands into the records the checks use, publishing in order, and recording a
 //! posted command against its slot (a slot collision is two programs owning one queue).
 //!
 //! What differs per transport is where the counters live and how a full ring is reclaimed: a
-//! [`QueueGeometry`] from `mlx5.rs` or `proxy.rs`, and [`World::reclaim`]. The encoding of a
+//! [`QueueGeometry`] from `mlx5.rs`, `efa.rs` or `proxy.rs`, and [`World::reclaim`]. The encoding of a
 //! command (a WQE, a ring entry) is not here: `mlx5.rs` and `proxy.rs` write it from the
 //! [`PreparedPut`] or [`PreparedSignal`] this file reads.
 
@@ -68,6 +68,7 @@ impl<'k> World<'k> {
     pub(super) fn queue_geometry(&self, handle: &EndpointHandle) -> QueueGeometry {
         match self.transport {
             Transport::Mlx5 => Self::mlx5_queue_geometry(handle),
+            Transport::Efa => Self::efa_queue_geometry(handle),
             _ => Self::proxy_queue_geometry(handle),
         }
     }
@@ -85,6 +86,9 @@ impl<'k> World<'k> {
         let rank = self.threads[thread].rank;
         match self.transport {
             Transport::Mlx5 => self.reclaim_mlx5_ring(thread, rank, peer, handle),
+            Transport::Efa => {
+                self.efa_poll_completions(rank, peer, super::efa::EfaQueue::of(handle))
+            }
             _ => Ok(consumed),
         }
     }
@@ -123,12 +127,15 @@ impl<'k> World<'k> {
                 ),
             ));
         }
+        let efa_queue =
+            (self.transport == Transport::Efa).then(|| super::efa::EfaQueue::of(&handle));
         let space_block = |end: u64| Block::Space {
             peer,
             site,
             consumer_address: geometry.consumer_address,
             needed: end.saturating_sub(capacity),
             cq_counter_address: geometry.cq_counter_address,
+            efa_queue,
         };
         let cost = self.options.cost_model.clone();
         let head_now = if atomic {
@@ -383,7 +390,7 @@ impl<'k> World<'k> {
         if let Some(end) = completion_end {
             // What a drain of this queue waits for, and frees.
             let first = match key {
-                CommandKey::Mlx5 { slot, .. } => slot,
+                CommandKey::Mlx5 { slot, .. } | CommandKey::Efa { slot, .. } => slot,
                 CommandKey::Proxy { ticket, .. } => ticket,
             };
             self.threads[thread]
@@ -393,6 +400,7 @@ impl<'k> World<'k> {
         if self.posted.contains_key(&key) {
             let (rank, slot) = match key {
                 CommandKey::Mlx5 { rank, slot, .. }
+                | CommandKey::Efa { rank, slot, .. }
                 | CommandKey::Proxy {
                     rank, ticket: slot, ..
                 } => (rank, slot),

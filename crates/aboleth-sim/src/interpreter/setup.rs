@@ -3,9 +3,9 @@
 //! needs them), one region-descriptor table per region per rank, and an endpoint table per
 //! rank holding one [`EndpointHandle`] per peer.
 //!
-//! The transport's own part of an endpoint (an mlx5 QP, a proxy ring, a p2p peer address) is
-//! made by `setup_mlx5_endpoint`, `setup_proxy_endpoint` and `setup_p2p_endpoint` in the
-//! transport's file; this file only walks the ranks and peers. It runs nothing: the run
+//! The transport's own part of an endpoint (an mlx5 QP, an EFA QP, a proxy ring, a p2p peer
+//! address) is made by `setup_mlx5_endpoint`, `setup_efa_endpoint`, `setup_proxy_endpoint` and
+//! `setup_p2p_endpoint` in the transport's file; this file only walks the ranks and peers. It runs nothing: the run
 //! starts in `mod.rs` ([`World::run_round`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -143,6 +143,7 @@ impl<'k> World<'k> {
             Transport::Mlx5 => Transport::Mlx5,
             Transport::Proxy => Transport::Proxy,
             Transport::P2p => Transport::P2p,
+            Transport::Efa => Transport::Efa,
             other => {
                 return Err(SimulationError::Setup(format!(
                     "the simulator has no model of `{}` yet",
@@ -188,6 +189,7 @@ impl<'k> World<'k> {
             proxy_region_table.insert(index as u32, descriptors);
         }
         let mut nic = Nic::new();
+        let mut efa = aboleth_nic::efa::EfaDevice::new();
         let mut proxies = Vec::new();
         let mut endpoint_tables = Vec::new();
         for rank in 0..ranks {
@@ -203,6 +205,17 @@ impl<'k> World<'k> {
             // context every handle points to, and a receive queue per QP.
             let receive = if transport == Transport::Mlx5 {
                 Some(allocate_receive_side(&mut memory, &mut nic, rank, ranks)?)
+            } else {
+                None
+            };
+            // efa: the rank's receive CQ and context (add signals arrive there).
+            let efa_receive_context = if transport == Transport::Efa {
+                Some(super::efa::allocate_efa_receive_side(
+                    &mut memory,
+                    &mut efa,
+                    rank,
+                    ranks,
+                )?)
             } else {
                 None
             };
@@ -234,6 +247,14 @@ impl<'k> World<'k> {
                         (rank, peer),
                         &mut handle,
                     )?,
+                    Transport::Efa => super::efa::setup_efa_endpoint(
+                        &mut memory,
+                        &mut efa,
+                        options,
+                        (rank, peer),
+                        &mut handle,
+                        efa_receive_context.expect("allocated for efa above"),
+                    )?,
                     _ => setup_p2p_endpoint((rank, peer), &mut handle),
                 }
                 write_endpoint_handle(&mut memory, rank, table, peer, &handle)?;
@@ -253,6 +274,17 @@ impl<'k> World<'k> {
                 };
                 write_endpoint_handle(&mut memory, rank, table, rank, &own)?;
             }
+            if let Some(context) = efa_receive_context {
+                // This rank's own slot names its receive context, as on mlx5.
+                let own = EndpointHandle {
+                    transport: transport as u32,
+                    peer_rank: rank,
+                    local_rank: rank,
+                    receive_context_address: context,
+                    ..EndpointHandle::default()
+                };
+                write_endpoint_handle(&mut memory, rank, table, rank, &own)?;
+            }
             endpoint_tables.push(table);
             proxies.push(proxy);
         }
@@ -263,6 +295,7 @@ impl<'k> World<'k> {
             options: options.clone(),
             memory,
             nic,
+            efa,
             proxies,
             store_buffers: Vec::new(),
             threads: Vec::new(),

@@ -4,7 +4,7 @@
 //! `ab.at`) and the threads of a program (doorbell-scope lanes and the other threads whose
 //! stores a barrier orders) are here; memory instructions in `memory_access.rs`, waits in
 //! `waits.rs`, the queue protocol in `queue.rs`, and each transport's commands in `mlx5.rs`,
-//! `proxy.rs`, `p2p.rs` and `packets.rs`. A queue command is read once (`queue.rs`) and
+//! `efa.rs`, `proxy.rs`, `p2p.rs` and `packets.rs`. A queue command is read once (`queue.rs`) and
 //! encoded by the handler of the kernel's transport; no shared handler branches on it.
 //!
 //! It does not schedule (`mod.rs` picks which agent moves) and checks nothing itself beyond
@@ -284,6 +284,7 @@ impl<'k> World<'k> {
                 match transport {
                     Transport::Mlx5 => self.mlx5_put(thread, site, put, prepared)?,
                     Transport::Proxy => self.proxy_put(thread, site, prepared)?,
+                    Transport::Efa => self.efa_put(thread, site, prepared)?,
                     _ => unreachable!("p2p kernels have no queue commands"),
                 }
                 return Ok(Step::Effect);
@@ -293,6 +294,7 @@ impl<'k> World<'k> {
                 match transport {
                     Transport::Mlx5 => self.mlx5_signal(thread, signal, prepared)?,
                     Transport::Proxy => self.proxy_signal(thread, signal, prepared)?,
+                    Transport::Efa => self.efa_signal(thread, site, signal, prepared)?,
                     _ => unreachable!("p2p kernels have no queue commands"),
                 }
                 return Ok(Step::Effect);
@@ -317,7 +319,7 @@ impl<'k> World<'k> {
                 atomic_max,
                 order,
             } => {
-                let (_, handle) = self.endpoint(thread, *endpoint)?;
+                let (peer, handle) = self.endpoint(thread, *endpoint)?;
                 let end = self.integer(thread, *end)? as u64;
                 self.counts.doorbells += 1;
                 match transport {
@@ -325,12 +327,16 @@ impl<'k> World<'k> {
                     Transport::Proxy => {
                         self.proxy_doorbell(thread, &handle, end, *atomic_max, *order)?
                     }
+                    Transport::Efa => {
+                        self.efa_doorbell(thread, (peer, &handle), end, *atomic_max, *order)?
+                    }
                     _ => unreachable!("p2p kernels have no doorbells"),
                 }
                 return Ok(Step::Effect);
             }
             InstructionKind::WaitCompletion { endpoint, slot } => {
                 let (peer, handle) = self.endpoint(thread, *endpoint)?;
+                let slot_given = slot.is_some();
                 let (slot, end) = match slot {
                     Some((first, end)) => (
                         self.integer(thread, *first)? as u64,
@@ -344,6 +350,16 @@ impl<'k> World<'k> {
                 return match transport {
                     Transport::Mlx5 => {
                         self.mlx5_wait_completion(thread, site, peer, &handle, slot, end)
+                    }
+                    Transport::Efa => {
+                        // SRD completes WQEs out of order: a token waits for its own WQE, a
+                        // drain for every WQE up to the program's last command.
+                        let target = if slot_given {
+                            super::efa::EfaWaitTarget::Wqe(slot)
+                        } else {
+                            super::efa::EfaWaitTarget::Prefix(end)
+                        };
+                        self.efa_wait_completion(thread, site, (peer, &handle), target)
                     }
                     _ => self.proxy_wait_completion(thread, site, peer, &handle, slot),
                 };

@@ -4,8 +4,8 @@
 //! lanes at a barrier), and what a deadlock or step-limit report says each waiting program
 //! waits for and why its flag is still short.
 //!
-//! A wait's completion-side counterparts (`mlx5.wait_completion`, `proxy.wait_completion`) are
-//! in the transport's file; what a passed wait guarantees is checked in `checks.rs`.
+//! A wait's completion-side counterparts (`mlx5.wait_completion`, `efa.wait_completion`,
+//! `proxy.wait_completion`) are in the transport's file; what a passed wait guarantees is checked in `checks.rs`.
 
 use aboleth_abi::ProxyRingHeader;
 use aboleth_ir::ab::attributes::{Comparison, SignalOperation};
@@ -107,6 +107,10 @@ impl<'k> World<'k> {
                     .map_err(|e| SimulationError::Nic(e.to_string()))?,
                 CqPollResult::Pending
             ),
+            Block::EfaCompletion { queue, target, .. } => {
+                self.efa_wait_done(rank, *queue, *target)?
+                    || self.efa_completion_ready(rank, *queue)?
+            }
             Block::ProxyCompletion {
                 ring_address,
                 ticket,
@@ -125,8 +129,15 @@ impl<'k> World<'k> {
                 consumer_address,
                 needed,
                 cq_counter_address,
+                efa_queue,
                 ..
             } => {
+                if let Some(queue) = efa_queue
+                    && self.efa_completion_ready(rank, *queue)?
+                {
+                    // A completion to poll: reclaiming it may free the space.
+                    return Ok(true);
+                }
                 let consumer = self
                     .memory
                     .read_u64(rank, *consumer_address)
@@ -201,6 +212,20 @@ impl<'k> World<'k> {
                     "{who} waits at {} for the completion of the WQE at slot {slot} on its QP to rank {peer}; {}",
                     self.site_of(thread.rank, *site),
                     self.nic.describe_queue(thread.rank, *qpn)
+                ),
+                Some(Block::EfaCompletion {
+                    peer, target, site, ..
+                }) => format!(
+                    "{who} waits at {} for {} on its EFA queue to rank {peer}, and the device has no completion left to write for it",
+                    self.site_of(thread.rank, *site),
+                    match target {
+                        super::efa::EfaWaitTarget::Wqe(index) => {
+                            format!("the completion of the WQE at index {index}")
+                        }
+                        super::efa::EfaWaitTarget::Prefix(end) => {
+                            format!("the completions of every WQE before index {end}")
+                        }
+                    }
                 ),
                 Some(Block::ProxyCompletion {
                     peer, ticket, site, ..
