@@ -821,13 +821,20 @@ fn simulate_python(
     } else {
         1
     };
+    // The TTIR before the aboleth stage does not depend on the target, and the Python side
+    // accepts only targets with code generation: an experimental one (efa) captures as mlx5.
+    let capture_target = if options.target.has_code_generation() {
+        options.target
+    } else {
+        Transport::Mlx5
+    };
     let mut kernels = Vec::new();
     for rank in 0..compilations {
         let mut arguments = vec![
             "--kernel".to_string(),
             kernel.clone(),
             "--target".to_string(),
-            options.target.name().to_string(),
+            capture_target.name().to_string(),
             "--emit".to_string(),
             "ttir-input".to_string(),
         ];
