@@ -97,10 +97,12 @@ class LocalRegion:
 class PipelineOptions:
     """
     PipelineOptions(target, *, passes_off=False, disabled_passes=(), immediate_signals=False,
-    packet_signals=False): what the aboleth stage compiles for, checked by the Rust pipeline
-    when made (ValueError naming the rule). `aboleth.Config` makes one; use that.
+    packet_signals=False, plan_only=False): what the aboleth stage compiles for, checked by the
+    Rust pipeline when made (ValueError naming the rule). `aboleth.Config` makes one; use that.
+    `plan_only` options (any lowered target, efa included) serve `run_stage(..., plan_only=True)`
+    only: statistics and lowered IR, no code.
     """
-    def __new__(cls, /, target: str, *, passes_off: bool = False, disabled_passes: SupportsGetItem[int, str] = ..., immediate_signals: bool = False, packet_signals: bool = False) -> PipelineOptions: ...
+    def __new__(cls, /, target: str, *, passes_off: bool = False, disabled_passes: SupportsGetItem[int, str] = ..., immediate_signals: bool = False, packet_signals: bool = False, plan_only: bool = False) -> PipelineOptions: ...
     def __repr__(self, /) -> str:
         """
         The constructor call that makes these options.
@@ -427,12 +429,13 @@ def run_stage(ttir_text: str, options: PipelineOptions, *, source_name: str = "<
     line), NotImplementedError for an op code generation has no translation of.
     """
 
-def transports() -> list[tuple[str, str, bool, bool]]:
+def transports() -> list[tuple[str, str, bool, bool, bool]]:
     """
-    transports() -> list of (name, runtime_name, generated, has_runtime): every transport of
-    `aboleth_abi::Transport`, in wire-code order (`generated`: Triton kernels compile for it, and
-    `aboleth.TARGETS` are those names; efa is lowered and simulated but not generated;
-    `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
+    transports() -> list of (name, runtime_name, lowered, generated, has_runtime): every
+    transport of `aboleth_abi::Transport`, in wire-code order (`lowered`: the pipeline lowers it,
+    so a Triton kernel's statistics and lowered IR can be planned for it; `generated`: Triton
+    kernels compile for it, and `aboleth.TARGETS` are those names; efa is lowered and simulated
+    but not generated; `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
     """
 
 def version() -> str:

@@ -81,6 +81,7 @@ from .language import ABOLETH_LIBNAME
 
 __all__ = [
     "TARGETS",
+    "PLANNED_TARGETS",
     "STAGE",
     "BRIDGE_VERSION",
     "Config",
@@ -95,7 +96,12 @@ __all__ = [
 
 #: The transports a kernel can be compiled for (those of the Rust ``Transport`` enum with code
 #: generation; efa is lowered and simulated for Aboleth IR kernels only).
-TARGETS = tuple(name for name, _runtime_name, generated, _has_runtime in _aboleth.transports() if generated)
+TARGETS = tuple(name for name, _runtime_name, _lowered, generated, _has_runtime in _aboleth.transports()
+                if generated)
+#: The transports a kernel's statistics and lowered IR can be planned for (``aboleth compile
+#: KERNEL.py --emit stats|aboleth``): the lowered ones, efa included.
+PLANNED_TARGETS = tuple(name for name, _runtime_name, lowered, _generated, _has_runtime in _aboleth.transports()
+                        if lowered)
 #: The name of the stage inserted after ``ttir`` (also the ``kernel.asm`` key of its output).
 STAGE = "aboleth"
 #: The version of the builtin/stage contract (``__aboleth_v1__`` in the symbols).

@@ -61,7 +61,8 @@ __all__ = [
 TRANSPORT_KINDS = tuple(_aboleth.connect_kinds())
 
 #: Transports this runtime can run kernels over (``World.compilation`` targets).
-_TRANSPORTS_WITH_RUNTIME = tuple(name for name, _runtime_name, _generated, has_runtime in _aboleth.transports()
+_TRANSPORTS_WITH_RUNTIME = tuple(name for name, _runtime_name, _lowered, _generated, has_runtime
+                                 in _aboleth.transports()
                                  if has_runtime)
 
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .hook import TARGETS
+from .hook import PLANNED_TARGETS, TARGETS
 
 TARGET_CAPABILITY = 90
 WARP_SIZE = 32
@@ -188,11 +188,23 @@ def compile_command(arguments: argparse.Namespace) -> int:
         # Triton's TTIR before the aboleth stage (what `aboleth sim KERNEL.py` lifts).
         sys.stdout.write(_capture_ttir(kernel, signature, constexprs, options))
         return 0
+    if arguments.target not in TARGETS and (arguments.emit not in ("aboleth", "stats")
+                                            or arguments.export is not None):
+        raise CommandLineError(f"--target {arguments.target} has no code generation yet (experimental: lowered and "
+                               f"simulated); --emit stats or aboleth plan the kernel for it, or compile for one of "
+                               f"{', '.join(TARGETS)}")
     if arguments.emit in ("aboleth", "stats"):
         ttir = _capture_ttir(kernel, signature, constexprs, options)
-        pipeline = Config(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled,
-                          immediate_signals=arguments.immediate_signals,
-                          packet_signals=arguments.packet_signals).pipeline_options()
+        if arguments.target in TARGETS:
+            pipeline = Config(target=arguments.target, passes_off=arguments.passes_off, disabled_passes=disabled,
+                              immediate_signals=arguments.immediate_signals,
+                              packet_signals=arguments.packet_signals).pipeline_options()
+        else:
+            # A lowered target without code generation (efa): planned only, never installed.
+            pipeline = _aboleth.PipelineOptions(arguments.target, passes_off=arguments.passes_off,
+                                                disabled_passes=disabled,
+                                                immediate_signals=arguments.immediate_signals,
+                                                packet_signals=arguments.packet_signals, plan_only=True)
         _, summary_json = _aboleth.run_stage(ttir, pipeline, source_name=f"{arguments.kernel}.ttir", plan_only=True)
         summary = json.loads(summary_json)
         if arguments.emit == "aboleth":
@@ -242,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "`aboleth compile|sim KERNEL.py` runs this.")
     parser.add_argument("file", help="the Python file defining the kernel")
     parser.add_argument("--kernel", required=True, help="the @triton.jit function's name")
-    parser.add_argument("--target", required=True, choices=TARGETS)
+    parser.add_argument("--target", required=True, choices=PLANNED_TARGETS)
     parser.add_argument("--signature", action="append", default=[],
                         help="NAME=TYPE[,NAME=TYPE...] with Triton's types: *i64, i64, i32, ...")
     parser.add_argument("--constexpr", action="append", default=[], help="NAME=VALUE (repeatable)")

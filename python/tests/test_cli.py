@@ -51,6 +51,24 @@ def test_the_aboleth_ir_shows_the_planning_decisions():
     assert "proxy.doorbell" in result.stdout and "owner: ab.queue_owner Program" in result.stdout
 
 
+def test_efa_plans_the_seed_all_to_all_and_refuses_to_generate_code_for_it():
+    result = seed("--target", "efa", "--emit", "stats")
+    assert result.returncode == 0, result.stderr
+    kernel = json.loads(result.stdout)["kernels"][0]
+    assert kernel["target"] == "efa" and kernel["passes"][-1] == "lower-efa"
+    counts = kernel["counts"]
+    # The put, then the signal in a batch of its own after the put's completion (SRD is
+    # unordered): two reservations and doorbells, and every WQE asks for a completion.
+    assert (counts["wqes"], counts["reservations"], counts["doorbells"]) == (2, 2, 2)
+    assert counts["completions_requested"] == 2
+    result = seed("--target", "efa", "--emit", "aboleth")
+    assert result.returncode == 0, result.stderr
+    assert "efa.wait_completion" in result.stdout and "publishes" in result.stdout
+    result = seed("--target", "efa", "--emit", "ptx")
+    assert result.returncode == 1
+    assert "--target efa has no code generation for Triton kernels yet" in result.stderr
+
+
 def test_ptx_for_p2p_has_the_release_store_and_the_acquire_poll():
     result = seed("--target", "p2p", "--emit", "ptx")
     assert result.returncode == 0, result.stderr

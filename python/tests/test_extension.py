@@ -67,6 +67,17 @@ def test_ttir_that_does_not_parse_raises_value_error_with_the_position():
                                "found the end of the file")
 
 
+def test_plan_only_options_reach_efa_and_the_stage_refuses_to_generate_code_with_them():
+    options = _aboleth.PipelineOptions("efa", plan_only=True)
+    assert options.target == "efa"
+    ttir = ("module {\n  tt.func public @k(%x: i64 loc(unknown)) attributes {noinline = false} {\n"
+            "    tt.return loc(#loc1)\n  } loc(#loc)\n} loc(#loc)\n#loc = loc(\"k.py\":1:0)\n"
+            "#loc1 = loc(\"k.py\":3:4)\n")
+    _aboleth.run_stage(ttir, options, source_name="k.ttir", plan_only=True)
+    with pytest.raises(NotImplementedError, match="--target efa has no code generation yet"):
+        _aboleth.run_stage(ttir, options, source_name="k.ttir")
+
+
 @pytest.mark.parametrize("target, options, message", [
     ("rdma", {}, 'unknown target "rdma", expected one of mlx5, proxy, p2p'),
     ("efa", {}, 'target "efa" is lowered and simulated but has no code generation for Triton kernels yet'),

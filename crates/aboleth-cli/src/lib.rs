@@ -504,12 +504,14 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
         } => {
             let options = pipeline.options()?;
             if is_python_file(&file) {
-                if !options.target.has_code_generation() {
+                if !options.target.has_code_generation()
+                    && (matches!(what, Emit::Ttir | Emit::Ptx) || export.is_some())
+                {
                     anyhow::bail!(
                         "{file}: error: --target {target} has no code generation for Triton \
-                         kernels yet ({target} is experimental: lowered and simulated for \
-                         Aboleth IR only); compile the kernel's .abo form with --target \
-                         {target}, or use --target mlx5, proxy or p2p",
+                         kernels yet ({target} is experimental: lowered and simulated); \
+                         --emit stats or aboleth plan the kernel for {target}, or compile for \
+                         --target mlx5, proxy or p2p",
                         target = options.target.name()
                     );
                 }

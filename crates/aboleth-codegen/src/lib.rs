@@ -132,6 +132,13 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
             not_built: false,
         })?;
     let target = options.pipeline.target;
+    if !options.plan_only && !target.has_code_generation() {
+        return Err(BridgeError::not_built(format!(
+            "--target {} has no code generation yet (experimental: lowered and simulated); \
+             plan only (the statistics and the lowered IR), or compile for mlx5, proxy or p2p",
+            target.name()
+        )));
+    }
     let Some(lifted) = lift::lift(&module)? else {
         return Ok(StageOutput {
             ttir: ttir.to_string(),

@@ -27,18 +27,20 @@ pub fn packet_staging_bytes(length: u64) -> PyResult<u64> {
     Ok(aboleth_abi::packet::staging_bytes(length))
 }
 
-/// transports() -> list of (name, runtime_name, generated, has_runtime): every transport of
-/// `aboleth_abi::Transport`, in wire-code order (`generated`: Triton kernels compile for it, and
-/// `aboleth.TARGETS` are those names; efa is lowered and simulated but not generated;
-/// `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
+/// transports() -> list of (name, runtime_name, lowered, generated, has_runtime): every
+/// transport of `aboleth_abi::Transport`, in wire-code order (`lowered`: the pipeline lowers it,
+/// so a Triton kernel's statistics and lowered IR can be planned for it; `generated`: Triton
+/// kernels compile for it, and `aboleth.TARGETS` are those names; efa is lowered and simulated
+/// but not generated; `runtime_name` is what `connect_all` calls it: "rdma" for mlx5).
 #[pyfunction]
-pub fn transports() -> Vec<(&'static str, &'static str, bool, bool)> {
+pub fn transports() -> Vec<(&'static str, &'static str, bool, bool, bool)> {
     aboleth_abi::Transport::ALL
         .into_iter()
         .map(|transport| {
             (
                 transport.name(),
                 transport.runtime_name(),
+                transport.is_lowered(),
                 transport.has_code_generation(),
                 transport.has_runtime(),
             )

@@ -32,14 +32,15 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The pipeline options the Python arguments ask for: `target` names a transport the code
-/// generator generates for ([`Transport::GENERATED`]: Python compiles Triton kernels), and the
-/// rest is checked by `PipelineOptions::validate`.
+/// generator generates for ([`Transport::GENERATED`]: Python compiles Triton kernels), or, with
+/// `plan_only` (the statistics and the lowered IR, no code), any lowered one
+/// ([`Transport::LOWERED`]: efa too); the rest is checked by `PipelineOptions::validate`.
 pub fn pipeline_options(
     target: &str,
     passes_off: bool,
     disabled_passes: impl IntoIterator<Item = String>,
-    immediate_signals: bool,
-    packet_signals: bool,
+    (immediate_signals, packet_signals): (bool, bool),
+    plan_only: bool,
 ) -> Result<PipelineOptions, ConfigError> {
     let generated: Vec<&str> = Transport::GENERATED
         .iter()
@@ -47,12 +48,14 @@ pub fn pipeline_options(
         .collect();
     let target = match Transport::from_name(target) {
         Some(transport) if transport.has_code_generation() => transport,
+        Some(transport) if plan_only && transport.is_lowered() => transport,
         Some(transport) if transport.is_lowered() => {
             return Err(ConfigError(format!(
                 "target {target:?} is lowered and simulated but has no code generation for \
                  Triton kernels yet (experimental); write the kernel as Aboleth IR and use \
                  `aboleth compile FILE.abo --target {name}` or `aboleth sim FILE.abo --target \
-                 {name}`, or compile for one of {}",
+                 {name}` (a Triton kernel's statistics and lowered IR: `aboleth compile \
+                 KERNEL.py --target {name} --emit stats|aboleth`), or compile for one of {}",
                 generated.join(", "),
                 name = transport.name()
             )));
@@ -74,8 +77,10 @@ pub fn pipeline_options(
 }
 
 /// PipelineOptions(target, *, passes_off=False, disabled_passes=(), immediate_signals=False,
-/// packet_signals=False): what the aboleth stage compiles for, checked by the Rust pipeline
-/// when made (ValueError naming the rule). `aboleth.Config` makes one; use that.
+/// packet_signals=False, plan_only=False): what the aboleth stage compiles for, checked by the
+/// Rust pipeline when made (ValueError naming the rule). `aboleth.Config` makes one; use that.
+/// `plan_only` options (any lowered target, efa included) serve `run_stage(..., plan_only=True)`
+/// only: statistics and lowered IR, no code.
 #[pyclass(module = "aboleth._aboleth", name = "PipelineOptions", frozen)]
 #[derive(Clone, Debug)]
 pub struct PyPipelineOptions {
@@ -86,20 +91,21 @@ pub struct PyPipelineOptions {
 #[pymethods]
 impl PyPipelineOptions {
     #[new]
-    #[pyo3(signature = (target, *, passes_off = false, disabled_passes = Vec::new(), immediate_signals = false, packet_signals = false))]
+    #[pyo3(signature = (target, *, passes_off = false, disabled_passes = Vec::new(), immediate_signals = false, packet_signals = false, plan_only = false))]
     fn new(
         target: &str,
         passes_off: bool,
         disabled_passes: Vec<String>,
         immediate_signals: bool,
         packet_signals: bool,
+        plan_only: bool,
     ) -> PyResult<Self> {
         pipeline_options(
             target,
             passes_off,
             disabled_passes,
-            immediate_signals,
-            packet_signals,
+            (immediate_signals, packet_signals),
+            plan_only,
         )
         .map(|inner| Self { inner })
         .map_err(|error| PyValueError::new_err(error.to_string()))
@@ -201,8 +207,8 @@ mod tests {
             target,
             passes_off,
             disabled.iter().map(|name| name.to_string()),
-            immediate_signals,
-            packet_signals,
+            (immediate_signals, packet_signals),
+            false,
         )
         .unwrap_err()
         .to_string()
@@ -214,7 +220,7 @@ mod tests {
             "mlx5",
             false,
             ["batch-commands".to_string(), "batch-commands".to_string()],
-            true,
+            (true, false),
             false,
         )
         .unwrap();
@@ -229,7 +235,7 @@ mod tests {
 
     #[test]
     fn refusals_are_the_pipeline_checks_messages() {
-        for target in ["ib", "rdma", "efa"] {
+        for target in ["ib", "rdma", "ionic"] {
             assert_eq!(
                 refused(target, false, &[], false, false),
                 format!(
@@ -237,6 +243,12 @@ mod tests {
                 )
             );
         }
+        assert!(refused("efa", false, &[], false, false).starts_with(
+            "aboleth: bad stage configuration: target \"efa\" is lowered and simulated but has \
+                 no code generation for Triton kernels yet"
+        ));
+        let planned = pipeline_options("efa", false, Vec::new(), (false, false), true).unwrap();
+        assert_eq!(planned.target, Transport::Efa);
         let unknown_pass = refused("p2p", false, &["batch-everything"], false, false);
         assert!(
             unknown_pass.starts_with(
@@ -265,8 +277,8 @@ mod tests {
             "p2p",
             false,
             ["coalesce-doorbells".to_string()],
+            (false, true),
             false,
-            true,
         )
         .unwrap();
         let summary = serde_json::to_value(ConfigSummary::from(&options)).unwrap();

@@ -190,7 +190,14 @@ mod tests {
     const WITH_CALLS: &str = "module {\n  tt.func public @k(%x: i64 loc(unknown)) attributes {noinline = false} {\n    %t = tt.extern_elementwise %x {libname = \"aboleth\", libpath = \"\", pure = false, symbol = \"__aboleth_v1__wait\"} : (i64) -> i32 loc(#loc2)\n    %u = tt.extern_elementwise %x {libname = \"aboleth\", libpath = \"\", pure = false, symbol = \"__aboleth_v1__fence\"} : (i64) -> i32 loc(unknown)\n    %v = tt.extern_elementwise %x {libname = \"libdevice\", libpath = \"\", pure = true, symbol = \"__nv_foo\"} : (i64) -> i32 loc(unknown)\n    tt.return loc(#loc1)\n  } loc(#loc)\n} loc(#loc)\n#loc = loc(\"k.py\":1:0)\n#loc1 = loc(\"k.py\":3:4)\n#loc2 = loc(\"k.py\":7:8)\n";
 
     fn mlx5_without_batching() -> PipelineOptions {
-        pipeline_options("mlx5", false, ["batch-commands".to_string()], false, false).unwrap()
+        pipeline_options(
+            "mlx5",
+            false,
+            ["batch-commands".to_string()],
+            (false, false),
+            false,
+        )
+        .unwrap()
     }
 
     #[test]
