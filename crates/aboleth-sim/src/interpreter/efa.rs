@@ -15,7 +15,7 @@
 //! proxy (reservation, publication, records) is in `queue.rs`.
 
 use aboleth_abi::{
-    EndpointHandle, RemoteRegionDescriptor,
+    EndpointHandle,
     efa::{
         COMP_STATUS_OK, TX_WQE_BYTES,
         cqe::{FLAGS_PHASE, RxCompletion},
@@ -33,7 +33,7 @@ use aboleth_nic::efa::{
 use super::{
     Block, CommandKey, PostedCommand, SimulationError, SimulationOptions, Step, World,
     queue::{PreparedPut, PreparedSignal, QueueGeometry},
-    setup::{REGION_DESCRIPTOR_BYTES, setup_error},
+    setup::setup_error,
 };
 use crate::{
     Memory, MemoryKind,
@@ -681,40 +681,13 @@ impl<'k> World<'k> {
                     "EFA receive completion {number} carries no immediate: {completion:?}"
                 )));
             };
-            let signal = ImmediateSignal::decode(immediate);
-            let descriptor = RemoteRegionDescriptor::from_bytes(
-                &read(
-                    self,
-                    flag_table + u64::from(context.local_rank) * REGION_DESCRIPTOR_BYTES,
-                    REGION_DESCRIPTOR_BYTES,
-                )?
-                .try_into()
-                .expect("32 bytes"),
-            );
-            let offset = u64::from(signal.flag_index) * WORD_BYTES;
-            if offset + WORD_BYTES > descriptor.length_bytes {
-                return Err(fail(format!(
-                    "an immediate from QP {} names flag {} beyond its region ({} bytes)",
-                    completion.src_qp_num, signal.flag_index, descriptor.length_bytes
-                )));
-            }
-            let flag = descriptor.base_address + offset;
-            let old = self
-                .memory
-                .read_u64(rank, flag)
-                .map_err(|e| fail(e.to_string()))?;
-            let new = if signal.add {
-                old.wrapping_add(u64::from(signal.value))
-            } else {
-                u64::from(signal.value)
-            };
-            self.memory
-                .write_u64(rank, flag, new)
-                .map_err(|e| fail(e.to_string()))?;
-            let now = thread.map_or(0, |thread| self.threads[thread].clock_nanoseconds);
-            if let Some((record, landed_at)) = self.pending_immediates.remove(&(rank, number)) {
-                self.deliver(rank, flag, record, now.max(landed_at));
-            }
+            self.apply_immediate(
+                (rank, context.local_rank),
+                flag_table,
+                (immediate, number),
+                &format!("QP {}", completion.src_qp_num),
+                thread,
+            )?;
             self.memory
                 .write_u64(rank, context_address + RECEIVE_CONSUMER_INDEX, number + 1)
                 .map_err(|e| fail(e.to_string()))?;

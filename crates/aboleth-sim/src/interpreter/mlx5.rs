@@ -733,40 +733,13 @@ impl<'k> World<'k> {
                 PEER_OF_QPN_ENTRY_BYTES,
             )?;
             let peer = u32::from_le_bytes(peer_word.try_into().expect("4 bytes"));
-            let signal = ImmediateSignal::decode(immediate);
-            let descriptor = RemoteRegionDescriptor::from_bytes(
-                &read(
-                    self,
-                    flag_table + u64::from(context.local_rank) * REGION_DESCRIPTOR_BYTES,
-                    REGION_DESCRIPTOR_BYTES,
-                )?
-                .try_into()
-                .expect("32 bytes"),
-            );
-            let offset = u64::from(signal.flag_index) * 8;
-            if offset + 8 > descriptor.length_bytes {
-                return Err(fail(format!(
-                    "an immediate from rank {peer} names flag {} beyond its region ({} bytes)",
-                    signal.flag_index, descriptor.length_bytes
-                )));
-            }
-            let flag = descriptor.base_address + offset;
-            let old = self
-                .memory
-                .read_u64(rank, flag)
-                .map_err(|e| fail(e.to_string()))?;
-            let new = if signal.add {
-                old.wrapping_add(u64::from(signal.value))
-            } else {
-                u64::from(signal.value)
-            };
-            self.memory
-                .write_u64(rank, flag, new)
-                .map_err(|e| fail(e.to_string()))?;
-            let now = thread.map_or(0, |thread| self.threads[thread].clock_nanoseconds);
-            if let Some((record, landed_at)) = self.pending_immediates.remove(&(rank, number)) {
-                self.deliver(rank, flag, record, now.max(landed_at));
-            }
+            self.apply_immediate(
+                (rank, context.local_rank),
+                flag_table,
+                (immediate, number),
+                &format!("rank {peer}"),
+                thread,
+            )?;
             // Post the receive again: the queue's counter and its doorbell record.
             let queue_address =
                 context.queues_address + u64::from(peer) * Mlx5ReceiveQueue::SIZE_BYTES as u64;
@@ -805,6 +778,59 @@ impl<'k> World<'k> {
                     self.options.cost_model.gpu_global_store_nanoseconds * 4,
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Applies the signal an immediate carries ([`ImmediateSignal`]) to its flag in the region
+    /// of `flag_table` on `rank` (`local_rank` indexes the table), and delivers the signal record
+    /// waiting for receive completion `number`, for the data checks. `from` names the sender in
+    /// messages. Shared by the mlx5 and EFA receive sides.
+    pub(super) fn apply_immediate(
+        &mut self,
+        (rank, local_rank): (u32, u32),
+        flag_table: u64,
+        (immediate, number): (u32, u64),
+        from: &str,
+        thread: Option<usize>,
+    ) -> Result<(), SimulationError> {
+        let fail = |message: String| SimulationError::Program(format!("rank {rank}: {message}"));
+        let signal = ImmediateSignal::decode(immediate);
+        let descriptor = RemoteRegionDescriptor::from_bytes(
+            &self
+                .memory
+                .read(
+                    rank,
+                    flag_table + u64::from(local_rank) * REGION_DESCRIPTOR_BYTES,
+                    REGION_DESCRIPTOR_BYTES,
+                )
+                .map_err(|e| fail(e.to_string()))?
+                .try_into()
+                .expect("32 bytes"),
+        );
+        let offset = u64::from(signal.flag_index) * 8;
+        if offset + 8 > descriptor.length_bytes {
+            return Err(fail(format!(
+                "an immediate from {from} names flag {} beyond its region ({} bytes)",
+                signal.flag_index, descriptor.length_bytes
+            )));
+        }
+        let flag = descriptor.base_address + offset;
+        let old = self
+            .memory
+            .read_u64(rank, flag)
+            .map_err(|e| fail(e.to_string()))?;
+        let new = if signal.add {
+            old.wrapping_add(u64::from(signal.value))
+        } else {
+            u64::from(signal.value)
+        };
+        self.memory
+            .write_u64(rank, flag, new)
+            .map_err(|e| fail(e.to_string()))?;
+        let now = thread.map_or(0, |thread| self.threads[thread].clock_nanoseconds);
+        if let Some((record, landed_at)) = self.pending_immediates.remove(&(rank, number)) {
+            self.deliver(rank, flag, record, now.max(landed_at));
         }
         Ok(())
     }
