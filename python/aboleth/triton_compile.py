@@ -191,8 +191,8 @@ def compile_command(arguments: argparse.Namespace) -> int:
     if arguments.target not in TARGETS and (arguments.emit not in ("aboleth", "stats")
                                             or arguments.export is not None):
         raise CommandLineError(f"--target {arguments.target} has no code generation yet (experimental: lowered and "
-                               f"simulated); --emit stats or aboleth plan the kernel for it, or compile for one of "
-                               f"{', '.join(TARGETS)}")
+                               f"simulated); plan the kernel for it with --emit stats or --emit aboleth, or compile "
+                               f"for one of {', '.join(TARGETS)}")
     if arguments.emit in ("aboleth", "stats"):
         ttir = _capture_ttir(kernel, signature, constexprs, options)
         if arguments.target in TARGETS:

@@ -509,8 +509,8 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
                 {
                     anyhow::bail!(
                         "{file}: error: --target {target} has no code generation for Triton \
-                         kernels yet ({target} is experimental: lowered and simulated); \
-                         --emit stats or aboleth plan the kernel for {target}, or compile for \
+                         kernels yet ({target} is experimental: lowered and simulated); plan \
+                         it for {target} with --emit stats or --emit aboleth, or compile for \
                          --target mlx5, proxy or p2p",
                         target = options.target.name()
                     );

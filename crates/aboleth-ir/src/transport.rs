@@ -129,13 +129,15 @@ transport_op_without_result!(
 transport_op_without_result!(
     /// `efa.doorbell %ep, %producer [atomic_max: bool, order]`: a system-scope release (the
     /// WQEs and staged values become visible to the device), then the 32-bit MMIO write of the
-    /// producer index; with `atomic_max`, an `atomicMax` on the shared producer index first.
+    /// producer index's low 16 bits (rdma-core's producer counter); with `atomic_max`, an
+    /// `atomicMax` on the shared producer index first.
     EfaDoorbellOp, "efa.doorbell");
 transport_op_without_result!(
     /// `efa.wait_completion %ep [, %slot, %end] [publishes]`: poll the send CQ into the
-    /// completion log until the WQE at `%slot` has completed, or, without a slot, until every
-    /// WQE this program posted on the queue has (the consumer index reaches its last command's
-    /// end). `publishes`: the wait that orders a signal after its data (SRD does not).
+    /// completion log (under the queue's poll lock) until the WQE at `%slot` has completed, or,
+    /// without a slot, until every WQE up to and including this program's last command on the
+    /// queue has (the consumer index reaches that command's end). `publishes`: the wait that
+    /// orders a signal after its data (SRD does not).
     EfaWaitCompletionOp, "efa.wait_completion");
 
 transport_op_with_result!(

@@ -68,6 +68,10 @@ pub struct EfaReceiveCqConfig {
     pub address: u64,
     /// Entries (a power of two).
     pub entries: u32,
+    /// Where the consumer keeps how many completions it has taken (a little-endian u64 the
+    /// device reads before writing one), if it says: a completion that would overwrite one not
+    /// yet taken is then refused ([`EfaError::ReceiveCqOverrun`]) instead of lost.
+    pub consumer_index_address: Option<u64>,
 }
 
 /// One write performed by [`EfaDevice::step`].
@@ -113,7 +117,8 @@ pub enum EfaError {
         /// The QP.
         qp_num: u16,
     },
-    /// A doorbell whose producer index goes back or runs past the ring.
+    /// A doorbell whose producer counter runs more than a ring past what is in flight (a counter
+    /// that went back reads as one almost 2^16 ahead).
     #[error(
         "EFA queue pair {qp_num} of rank {rank}: doorbell with producer index {producer} after {fetched} (ring of {entries}): it may only grow, by at most the ring"
     )]
@@ -122,7 +127,7 @@ pub enum EfaError {
         rank: u32,
         /// The QP.
         qp_num: u16,
-        /// The index rung.
+        /// The index the counter rung names.
         producer: u32,
         /// WQEs fetched before.
         fetched: u32,
@@ -152,6 +157,18 @@ pub enum EfaError {
         rank: u32,
         /// The requester.
         from: u32,
+    },
+    /// A receive completion would overwrite one its consumer has not taken.
+    #[error(
+        "rank {rank}'s receive CQ overran: {entries} receive completions not yet taken when a write with immediate from rank {from} arrived (a wait of rank {rank} must drain them; fewer add signals in flight to one rank, or a larger receive CQ)"
+    )]
+    ReceiveCqOverrun {
+        /// The target.
+        rank: u32,
+        /// The requester.
+        from: u32,
+        /// The CQ's entries.
+        entries: u32,
     },
     /// The memory refused a queue access (not a WQE's own buffers: those complete with an
     /// error status).
@@ -250,7 +267,9 @@ impl EfaDevice {
         Ok(())
     }
 
-    /// The doorbell: queue pair `qp_num` of `rank` has WQEs up to ring index `producer`. The
+    /// The doorbell: queue pair `qp_num` of `rank` has WQEs up to the ring index whose low 16
+    /// bits are `producer_counter` (rdma-core's `efa_sq_ring_doorbell` writes its 16-bit `pc`
+    /// in a 32-bit MMIO store); the index is the one at most 2^16 past those fetched. The
     /// device fetches and checks them now (a WQE written after the doorbell is the producer's
     /// bug, and shows as a WQE of the wrong lap or not an RDMA write).
     pub fn ring_doorbell(
@@ -258,13 +277,15 @@ impl EfaDevice {
         memory: &impl NicMemory,
         rank: u32,
         qp_num: u16,
-        producer: u32,
+        producer_counter: u16,
     ) -> Result<(), EfaError> {
         let queue = self
             .queue_pairs
             .get_mut(&(rank, qp_num))
             .ok_or(EfaError::UnknownQueuePair { rank, qp_num })?;
         let entries = queue.config.sq_entries;
+        let producer =
+            queue.fetched + u32::from(producer_counter.wrapping_sub(queue.fetched as u16));
         let outstanding = self
             .in_flight
             .iter()
@@ -446,6 +467,23 @@ impl EfaDevice {
                     from: flight.rank,
                 })?;
         let index = *produced;
+        if let Some(address) = config.consumer_index_address {
+            let bytes = memory
+                .read(target, address, 8)
+                .map_err(|error| EfaError::Memory(error.message))?;
+            let consumed = u64::from_le_bytes(bytes.as_slice().try_into().map_err(|_| {
+                EfaError::Memory(format!(
+                    "rank {target}: a short read of the receive consumer"
+                ))
+            })?);
+            if u64::from(index).saturating_sub(consumed) >= u64::from(config.entries) {
+                return Err(EfaError::ReceiveCqOverrun {
+                    rank: target,
+                    from: flight.rank,
+                    entries: config.entries,
+                });
+            }
+        }
         // The responder's own handle for the requester, when it has one (0xFFFF: unknown).
         let source_ah = self
             .address_handles

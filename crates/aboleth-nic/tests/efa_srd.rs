@@ -49,6 +49,7 @@ fn setup() -> (EfaDevice, FlatMemory) {
             .unwrap();
         device
             .create_receive_cq(EfaReceiveCqConfig {
+                consumer_index_address: None,
                 rank,
                 address: RECEIVE_CQ,
                 entries: 4,

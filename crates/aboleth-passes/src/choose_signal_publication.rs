@@ -9,8 +9,9 @@
 //!   the data's completion before the signal). Nothing orders two queues.
 //! - EFA: `AfterCompletion`, always. SRD delivers one queue pair's writes in any order, so a
 //!   signal is posted only once every earlier command of its queue has completed (`lower-efa`
-//!   emits that wait; `order-publications` adds the wait for data on another queue).
-//!   `InOrderOnQueue` there is the bug the `signal-in-order-on-efa` mutation stands for.
+//!   emits that wait whatever the attribute says; `order-publications` adds the wait for data
+//!   on another queue). Dropping that wait is the bug the `signal-in-order-on-efa` mutation
+//!   stands for.
 //! - p2p: `ReleaseStore`: after a CTA barrier, one `st.release.sys` (or `red.release.sys.add`)
 //!   is cumulative over every store the CTA made before it, whichever peer they went to.
 //!

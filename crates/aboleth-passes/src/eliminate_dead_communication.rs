@@ -4,7 +4,9 @@
 //! or (3) a later put in the same block on the same endpoint writes the same destination with
 //! the same size, unconditionally, with no signal, fence, drain, wait or store in between, and
 //! the earlier put's token is unused. Case 3 is safe because both puts travel on one in-order
-//! queue, so the later data lands last, and nothing can have published the earlier data.
+//! queue, so the later data lands last, and nothing can have published the earlier data. On
+//! EFA (SRD: unordered) either may land last, since no fence orders them (`ab.fence` is what
+//! would); removing the earlier one keeps one of the outcomes the program allowed.
 //!
 //! Tokens of removed puts: `ab.wait` on them is removed (nothing is outstanding) and a signal's
 //! `after` on them is dropped. Signals are never removed: a waiter depends on them.

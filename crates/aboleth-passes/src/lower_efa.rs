@@ -8,15 +8,19 @@
 //! here); a set is an 8-byte write of the value staged in the slot's staging word, an add an
 //! empty write with immediate ([`aboleth_abi::mlx5::receive::ImmediateSignal`]'s encoding) that
 //! the target's waits apply while they drain its receive CQ. Every WQE requests a completion:
-//! rdma-core refuses unsignaled writes, and the consumer index is rebuilt from every completion
-//! (they arrive out of order; `aboleth_abi::efa::queue`). Submission is a system-scope release
+//! rdma-core signals every EFA write (it refuses an unsignaled one unless the QP signals all),
+//! and the consumer index is rebuilt from every completion (they arrive out of order;
+//! `aboleth_abi::efa::queue`). Submission is a system-scope release
 //! then the 32-bit MMIO doorbell of the producer index, by the leader; on a shared queue after a
 //! fence, in-order publication and the doorbell lock, with `atomicMax` on the producer index.
 //!
 //! What it refuses: an add signal whose value is not a constant below the immediate's limit, or
 //! whose flag is not an element of a region table (and endpoint of an endpoint table) passed
 //! to the kernel, or whose flag table differs from the kernel's other add signals' (the receive
-//! side decodes immediates against one region). What it does not do: write-with-immediate
+//! side decodes immediates against one region); a set signal on that region (a set lands with
+//! its write, an add when a wait drains it: the two could reach a flag out of order). A flag of
+//! that region changes when a wait of its rank drains, so it is observed through waits only (as
+//! with mlx5's `--immediate-signals`, here implied: EFA has no other way). What it does not do: write-with-immediate
 //! counters in place of the completion wait (pplx-garden's design), which would let a signal
 //! follow its data without a round trip. The queue machinery is
 //! [`crate::support::queue_lowering`]; this file holds only what is EFA's.
@@ -110,7 +114,8 @@ impl QueueTransport for EfaTransport {
             scope,
             ..
         } = *submission;
-        // The device reads the WQEs and staged values over PCIe: a system-scope fence first.
+        // The device takes the WQEs (rdma-core writes them into the LLQ, device memory mapped
+        // for the writer) and the staged values over PCIe: a system-scope fence first.
         emit_publication::<EfaPublishOp>(ctx, builder, submission, "sys");
         if shared {
             builder.create::<EfaLockOp>(ctx, vec![], vec![endpoint]);
@@ -157,15 +162,20 @@ fn check_add_signals(ctx: &Context, kernel: Ptr<Operation>) -> Result<(), Diagno
             continue;
         }
         let value = signal.deref(ctx).get_operand(operand::signal::VALUE);
-        if !constant_value(ctx, value).is_some_and(|v| (0..IMMEDIATE_VALUE_LIMIT).contains(&v)) {
+        let found = match constant_value(ctx, value) {
+            Some(constant) if (0..IMMEDIATE_VALUE_LIMIT).contains(&constant) => None,
+            Some(constant) => Some(format!("the constant {constant}")),
+            None => Some("a value computed at run time".to_owned()),
+        };
+        if let Some(found) = found {
             return Err(Diagnostic::at_op(
                 ctx,
                 signal,
                 format!(
                     "on efa an add signal travels as an RDMA write with immediate that the \
                      receiving rank's waits apply (EFA has no remote atomics), so its value must \
-                     be a constant in 0..{IMMEDIATE_VALUE_LIMIT}; add a constant (e.g. 1 per \
-                     arrival) or set the flag instead"
+                     be a constant in 0..{IMMEDIATE_VALUE_LIMIT}, and this one adds {found}; add \
+                     a constant (e.g. 1 per arrival) or set the flag instead"
                 ),
             ));
         }
@@ -186,6 +196,26 @@ fn check_add_signals(ctx: &Context, kernel: Ptr<Operation>) -> Result<(), Diagno
                 "on efa every add signal of a kernel must name flags of one region (and \
                  endpoints of one table): the receiving waits decode immediates against a \
                  single flag region; use one flag region for the kernel's counters",
+            ));
+        }
+    }
+    // A set writes its flag when it lands, an add when a receiving wait drains it later: on
+    // one flag the two could apply out of program order.
+    let Some((add_flag_table, _)) = kernel_tables else {
+        return Ok(());
+    };
+    for signal in all_ops(ctx, kernel) {
+        if op_name(ctx, signal) == "ab.signal"
+            && !is_add_signal(ctx, signal)
+            && signal_tables(ctx, signal).is_some_and(|(table, _)| table == add_flag_table)
+        {
+            return Err(Diagnostic::at_op(
+                ctx,
+                signal,
+                "on efa a set signal may not name the flag region this kernel's add signals use: \
+                 the set lands when its write does, an add when a receiving wait applies it \
+                 later, so the two could reach a flag out of program order; set flags in another \
+                 region",
             ));
         }
     }

@@ -141,6 +141,40 @@ fn efa_signals_are_writes_after_their_data_and_every_wqe_completes() {
     }
 }
 
+/// EFA: more add signals in flight to a rank than its receive CQ holds is reported as an
+/// overrun naming the rank and the fix, in both configurations, never a silent loss or a hang.
+#[test]
+fn an_efa_receive_cq_overrun_is_reported() {
+    let (text, path) = test_program("efa_receive_cq_overrun");
+    let mut options = ValidationOptions::new(Transport::Efa);
+    options.schedules = 2;
+    for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
+        assert!(!validation.failures.is_empty());
+        for failure in &validation.failures {
+            assert_eq!(failure.kind, "nic", "{failure:?}");
+            assert!(
+                failure.message.contains("receive CQ overran")
+                    && failure.message.contains("a wait of rank"),
+                "{}",
+                failure.message
+            );
+        }
+    }
+}
+
+/// EFA: a signal marked `InOrderOnQueue` by hand still waits for its data's completion (SRD
+/// orders nothing), in both configurations.
+#[test]
+fn an_efa_signal_marked_in_order_still_waits_for_its_data() {
+    let (text, path) = test_program("efa_signal_marked_in_order");
+    let mut options = ValidationOptions::new(Transport::Efa);
+    options.ranks = 3;
+    options.schedules = 40;
+    for validation in validate(&text, &path, &options).unwrap_or_else(|d| panic!("{d}")) {
+        assert!(validation.passed(), "{:#?}", validation.failures);
+    }
+}
+
 #[test]
 fn mutation_signal_in_order_on_efa_is_caught() {
     for program in [

@@ -20,7 +20,7 @@ use crate::wire::wire_layout;
 
 /// Device-side counters and constants of one EFA send queue (128 B, in GPU memory). Counters
 /// are 64-bit WQE indices that never wrap; only their low 16 bits go into a WQE's request id and
-/// their low 32 bits into the doorbell.
+/// into the doorbell (rdma-core's 16-bit producer counter, in a 32-bit MMIO store).
 #[repr(C, align(128))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EfaQueueManagement {
@@ -53,18 +53,21 @@ pub struct EfaQueueManagement {
     pub address_handle: u16,
     /// Zero.
     pub reserved_0: u32,
+    /// Held (1) by the program polling the send CQ into the completion log (0 free): several
+    /// programs of a shared queue poll it.
+    pub poll_lock: u64,
     /// Zero.
     pub reserved_1: [u8; 32],
     /// Zero.
-    pub reserved_2: [u8; 16],
+    pub reserved_2: [u8; 8],
 }
 wire_layout!(EfaQueueManagement, 128, {
     reserved_head: u64 = 0, ready_head: u64 = 8, producer_index: u64 = 16,
     consumer_index: u64 = 24, post_send_lock: u64 = 32, completions_polled: u64 = 40,
     completion_log_address: u64 = 48, signal_staging_address: u64 = 56,
     signal_staging_lkey: u32 = 64, queue_key: u32 = 68, destination_qp_number: u16 = 72,
-    address_handle: u16 = 74, reserved_0: u32 = 76, reserved_1: [u8; 32] = 80,
-    reserved_2: [u8; 16] = 112,
+    address_handle: u16 = 74, reserved_0: u32 = 76, poll_lock: u64 = 80, reserved_1: [u8; 32] = 88,
+    reserved_2: [u8; 8] = 120,
 });
 
 /// A rank's receive side on EFA (64 B): the receive CQ where the writes with immediate it is

@@ -11,7 +11,8 @@
 //! reservation, a GPU fence, in-order publication, the post lock, `atomicMax` on the producer
 //! index, a completion per command, a fenced signal. `ab.wait` becomes a completion wait on its
 //! token's slot, `ab.drain` a wait for everything the program posted, `ab.fence` nothing (the
-//! queue is in order), `ab.wait_signal` a flag poll ([`crate::support::wait_lowering`]).
+//! queue is in order; on a transport that is not, a wait for everything), `ab.wait_signal` a
+//! flag poll ([`crate::support::wait_lowering`]).
 //! What differs per transport (the command ops, what submission is, a signal riding in its
 //! put's command, what a wait does on the receive side) is a [`QueueTransport`]
 //! implementation, in `lower_mlx5.rs`, `lower_proxy.rs` and `lower_efa.rs`; this module holds
@@ -107,8 +108,9 @@ pub trait QueueTransport {
     const RIDING_PUBLICATION: Option<Publication> = None;
     /// Whether one queue executes its commands in order (an RC QP, a proxy ring): a signal then
     /// follows its data with nothing between. When false (EFA), every signal waits for the
-    /// completion of the program's earlier commands on its queue first, unless its publication
-    /// says `InOrderOnQueue` (which on such a transport is a bug: the mutation stands for it).
+    /// completion of the program's earlier commands on its queue first (the wait is marked
+    /// `publishes`; the `signal-in-order-on-efa` mutation drops it), whatever its publication
+    /// attribute says.
     const IN_ORDER: bool = true;
 
     /// Emits, before its put's command, the operands that carry `signal` (a signal of
@@ -387,8 +389,8 @@ impl<T: QueueTransport> Lowering<'_, T> {
 
     /// On a queue that does not execute in order: a batch whose first member is a signal waits
     /// first for every earlier command of the program on its queue (the signal's data among
-    /// them), unless the signal is published `InOrderOnQueue`; a signal anywhere else in a batch
-    /// is refused (`batch-commands` never puts one there on such a transport).
+    /// them), whatever its publication attribute says; a signal anywhere else in a batch is
+    /// refused (`batch-commands` never puts one there on such a transport).
     fn publish_after_earlier_commands(
         &mut self,
         ctx: &mut Context,
@@ -414,11 +416,8 @@ impl<T: QueueTransport> Lowering<'_, T> {
                 ));
             }
         }
-        let first = members[0];
-        if op_name(ctx, first) == "ab.signal"
-            && attrs::get_typed::<Publication>(ctx, first, "publication")
-                != Some(Publication::InOrderOnQueue)
-        {
+        // Whatever the signal's publication says: no publication is in order on such a queue.
+        if op_name(ctx, members[0]) == "ab.signal" {
             let wait = emit_wait_completion::<T::WaitCompletionOp>(ctx, builder, endpoint, None);
             attrs::set_bool(ctx, wait, "publishes", true);
         }

@@ -10,8 +10,12 @@
 //! interpreter's bookkeeping.
 //!
 //! A completion poll, a reclaim and a receive drain each run as one step: the generated code
-//! would do them under the queue's (the context's) poll lock. No generated code exists for EFA
-//! yet; this file is the protocol's reference. The queue protocol EFA shares with mlx5 and the
+//! would do them under the queue's poll lock (`EfaQueueManagement::poll_lock`) or the receive
+//! context's (`EfaReceiveContext::poll_lock`), which this one step stands for. No generated code
+//! exists for EFA yet; this file is the protocol's reference. Simplifications: the send queue is
+//! memory the device reads at the doorbell (rdma-core writes WQEs into the device's LLQ), the
+//! doorbell carries the producer counter's low 16 bits as rdma-core's does, and batches are not
+//! capped at the device's `max_batch_wr`. The queue protocol EFA shares with mlx5 and the
 //! proxy (reservation, publication, records) is in `queue.rs`.
 
 use aboleth_abi::{
@@ -121,18 +125,19 @@ pub(super) fn allocate_efa_receive_side(
         MemoryKind::Device,
         "efa receive cq",
     );
-    efa.create_receive_cq(EfaReceiveCqConfig {
-        rank,
-        address: cq,
-        entries,
-    })
-    .map_err(setup_error)?;
     let context = memory.allocate(
         rank,
         EfaReceiveContext::SIZE_BYTES as u64,
         MemoryKind::Device,
         "efa receive context",
     );
+    efa.create_receive_cq(EfaReceiveCqConfig {
+        rank,
+        address: cq,
+        entries,
+        consumer_index_address: Some(context + RECEIVE_CONSUMER_INDEX),
+    })
+    .map_err(setup_error)?;
     let bytes = EfaReceiveContext {
         cq_address: cq,
         cq_entries: entries,
@@ -469,7 +474,7 @@ impl<'k> World<'k> {
             end
         };
         self.efa
-            .ring_doorbell(&self.memory, rank, handle.qpn as u16, end as u32)
+            .ring_doorbell(&self.memory, rank, handle.qpn as u16, end as u16)
             .map_err(|e| {
                 SimulationError::Nic(format!(
                     "rank {rank} program {}'s EFA queue to rank {peer}: {e}",
