@@ -9,7 +9,7 @@ PYTHON ?= python3
 
 help:
 	@echo "make demo   - compile the seed's Triton all-to-all on the CPU, run it on 8 simulated ranks per transport, library-style vs Aboleth"
-	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-checks of mlx5 and EFA, fuzz)"
+	@echo "make test   - everything that runs without a GPU (fmt, clippy, unit, golden, rdma-core cross-checks of mlx5, EFA and Ionic, fuzz)"
 	@echo "make bless  - rewrite golden .out files, the tier-1 bitcode and the extension's stubs from the current compiler (review the diff!)"
 	@echo "make stubs  - regenerate python/aboleth/_aboleth.pyi from crates/aboleth-python"
 	@echo "make bench  - how to run the benchmark suites on the GPU machine (experiments/bench)"
@@ -84,7 +84,8 @@ cuda-setup: python-setup
 vllm-source:
 	@$(PYTHON) integrations/vllm/fetch_source.py >/dev/null
 
-# rdma-core's providers/efa headers (pinned source release), for the EFA encoders' cross-check.
+# rdma-core's providers/efa (56.1) and providers/ionic (61.0) headers (pinned source releases),
+# for the EFA and Ionic encoders' cross-checks.
 rdma-core-source:
 	@$(PYTHON) crates/aboleth-abi/tests/c/fetch_rdma_core.py >/dev/null
 

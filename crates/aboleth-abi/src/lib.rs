@@ -5,6 +5,8 @@
 //! `to_bytes`/`from_bytes` pair and typed decoding errors:
 //! - [`efa`]: the RDMA-write send WQE and the completion descriptors of AWS EFA (SRD), encoded
 //!   and decoded byte-exactly (cross-checked against rdma-core's `efa_io_defs.h`);
+//! - [`ionic`]: the send WQEs, completions and doorbell value of AMD Pensando Ionic NICs
+//!   (cross-checked against rdma-core's `ionic_fw_types.h`);
 //! - [`mlx5`]: work queue entries, completion queue entries and doorbells of ConnectX NICs,
 //!   encoded and decoded byte-exactly (cross-checked against rdma-core's `mlx5dv.h`);
 //! - [`proxy`]: the host-proxy command ring;
@@ -25,6 +27,7 @@ pub mod c_declarations;
 pub mod device_library;
 pub mod efa;
 pub mod endpoint;
+pub mod ionic;
 pub mod mlx5;
 pub mod packet;
 pub mod proxy;

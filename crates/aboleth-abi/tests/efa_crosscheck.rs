@@ -270,7 +270,7 @@ fn compile_reference(directory: &Path) -> PathBuf {
          at an rdma-core source tree",
         efa.display()
     );
-    common::compile_reference(directory, "efa_reference", Some(&efa))
+    common::compile_reference(directory, "efa_reference", &[&efa])
 }
 
 #[test]

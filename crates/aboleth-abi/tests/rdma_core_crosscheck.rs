@@ -521,7 +521,7 @@ fn compile_reference(directory: &Path) -> PathBuf {
         "{HEADER_MISSING}\ncc said:\n{}",
         String::from_utf8_lossy(&probe_output.stderr)
     );
-    common::compile_reference(directory, "mlx5dv_reference", None)
+    common::compile_reference(directory, "mlx5dv_reference", &[])
 }
 
 fn hex(bytes: &[u8]) -> String {

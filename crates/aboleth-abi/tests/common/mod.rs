@@ -8,14 +8,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// Compiles `tests/c/<name>.c` (with `-I include` when given) into `directory`.
-pub fn compile_reference(directory: &Path, name: &str, include: Option<&Path>) -> PathBuf {
+/// Compiles `tests/c/<name>.c` (with `-I` for each of `includes`) into `directory`.
+pub fn compile_reference(directory: &Path, name: &str, includes: &[&Path]) -> PathBuf {
     std::fs::create_dir_all(directory).expect("create the build directory");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let executable = directory.join(name);
     let mut command = Command::new("cc");
     command.args(["-std=gnu11", "-O1", "-Wall", "-Wextra"]);
-    if let Some(include) = include {
+    for include in includes {
         command.arg("-I").arg(include);
     }
     let output = command
