@@ -111,8 +111,9 @@ def aboleth_binary(*arguments: str) -> subprocess.CompletedProcess:
 
 
 def test_aboleth_sim_runs_the_seed_triton_kernel_compiled_per_rank_on_simulated_ranks():
-    # efa: lowered and simulated (SRD's unordered writes modeled), with no code generation yet.
-    for target in ("p2p", "proxy", "mlx5", "efa"):
+    # efa and ionic: lowered and simulated (SRD's unordered writes, Ionic's RC queues modeled),
+    # with no code generation yet.
+    for target in ("p2p", "proxy", "mlx5", "efa", "ionic"):
         result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", target, "--ranks", "3",
                                 "--schedules", "5", "--check", *SEED_LAUNCH)
         assert result.returncode == 0, result.stderr

@@ -58,27 +58,32 @@ pub struct EndpointHandle {
     pub local_rank: u32,
     /// `ENDPOINT_FLAG_*` bits.
     pub flags: u32,
-    /// mlx5: send ring base. efa: the send queue (64-byte WQEs).
+    /// mlx5: send ring base. efa, ionic: the send queue (64-byte WQEs).
     pub sq_buffer_address: u64,
     /// mlx5: send ring size in basic blocks (power of two). efa: send queue entries (a power of
-    /// two, at most [`crate::efa::queue::SQ_ENTRIES_MAX`]).
+    /// two, at most [`crate::efa::queue::SQ_ENTRIES_MAX`]). ionic: send queue entries (a power
+    /// of two, at most 2^16).
     pub sq_wqe_basic_block_count: u32,
-    /// mlx5: queue pair number (24 bits). efa: the local QP number (16 bits).
+    /// mlx5: queue pair number (24 bits). efa: the local QP number (16 bits). ionic: the send
+    /// queue's id (24 bits), which its doorbell names.
     pub qpn: u32,
     /// mlx5: the QP doorbell record (8 B; the send word is at +4).
     pub doorbell_record_address: u64,
     /// mlx5: the UAR doorbell register, mapped for the GPU. efa: the send queue's 32-bit
-    /// doorbell register, mapped for the GPU.
+    /// doorbell register, mapped for the GPU. ionic: the send queue type's 64-bit slot of the
+    /// doorbell page.
     pub uar_doorbell_address: u64,
-    /// mlx5: CQ buffer (64-byte CQEs). efa: the send CQ (8-byte completions).
+    /// mlx5: CQ buffer (64-byte CQEs). efa: the send CQ (8-byte completions). ionic: the send
+    /// CQ (32-byte CQEs).
     pub cq_buffer_address: u64,
     /// mlx5: number of CQEs (power of two). efa: send CQ entries (a power of two, at least the
-    /// send queue's).
+    /// send queue's). ionic: likewise.
     pub cqe_count: u32,
     /// mlx5: 1 if the CQ is collapsed (every CQE in slot 0), else 0.
     pub cq_collapsed: u32,
     /// mlx5: this queue's [`Mlx5QueueManagement`] block. efa: its
-    /// [`crate::efa::queue::EfaQueueManagement`] block.
+    /// [`crate::efa::queue::EfaQueueManagement`] block. ionic: its
+    /// [`crate::ionic::queue::IonicQueueManagement`] block.
     pub management_address: u64,
     /// proxy: the [`crate::proxy::ProxyRingHeader`], entries after it.
     pub proxy_ring_address: u64,
@@ -88,10 +93,10 @@ pub struct EndpointHandle {
     pub reserved_0: u32,
     /// p2p: added to a local symmetric address to get the peer's.
     pub peer_base_delta: i64,
-    /// mlx5: an 8-byte registered local buffer that receives the old value of a signal's
+    /// mlx5, ionic: an 8-byte registered local buffer that receives the old value of a signal's
     /// remote atomic (the NIC always writes it; nobody reads it).
     pub atomic_result_address: u64,
-    /// mlx5: the lkey of `atomic_result_address`.
+    /// mlx5, ionic: the lkey of `atomic_result_address`.
     pub atomic_result_lkey: u32,
     /// Zero.
     pub reserved_1: u32,
@@ -159,6 +164,14 @@ pub enum EndpointError {
         /// The send queue's entries.
         sq_entries: u32,
     },
+    /// ionic: the send queue is not a power of two up to 2^16 entries.
+    #[error(
+        "ionic: sq_wqe_basic_block_count (send queue entries) {count} is not a power of two up to 65536"
+    )]
+    IonicSendQueueEntries {
+        /// The value found.
+        count: u32,
+    },
     /// efa: a QP number wider than 16 bits.
     #[error("efa: qpn {qpn:#x} does not fit in 16 bits")]
     EfaQpnTooLarge {
@@ -216,7 +229,7 @@ impl EndpointHandle {
         Transport::from_code(self.transport)
     }
 
-    /// Checks the fields of the handle's transport. Ionic has no fields yet.
+    /// Checks the fields of the handle's transport.
     pub fn validate(&self) -> Result<Transport, EndpointError> {
         let kind = self.decode_transport()?;
         if self.flags & !ENDPOINT_FLAGS_ALL != 0 {
@@ -275,7 +288,26 @@ impl EndpointHandle {
                 check_address("uar_doorbell_address", self.uar_doorbell_address, 4)?;
                 check_address("receive_context_address", self.receive_context_address, 64)?;
             }
-            Transport::P2p | Transport::Ionic => {}
+            Transport::Ionic => {
+                let entries = self.sq_wqe_basic_block_count;
+                if !entries.is_power_of_two() || entries > 1 << 16 {
+                    return Err(EndpointError::IonicSendQueueEntries { count: entries });
+                }
+                if !self.cqe_count.is_power_of_two() || self.cqe_count < entries {
+                    return Err(EndpointError::CqeCountNotPowerOfTwo {
+                        count: self.cqe_count,
+                    });
+                }
+                if self.qpn > 0x00ff_ffff {
+                    return Err(EndpointError::QpnTooLarge { qpn: self.qpn });
+                }
+                check_address("sq_buffer_address", self.sq_buffer_address, 64)?;
+                check_address("cq_buffer_address", self.cq_buffer_address, 32)?;
+                check_address("management_address", self.management_address, 64)?;
+                check_address("uar_doorbell_address", self.uar_doorbell_address, 8)?;
+                check_address("atomic_result_address", self.atomic_result_address, 8)?;
+            }
+            Transport::P2p => {}
         }
         Ok(kind)
     }

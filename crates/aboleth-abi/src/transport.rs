@@ -30,7 +30,8 @@ pub enum Transport {
     P2p = 3,
     /// AWS EFA (SRD): lowered and simulated (experimental); no code generation, no runtime.
     Efa = 4,
-    /// AMD Pensando Ionic: named so handles and messages can say it; not lowered, no runtime.
+    /// AMD Pensando Ionic (RoCEv2 RC): lowered and simulated (experimental); no code
+    /// generation, no runtime.
     Ionic = 5,
 }
 
@@ -53,11 +54,12 @@ impl Transport {
     ];
 
     /// The transports the pipeline lowers (and the simulator runs).
-    pub const LOWERED: [Transport; 4] = [
+    pub const LOWERED: [Transport; 5] = [
         Transport::Mlx5,
         Transport::Proxy,
         Transport::P2p,
         Transport::Efa,
+        Transport::Ionic,
     ];
 
     /// The transports the code generator generates TTIR and CUDA for (Triton kernels and the
@@ -104,7 +106,7 @@ impl Transport {
     pub const fn is_lowered(self) -> bool {
         matches!(
             self,
-            Transport::Mlx5 | Transport::Proxy | Transport::P2p | Transport::Efa
+            Transport::Mlx5 | Transport::Proxy | Transport::P2p | Transport::Efa | Transport::Ionic
         )
     }
 

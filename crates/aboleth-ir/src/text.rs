@@ -367,7 +367,7 @@ fn improve_parse_error(text: &str, mut diagnostic: Diagnostic) -> Diagnostic {
     } else if let Some(op) = original.strip_prefix("Unregistered Op ") {
         let op = op.split_whitespace().next().unwrap_or(op);
         diagnostic.message = format!(
-            "unknown op '{op}': not an op of the ab, mlx5, proxy, p2p, efa or gpu dialects \
+            "unknown op '{op}': not an op of the ab, mlx5, proxy, p2p, efa, ionic or gpu dialects \
              (docs/PROGRAMMING_MODEL.md lists them)"
         );
     }

@@ -1,5 +1,5 @@
-//! The transport dialects: `mlx5`, `proxy`, `p2p`, `efa` and the target-neutral `gpu` ops they
-//! share.
+//! The transport dialects: `mlx5`, `proxy`, `p2p`, `efa`, `ionic` and the target-neutral `gpu`
+//! ops they share.
 //!
 //! These are what the transport-specialization passes emit and what the simulator executes and
 //! the code generator prints. Every op here is one concrete device action (a WQE write, a
@@ -139,6 +139,41 @@ transport_op_without_result!(
     /// queue has (the consumer index reaches that command's end). `publishes`: the wait that
     /// orders a signal after its data (SRD does not).
     EfaWaitCompletionOp, "efa.wait_completion");
+
+transport_op_with_result!(
+    /// `%base = ionic.reserve %ep, %wqes [atomic: bool]`: reserve send-queue WQEs (64 bytes each);
+    /// waits while the queue is full, polling the CQ (completions are cumulative: RC).
+    IonicReserveOp, "ionic.reserve");
+transport_op_without_result!(
+    /// `ionic.write %ep, %slot, %dst, %src, %bytes, %lkey, %predicate, %completion
+    /// [periodic_completion]`: an RDMA write WQE at `%slot` (an empty inline write when the
+    /// predicate is 0: no NOP exists).
+    IonicWriteOp, "ionic.write");
+transport_op_without_result!(
+    /// `ionic.signal %ep, %slot, %flag, %value, %completion [op: set|add, fence,
+    /// periodic_completion]`: a signal WQE: a fetch-add for add (the old value to the endpoint's
+    /// scratch word), an 8-byte inline RDMA write of the value for set (no masked swap exists).
+    /// The queue is in order (RC): it lands after the puts before it.
+    IonicSignalOp, "ionic.signal");
+transport_op_without_result!(
+    /// `ionic.publish %ep, %base, %wqes`: in-order publication on a shared queue.
+    IonicPublishOp, "ionic.publish");
+transport_op_without_result!(
+    /// `ionic.lock %ep`: take the doorbell lock (doorbells reach the device in producer order).
+    IonicLockOp, "ionic.lock");
+transport_op_without_result!(
+    /// `ionic.unlock %ep`: release the doorbell lock (a release store).
+    IonicUnlockOp, "ionic.unlock");
+transport_op_without_result!(
+    /// `ionic.doorbell %ep, %producer [atomic_max: bool, order]`: a system-scope release, then the
+    /// 64-bit MMIO store of `queue id << 24 | producer index mod ring`
+    /// (`aboleth_abi::ionic::sq_doorbell_value`); with `atomic_max`, an `atomicMax` on the
+    /// shared producer index first.
+    IonicDoorbellOp, "ionic.doorbell");
+transport_op_without_result!(
+    /// `ionic.wait_completion %ep [, %slot, %end]`: poll the CQ until a CQE covers the WQE at
+    /// `%slot` (or, without a slot, the program's last command with a completion).
+    IonicWaitCompletionOp, "ionic.wait_completion");
 
 transport_op_with_result!(
     /// `%base = proxy.reserve %ep, %entries [atomic: bool]`: reserve ring entries (waits while full).

@@ -1,5 +1,5 @@
 //! The NIC models. [`efa`] is AWS EFA's (SRD: unordered writes); [`ionic`] AMD Pensando Ionic's
-//! (RoCEv2 RC: in order per queue pair; not yet driven by the simulator). The rest of this file is the
+//! (RoCEv2 RC: in order per queue pair). The rest of this file is the
 //! mlx5 NIC model: RC send queues whose WQEs, doorbell records and CQEs live in a
 //! [`NicMemory`], executed one WQE per [`Nic::step`] (a queue the caller's rng picks among those
 //! with work) or [`Nic::step_queue_pair`] (a queue the caller names). The same model runs over the

@@ -19,8 +19,8 @@
 //! not a member: SRD delivers a queue's writes in any order, so the lowering must wait for the
 //! completions of the commands before a signal, which are only posted at the batch's doorbell.
 //! A signal there starts a new batch (the puts after it may join it). A put with a run-time
-//! predicate is not a member on EFA either: its slot would be filled by an empty write, which
-//! is a network transaction there, not a local NOP.
+//! predicate is not a member on EFA (nor on Ionic) either: its slot would be filled by an empty
+//! write, which is a network transaction there, not a local NOP.
 
 use aboleth_abi::Transport;
 use aboleth_ir::{
@@ -68,18 +68,20 @@ pub fn run(
         let mut runs: Vec<Vec<Ptr<Operation>>> = Vec::new();
         for op in block_ops(ctx, block) {
             let name = op_name(ctx, op);
-            let member_endpoint =
-                if pass.target == Transport::Efa && is_runtime_predicated_put(ctx, op) {
-                    // An empty write is a network transaction on EFA: post the put only if it sends.
-                    None
-                } else if is_transfer(ctx, op) {
-                    // Transfers inside a batchable loop are handled with their loop.
-                    Some(endpoint_of(ctx, op))
-                } else if name == "ab.for" {
-                    batchable_loop_endpoint(ctx, op, pass.target)
-                } else {
-                    None
-                };
+            let member_endpoint = if matches!(pass.target, Transport::Efa | Transport::Ionic)
+                && is_runtime_predicated_put(ctx, op)
+            {
+                // An empty write is a network transaction on EFA and Ionic (no local NOP):
+                // post the put only if it sends.
+                None
+            } else if is_transfer(ctx, op) {
+                // Transfers inside a batchable loop are handled with their loop.
+                Some(endpoint_of(ctx, op))
+            } else if name == "ab.for" {
+                batchable_loop_endpoint(ctx, op, pass.target)
+            } else {
+                None
+            };
             let unordered_signal = pass.target == Transport::Efa && name == "ab.signal";
             match member_endpoint {
                 Some(endpoint) => match &mut current {

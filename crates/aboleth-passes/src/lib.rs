@@ -5,7 +5,7 @@
 //! ([`inline_small_payloads`], [`choose_signal_publication`], [`plan_completions`]),
 //! submission planning ([`elide_epochs`], [`assign_queue_owners`], [`order_publications`],
 //! [`batch_commands`], [`coalesce_doorbells`], [`choose_doorbell_scope`]) and transport
-//! specialization ([`lower_mlx5`], [`lower_proxy`], [`lower_p2p`], [`lower_efa`]). Every pass's flag, level,
+//! specialization ([`lower_mlx5`], [`lower_proxy`], [`lower_p2p`], [`lower_efa`], [`lower_ionic`]). Every pass's flag, level,
 //! description, order and entry point are written once, in [`registry`]; [`pipeline`] runs
 //! that list with the verifier between passes. What passes share lives in [`support`]; no
 //! pass imports another. Planning passes only attach attributes (their decisions print in the
@@ -22,6 +22,7 @@ pub mod elide_epochs;
 pub mod eliminate_dead_communication;
 pub mod inline_small_payloads;
 pub mod lower_efa;
+pub mod lower_ionic;
 pub mod lower_mlx5;
 pub mod lower_p2p;
 pub mod lower_proxy;

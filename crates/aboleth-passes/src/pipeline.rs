@@ -60,7 +60,8 @@ impl PipelineOptions {
     /// where it can have no effect (a user asking for something they cannot get must hear so):
     /// `--disable-pass` with `--passes-off` (which skips every pass), `--immediate-signals`
     /// off mlx5 (only mlx5 has write-with-immediate), `--packet-signals` off p2p (only NVLink
-    /// stores carry LL packets); and a target no lowering exists for (ionic). Declarations
+    /// stores carry LL packets); and a target no lowering exists for (none today: every transport is
+    /// lowered). Declarations
     /// with `--passes-off` are accepted: they describe the program, and benchmarks give both
     /// configurations the same ones.
     pub fn validate(&self) -> Result<(), String> {
@@ -91,7 +92,7 @@ impl PipelineOptions {
         if !self.target.is_lowered() {
             return Err(format!(
                 "--target {}: not supported yet: no lowering to {} exists; use --target mlx5, \
-                 proxy, p2p or efa",
+                 proxy, p2p, efa or ionic",
                 self.target.name(),
                 self.target.name()
             ));
@@ -181,13 +182,13 @@ fn check_semantic_input(ctx: &Context, module: Ptr<Operation>) -> Result<(), Dia
     for op in all_ops(ctx, module) {
         let name = op_name(ctx, op);
         let dialect = name.split('.').next().unwrap_or_default();
-        if matches!(dialect, "mlx5" | "proxy" | "p2p" | "efa" | "gpu") {
+        if matches!(dialect, "mlx5" | "proxy" | "p2p" | "efa" | "ionic" | "gpu") {
             return Err(Diagnostic::at_op(
                 ctx,
                 op,
                 format!(
                     "{name} in the input: transport ops are produced by the lowering \
-                     (--target mlx5|proxy|p2p|efa), not written by hand; write the ab op it \
+                     (--target mlx5|proxy|p2p|efa|ionic), not written by hand; write the ab op it \
                      implements (ab.put, ab.signal, ab.wait_signal, ...)"
                 ),
             ));

@@ -175,6 +175,12 @@ pub const LOWERINGS: &[LoweringInfo] = &[
         run: crate::lower_efa::run,
     },
     LoweringInfo {
+        target: Transport::Ionic,
+        name: "lower-ionic",
+        description: "specialize to AMD Pensando Ionic (RoCEv2 RC): RDMA write and atomic WQEs, 64-bit MMIO doorbell",
+        run: crate::lower_ionic::run,
+    },
+    LoweringInfo {
         target: Transport::P2p,
         name: "lower-p2p",
         description: "specialize to NVLink peer memory: stores to peer pointers and flag stores",

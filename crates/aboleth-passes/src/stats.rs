@@ -109,6 +109,7 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
         if !(name.starts_with("mlx5.")
             || name.starts_with("proxy.")
             || name.starts_with("efa.")
+            || name.starts_with("ionic.")
             || name.starts_with("p2p.")
             || name.starts_with("gpu."))
         {
@@ -153,13 +154,13 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
             (operand_constant(index).unwrap_or(0).max(0) as u64).saturating_mul(multiplicity)
         };
         match name.as_str() {
-            "mlx5.reserve" | "proxy.reserve" | "efa.reserve" => {
+            "mlx5.reserve" | "proxy.reserve" | "efa.reserve" | "ionic.reserve" => {
                 counts.reservations = counts.reservations.saturating_add(multiplicity);
                 if attrs::get_bool(ctx, op, "atomic") {
                     counts.atomics = counts.atomics.saturating_add(multiplicity);
                 }
             }
-            "mlx5.write" | "proxy.put" | "efa.write" => {
+            "mlx5.write" | "proxy.put" | "efa.write" | "ionic.write" => {
                 counts.wqes = counts.wqes.saturating_add(multiplicity);
                 let bytes = bytes_of(4, &mut conditional);
                 counts.payload_bytes = counts.payload_bytes.saturating_add(bytes);
@@ -169,15 +170,16 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 counts.completions_requested =
                     counts.completions_requested.saturating_add(completion(7));
             }
-            "mlx5.atomic" | "proxy.signal" | "efa.signal" => {
+            "mlx5.atomic" | "proxy.signal" | "efa.signal" | "ionic.signal" => {
                 counts.wqes = counts.wqes.saturating_add(multiplicity);
                 counts.completions_requested =
                     counts.completions_requested.saturating_add(completion(4));
             }
             // A one-owner queue's publication is a plain store.
-            "mlx5.publish" | "proxy.publish" | "efa.publish"
+            "mlx5.publish" | "proxy.publish" | "efa.publish" | "ionic.publish"
                 if attrs::get_bool(ctx, op, "owner_only") => {}
-            "mlx5.publish" | "proxy.publish" | "efa.publish" | "mlx5.lock" | "efa.lock" => {
+            "mlx5.publish" | "proxy.publish" | "efa.publish" | "ionic.publish" | "mlx5.lock"
+            | "efa.lock" | "ionic.lock" => {
                 counts.atomics = counts.atomics.saturating_add(multiplicity)
             }
             "mlx5.doorbell_record" => {
@@ -188,7 +190,7 @@ pub fn count_kernel(ctx: &Context, kernel: Ptr<Operation>) -> (Counts, bool, boo
                 }
             }
             "mlx5.doorbell" => counts.doorbells = counts.doorbells.saturating_add(multiplicity),
-            "proxy.doorbell" | "efa.doorbell" => {
+            "proxy.doorbell" | "efa.doorbell" | "ionic.doorbell" => {
                 counts.doorbells = counts.doorbells.saturating_add(multiplicity);
                 if attrs::get_bool(ctx, op, "atomic_max") {
                     counts.atomics = counts.atomics.saturating_add(multiplicity);

@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn refusals_are_the_pipeline_checks_messages() {
-        for target in ["ib", "rdma", "ionic"] {
+        for target in ["ib", "rdma", "tcp"] {
             assert_eq!(
                 refused(target, false, &[], false, false),
                 format!(

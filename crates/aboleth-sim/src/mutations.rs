@@ -59,7 +59,7 @@ pub enum Mutation {
     /// receive CQ or unpack packet slots: nobody applies the signals. Caught as a deadlock of
     /// the waits (their flags never move).
     WaitWithoutDrainingReceives,
-    /// mlx5 WQEs lose `periodic_completion`: a ring filled without a planned completion has no
+    /// mlx5 and Ionic WQEs lose `periodic_completion`: a ring filled without a planned completion has no
     /// CQE to reclaim it from. Caught as a deadlock on ring space.
     NoPeriodicCompletions,
     /// Packet waits unpack a slot once its header has landed, without checking that every
@@ -146,11 +146,17 @@ impl Mutation {
             Mutation::SignalBeforeData => {
                 for op in all_ops(ctx, module) {
                     let name = op_name(ctx, op);
-                    if !matches!(name.as_str(), "mlx5.write" | "proxy.put" | "p2p.copy") {
+                    if !matches!(
+                        name.as_str(),
+                        "mlx5.write" | "proxy.put" | "ionic.write" | "p2p.copy"
+                    ) {
                         continue;
                     }
                     let Some(signal) = next_in_block(ctx, op, |name| {
-                        matches!(name, "mlx5.atomic" | "proxy.signal" | "p2p.signal")
+                        matches!(
+                            name,
+                            "mlx5.atomic" | "proxy.signal" | "ionic.signal" | "p2p.signal"
+                        )
                     }) else {
                         continue;
                     };
@@ -173,7 +179,8 @@ impl Mutation {
                         "p2p.signal"
                         | "mlx5.doorbell_record"
                         | "proxy.doorbell"
-                        | "efa.doorbell" => {
+                        | "efa.doorbell"
+                        | "ionic.doorbell" => {
                             attrs::set_string(ctx, op, "order", "relaxed");
                             changed = true;
                         }
@@ -184,8 +191,8 @@ impl Mutation {
             Mutation::DroppedCompletion => {
                 for op in all_ops(ctx, module) {
                     let completion_operand = match op_name(ctx, op).as_str() {
-                        "mlx5.write" | "proxy.put" | "efa.write" => 7,
-                        "mlx5.atomic" | "proxy.signal" | "efa.signal" => 4,
+                        "mlx5.write" | "proxy.put" | "efa.write" | "ionic.write" => 7,
+                        "mlx5.atomic" | "proxy.signal" | "efa.signal" | "ionic.signal" => 4,
                         _ => continue,
                     };
                     let mut builder = Builder::before(ctx, op);
@@ -215,7 +222,10 @@ impl Mutation {
                     let name = op_name(ctx, op);
                     let is_token_wait = matches!(
                         name.as_str(),
-                        "mlx5.wait_completion" | "proxy.wait_completion" | "efa.wait_completion"
+                        "mlx5.wait_completion"
+                            | "proxy.wait_completion"
+                            | "efa.wait_completion"
+                            | "ionic.wait_completion"
                     ) && op.deref(ctx).get_num_operands() > 1;
                     if is_token_wait {
                         Operation::erase(op, ctx);
@@ -226,18 +236,22 @@ impl Mutation {
             Mutation::FalseSingleOwner => {
                 for op in all_ops(ctx, module) {
                     match op_name(ctx, op).as_str() {
-                        "mlx5.reserve" | "proxy.reserve" | "efa.reserve"
+                        "mlx5.reserve" | "proxy.reserve" | "efa.reserve" | "ionic.reserve"
                             if attrs::get_bool(ctx, op, "atomic") =>
                         {
                             attrs::set_bool(ctx, op, "atomic", false);
                             changed = true;
                         }
-                        "mlx5.publish" | "proxy.publish" | "efa.publish" | "mlx5.lock"
-                        | "mlx5.unlock" | "efa.lock" | "efa.unlock" => {
+                        "mlx5.publish" | "proxy.publish" | "efa.publish" | "ionic.publish"
+                        | "mlx5.lock" | "mlx5.unlock" | "efa.lock" | "ionic.lock"
+                        | "efa.unlock" | "ionic.unlock" => {
                             Operation::erase(op, ctx);
                             changed = true;
                         }
-                        "mlx5.doorbell_record" | "proxy.doorbell" | "efa.doorbell" => {
+                        "mlx5.doorbell_record"
+                        | "proxy.doorbell"
+                        | "efa.doorbell"
+                        | "ionic.doorbell" => {
                             attrs::set_bool(ctx, op, "atomic_max", false);
                         }
                         _ => {}
@@ -266,7 +280,7 @@ impl Mutation {
                 for op in all_ops(ctx, module) {
                     if matches!(
                         op_name(ctx, op).as_str(),
-                        "mlx5.publish" | "proxy.publish" | "efa.publish"
+                        "mlx5.publish" | "proxy.publish" | "efa.publish" | "ionic.publish"
                     ) && attrs::get_bool(ctx, op, "owner_only")
                     {
                         Operation::erase(op, ctx);
@@ -339,7 +353,7 @@ impl Mutation {
                 for op in all_ops(ctx, module) {
                     if !matches!(
                         op_name(ctx, op).as_str(),
-                        "mlx5.reserve" | "proxy.reserve" | "efa.reserve"
+                        "mlx5.reserve" | "proxy.reserve" | "efa.reserve" | "ionic.reserve"
                     ) {
                         continue;
                     }

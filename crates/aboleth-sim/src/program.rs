@@ -1,5 +1,5 @@
 //! The simulator's form of a lowered kernel: a tree of instructions over numbered registers,
-//! built once from the transport-level IR (mlx5, proxy, efa, p2p and gpu ops plus the scalar `ab`
+//! built once from the transport-level IR (mlx5, proxy, efa, ionic, p2p and gpu ops plus the scalar `ab`
 //! ops) so that running it many times under many schedules does not touch pliron.
 //!
 //! What it does: maps every SSA value to a register, keeps loops and ifs as nested bodies,
@@ -587,30 +587,34 @@ impl KernelBuilder<'_> {
                 remote: operand(self, 0)?,
                 index: operand(self, 1)?,
             },
-            "mlx5.reserve" | "proxy.reserve" | "efa.reserve" => InstructionKind::Reserve {
-                result: result(self)?,
-                endpoint: operand(self, 0)?,
-                slots: operand(self, 1)?,
-                atomic: attrs::get_bool(ctx, op, "atomic"),
-            },
-            "mlx5.write" | "proxy.put" | "efa.write" => InstructionKind::Put(PutOperands {
-                endpoint: operand(self, 0)?,
-                slot: operand(self, 1)?,
-                destination: operand(self, 2)?,
-                source: operand(self, 3)?,
-                bytes: operand(self, 4)?,
-                key: operand(self, 5)?,
-                predicate: operand(self, 6)?,
-                completion: operand(self, 7)?,
-                inline: attrs::get_bool(ctx, op, "inline"),
-                immediate: if attrs::get_bool(ctx, op, "with_immediate") {
-                    Some((operand(self, 8)?, operand(self, 9)?))
-                } else {
-                    None
-                },
-                periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
-            }),
-            "mlx5.atomic" | "proxy.signal" | "efa.signal" => {
+            "mlx5.reserve" | "proxy.reserve" | "efa.reserve" | "ionic.reserve" => {
+                InstructionKind::Reserve {
+                    result: result(self)?,
+                    endpoint: operand(self, 0)?,
+                    slots: operand(self, 1)?,
+                    atomic: attrs::get_bool(ctx, op, "atomic"),
+                }
+            }
+            "mlx5.write" | "proxy.put" | "efa.write" | "ionic.write" => {
+                InstructionKind::Put(PutOperands {
+                    endpoint: operand(self, 0)?,
+                    slot: operand(self, 1)?,
+                    destination: operand(self, 2)?,
+                    source: operand(self, 3)?,
+                    bytes: operand(self, 4)?,
+                    key: operand(self, 5)?,
+                    predicate: operand(self, 6)?,
+                    completion: operand(self, 7)?,
+                    inline: attrs::get_bool(ctx, op, "inline"),
+                    immediate: if attrs::get_bool(ctx, op, "with_immediate") {
+                        Some((operand(self, 8)?, operand(self, 9)?))
+                    } else {
+                        None
+                    },
+                    periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
+                })
+            }
+            "mlx5.atomic" | "proxy.signal" | "efa.signal" | "ionic.signal" => {
                 InstructionKind::SignalCommand(SignalOperands {
                     endpoint: operand(self, 0)?,
                     slot: operand(self, 1)?,
@@ -627,16 +631,18 @@ impl KernelBuilder<'_> {
                     periodic_completion: attrs::get_bool(ctx, op, "periodic_completion"),
                 })
             }
-            "mlx5.publish" | "proxy.publish" | "efa.publish" => InstructionKind::Publish {
+            "mlx5.publish" | "proxy.publish" | "efa.publish" | "ionic.publish" => {
+                InstructionKind::Publish {
+                    endpoint: operand(self, 0)?,
+                    base: operand(self, 1)?,
+                    count: operand(self, 2)?,
+                    owner_only: attrs::get_bool(ctx, op, "owner_only"),
+                }
+            }
+            "mlx5.lock" | "efa.lock" | "ionic.lock" => InstructionKind::Lock {
                 endpoint: operand(self, 0)?,
-                base: operand(self, 1)?,
-                count: operand(self, 2)?,
-                owner_only: attrs::get_bool(ctx, op, "owner_only"),
             },
-            "mlx5.lock" | "efa.lock" => InstructionKind::Lock {
-                endpoint: operand(self, 0)?,
-            },
-            "mlx5.unlock" | "efa.unlock" => InstructionKind::Unlock {
+            "mlx5.unlock" | "efa.unlock" | "ionic.unlock" => InstructionKind::Unlock {
                 endpoint: operand(self, 0)?,
             },
             "mlx5.doorbell_record" => InstructionKind::DoorbellRecord {
@@ -645,22 +651,25 @@ impl KernelBuilder<'_> {
                 atomic_max: attrs::get_bool(ctx, op, "atomic_max"),
                 order: order("order"),
             },
-            "mlx5.doorbell" | "proxy.doorbell" | "efa.doorbell" => InstructionKind::Doorbell {
-                endpoint: operand(self, 0)?,
-                end: operand(self, 1)?,
-                atomic_max: attrs::get_bool(ctx, op, "atomic_max"),
-                order: order("order"),
-            },
-            "mlx5.wait_completion" | "proxy.wait_completion" | "efa.wait_completion" => {
-                InstructionKind::WaitCompletion {
+            "mlx5.doorbell" | "proxy.doorbell" | "efa.doorbell" | "ionic.doorbell" => {
+                InstructionKind::Doorbell {
                     endpoint: operand(self, 0)?,
-                    slot: if operands.len() > 2 {
-                        Some((operand(self, 1)?, operand(self, 2)?))
-                    } else {
-                        None
-                    },
+                    end: operand(self, 1)?,
+                    atomic_max: attrs::get_bool(ctx, op, "atomic_max"),
+                    order: order("order"),
                 }
             }
+            "mlx5.wait_completion"
+            | "proxy.wait_completion"
+            | "efa.wait_completion"
+            | "ionic.wait_completion" => InstructionKind::WaitCompletion {
+                endpoint: operand(self, 0)?,
+                slot: if operands.len() > 2 {
+                    Some((operand(self, 1)?, operand(self, 2)?))
+                } else {
+                    None
+                },
+            },
             "p2p.copy" => InstructionKind::P2pCopy {
                 endpoint: operand(self, 0)?,
                 destination: operand(self, 1)?,

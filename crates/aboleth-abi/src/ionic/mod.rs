@@ -9,13 +9,15 @@
 //! 48-byte body ([`wqe`]); one CQE is 32 bytes ([`cqe`]); the doorbell is one little-endian
 //! 64-bit MMIO store of the queue id and the producer index ([`sq_doorbell_value`]). Firmware
 //! ABI versions 1 and 2 differ in the operation codes and the atomic body ([`IonicVersion`]).
-//! What this module does not do: allocate queues, model the device, or encode sends, receives,
-//! memory registration or windows, which the lowering does not use.
+//! The GPU-side counters of a send queue are [`queue`]. What this module does not do: allocate
+//! queues, model the device, or encode sends, receives, memory registration or windows, which
+//! the lowering does not use.
 //!
 //! Constant names follow rdma-core's `IONIC_V1_*` / `IONIC_V2_*` / `IONIC_*` names without the
 //! prefix, so they can be grepped.
 
 pub mod cqe;
+pub mod queue;
 pub mod wqe;
 
 /// Bytes of one send WQE (`sizeof(struct ionic_v1_wqe)`).

@@ -643,11 +643,18 @@ fn innermost_last_iteration(
 }
 
 /// A put with a runtime predicate, outside any batch, whose token nothing uses (a waited token
-/// would need its slot outside the `ab.if`).
+/// would need its slot outside the `ab.if`), and whose completion no later drain relies on:
+/// `plan-completions` may have given the completion that retires the earlier commands of the
+/// queue to this put alone, and it must then be posted (as a NOP or an empty write when the
+/// predicate is false) for that completion to come.
 fn is_unbatched_predicated_put(ctx: &Context, op: Ptr<Operation>) -> bool {
     op_name(ctx, op) == "ab.put"
         && put_predicate(ctx, op).is_some()
         && !op.deref(ctx).get_result(0).is_used(ctx)
+        && !matches!(
+            attrs::get_string(ctx, op, "completion").as_deref(),
+            Some("always" | "last_iteration")
+        )
 }
 
 /// The index of a signal right after the put at `index` (pure scalar ops between them allowed)

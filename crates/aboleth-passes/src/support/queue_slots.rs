@@ -28,7 +28,8 @@ use crate::support::transfers::{is_transfer, signal_operation};
 pub const MLX5_INLINE_BYTES_LIMIT: i64 = 64;
 
 /// Queue slots one transfer takes on `target`: WQE basic blocks on mlx5, ring entries on proxy,
-/// one WQE on EFA (a put is one RDMA write, a signal one write too: no inline data, no atomics).
+/// one WQE on EFA (a put is one RDMA write, a signal one write too: no inline data, no atomics)
+/// and on Ionic (a put is one RDMA write, a signal a fetch-add or an 8-byte inline write).
 /// Returns `None` when the size is not a compile-time constant (an inline put of unknown size).
 pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Transport) -> Option<i64> {
     match target {
@@ -56,8 +57,8 @@ pub fn slots_of(ctx: &Context, op: Ptr<Operation>, target: Transport) -> Option<
                 Some(1)
             }
         }
-        Transport::Proxy | Transport::Efa => Some(1),
-        Transport::P2p | Transport::Ionic => Some(0),
+        Transport::Proxy | Transport::Efa | Transport::Ionic => Some(1),
+        Transport::P2p => Some(0),
     }
 }
 

@@ -119,6 +119,14 @@ pub fn batchable_loop_endpoint(
     {
         return None;
     }
+    // Ionic has no NOP either: its predicated puts are posted only when they send.
+    if target == Transport::Ionic
+        && aboleth_ir::walk::all_ops(ctx, for_op)
+            .into_iter()
+            .any(|op| is_runtime_predicated_put(ctx, op))
+    {
+        return None;
+    }
     if constant_trip_count(ctx, for_op).is_none() {
         let bound = trip_count_bound(ctx, for_op)?;
         let per_iteration = loop_slots_per_iteration(ctx, for_op, target)?;

@@ -59,7 +59,7 @@ impl<'k> World<'k> {
     pub(super) fn check_queue_counters(&self, round: u32) -> Result<(), SimulationError> {
         if !matches!(
             self.transport,
-            Transport::Mlx5 | Transport::Proxy | Transport::Efa
+            Transport::Mlx5 | Transport::Proxy | Transport::Efa | Transport::Ionic
         ) {
             return Ok(());
         }

@@ -36,7 +36,7 @@ use aboleth_nic::efa::{
 
 use super::{
     Block, CommandKey, PostedCommand, SimulationError, SimulationOptions, Step, World,
-    queue::{PreparedPut, PreparedSignal, QueueGeometry},
+    queue::{PreparedPut, PreparedSignal, QueueGeometry, QueueWaitTarget},
     setup::setup_error,
 };
 use crate::{
@@ -72,15 +72,6 @@ const COMPLETIONS_POLLED: u64 = management_field(core::mem::offset_of!(
     completions_polled
 ));
 const RECEIVE_CONSUMER_INDEX: u64 = core::mem::offset_of!(EfaReceiveContext, consumer_index) as u64;
-
-/// What an `efa.wait_completion` waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum EfaWaitTarget {
-    /// The WQE at this index (a token wait).
-    Wqe(u64),
-    /// Every WQE before this index (a drain, or the wait before a signal).
-    Prefix(u64),
-}
 
 /// What the completion side of an EFA queue needs of its endpoint handle (a blocked program
 /// keeps it).
@@ -554,13 +545,13 @@ impl<'k> World<'k> {
         &self,
         rank: u32,
         queue: EfaQueue,
-        target: EfaWaitTarget,
+        target: QueueWaitTarget,
     ) -> Result<bool, SimulationError> {
         let management = self.efa_management(rank, queue)?;
         let entries = u64::from(queue.sq_entries);
         Ok(match target {
-            EfaWaitTarget::Prefix(end) => management.consumer_index >= end,
-            EfaWaitTarget::Wqe(index) => {
+            QueueWaitTarget::Prefix(end) => management.consumer_index >= end,
+            QueueWaitTarget::Wqe(index) => {
                 management.consumer_index > index
                     || self
                         .memory
@@ -600,7 +591,7 @@ impl<'k> World<'k> {
         thread: usize,
         site: usize,
         (peer, handle): (u32, &EndpointHandle),
-        target: EfaWaitTarget,
+        target: QueueWaitTarget,
     ) -> Result<Step, SimulationError> {
         let rank = self.threads[thread].rank;
         let queue = EfaQueue::of(handle);

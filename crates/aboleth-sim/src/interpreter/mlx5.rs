@@ -455,6 +455,7 @@ impl<'k> World<'k> {
     fn post_lock_address(&self, handle: &EndpointHandle) -> u64 {
         match self.transport {
             Transport::Efa => Self::efa_post_lock_address(handle),
+            Transport::Ionic => Self::ionic_post_lock_address(handle),
             _ => handle.management_address + management_offset(MANAGEMENT_POST_SEND_LOCK),
         }
     }

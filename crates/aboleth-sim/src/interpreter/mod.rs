@@ -5,8 +5,9 @@
 //! rank (registered, initialised from the data seed), region-descriptor tables, and one
 //! endpoint per peer pair whose handle ([`aboleth_abi::EndpointHandle`]) the kernel reads from
 //! memory: an RC QP with its SQ ring, doorbell record and collapsed CQ (mlx5), an SRD queue
-//! pair with its send queue, send CQ and completion log (efa), a host-pinned command ring
-//! (proxy), or nothing but peer addresses (p2p).
+//! pair with its send queue, send CQ and completion log (efa), an RC queue pair with its send
+//! queue and CQ (ionic), a host-pinned command ring (proxy), or nothing but peer addresses
+//! (p2p).
 //!
 //! Execution: each program is one thread of instructions whose memory effects go through its
 //! own [`GpuStoreBuffer`]; WQEs and ring entries are the bytes `aboleth-abi` encodes, stored
@@ -14,7 +15,8 @@
 //! every step the schedule (a seeded rng) picks one agent that can move: a program (pure
 //! instructions run on until the next effect), a store buffer making one store visible, the
 //! NIC executing one WQE, the EFA device executing one write in flight (any of them: SRD has no
-//! order), or a proxy executing one ring entry. A program waiting on a flag, a
+//! order), the Ionic device executing the oldest WQE of one queue pair, or a proxy executing one
+//! ring entry. A program waiting on a flag, a
 //! completion, ring space, in-order publication or a lock is not runnable until its condition
 //! holds; when nothing can move and a program has not finished, that is a deadlock, reported
 //! with each waiting program, what it waits for and what it sees.
@@ -54,12 +56,13 @@
 //! program's instructions and dispatches each to its handler; `memory_access.rs` is memory as
 //! a program sees it; `waits.rs` the waits and what blocks a program; `checks.rs` the checks
 //! and their records; `queue.rs` the queue protocol mlx5, EFA and the proxy share; `mlx5.rs`,
-//! `efa.rs`, `proxy.rs`, `p2p.rs` and `packets.rs` each transport's commands (and the set-up of its
+//! `efa.rs`, `ionic.rs`, `proxy.rs`, `p2p.rs` and `packets.rs` each transport's commands (and the set-up of its
 //! endpoints). This file holds the public API, the world's state (values, threads, records)
 //! and the scheduler.
 
 mod checks;
 mod efa;
+mod ionic;
 mod memory_access;
 mod mlx5;
 mod p2p;
@@ -185,6 +188,7 @@ pub fn memory_estimate(kernel: &SimKernel, options: &SimulationOptions) -> Memor
         Transport::Mlx5 => mlx5::infrastructure_bytes(ranks, options),
         Transport::Proxy => proxy::infrastructure_bytes(ranks, options),
         Transport::Efa => efa::infrastructure_bytes(ranks, options),
+        Transport::Ionic => ionic::infrastructure_bytes(ranks, options),
         _ => 0,
     };
     MemoryEstimate {
@@ -577,6 +581,7 @@ enum PostedCommand {
 enum CommandKey {
     Mlx5 { rank: u32, qpn: u32, slot: u64 },
     Efa { rank: u32, qp_num: u16, slot: u64 },
+    Ionic { rank: u32, queue_id: u32, slot: u64 },
     Proxy { rank: u32, peer: u32, ticket: u64 },
 }
 
@@ -613,7 +618,15 @@ enum Block {
     EfaCompletion {
         queue: efa::EfaQueue,
         peer: u32,
-        target: efa::EfaWaitTarget,
+        target: queue::QueueWaitTarget,
+        site: usize,
+    },
+    /// An `ionic.wait_completion` whose WQE (or prefix) has not completed: released when the
+    /// device writes another CQE.
+    IonicCompletion {
+        queue: ionic::IonicQueue,
+        peer: u32,
+        target: queue::QueueWaitTarget,
         site: usize,
     },
     ProxyCompletion {
@@ -632,6 +645,8 @@ enum Block {
         cq_counter_address: Option<u64>,
         /// EFA: the queue, whose send CQ a reservation polls when the queue looks full.
         efa_queue: Option<efa::EfaQueue>,
+        /// Ionic: likewise, its CQ.
+        ionic_queue: Option<ionic::IonicQueue>,
     },
     Publication {
         address: u64,
@@ -733,6 +748,8 @@ struct World<'k> {
     nic: Nic,
     /// The EFA device (SRD: writes executed in an rng-chosen order), for efa kernels.
     efa: aboleth_nic::efa::EfaDevice,
+    /// The Ionic device (RC: in order per queue pair), for ionic kernels.
+    ionic: aboleth_nic::ionic::IonicDevice,
     proxies: Vec<ProxyEngine>,
     store_buffers: Vec<GpuStoreBuffer>,
     threads: Vec<Thread>,
@@ -891,6 +908,7 @@ impl<'k> World<'k> {
             StoreBuffer(usize),
             Nic,
             Efa,
+            Ionic,
             Proxy(usize),
         }
         let mut candidates = Vec::new();
@@ -920,6 +938,9 @@ impl<'k> World<'k> {
             }
             if self.efa.pending_work() {
                 candidates.push(Agent::Efa);
+            }
+            if self.ionic.pending_work() {
+                candidates.push(Agent::Ionic);
             }
             for (index, proxy) in self.proxies.iter().enumerate() {
                 if proxy.pending_work(&self.memory) {
@@ -954,6 +975,7 @@ impl<'k> World<'k> {
                 }
                 Agent::Nic => self.step_nic()?,
                 Agent::Efa => self.step_efa()?,
+                Agent::Ionic => self.step_ionic()?,
                 Agent::Proxy(index) => self.step_proxy(index)?,
             }
         }
@@ -969,6 +991,10 @@ impl<'k> World<'k> {
             }
             if self.efa.pending_work() {
                 self.step_efa()?;
+                moved = true;
+            }
+            if self.ionic.pending_work() {
+                self.step_ionic()?;
                 moved = true;
             }
             for index in 0..self.proxies.len() {

@@ -1,9 +1,9 @@
-//! The queue protocol mlx5, EFA and the proxy share: reserving slots, reading a put's or a
+//! The queue protocol mlx5, EFA, Ionic and the proxy share: reserving slots, reading a put's or a
 //! signal's operands into the records the checks use, publishing in order, and recording a
 //! posted command against its slot (a slot collision is two programs owning one queue).
 //!
 //! What differs per transport is where the counters live and how a full ring is reclaimed: a
-//! [`QueueGeometry`] from `mlx5.rs`, `efa.rs` or `proxy.rs`, and [`World::reclaim`]. The encoding of a
+//! [`QueueGeometry`] from `mlx5.rs`, `efa.rs`, `ionic.rs` or `proxy.rs`, and [`World::reclaim`]. The encoding of a
 //! command (a WQE, a ring entry) is not here: `mlx5.rs` and `proxy.rs` write it from the
 //! [`PreparedPut`] or [`PreparedSignal`] this file reads.
 
@@ -32,6 +32,16 @@ pub(super) struct QueueGeometry {
     pub(super) cq_counter_address: Option<u64>,
     /// The error a failed read of the consumer position is (the NIC's or the proxy's).
     pub(super) read_error: fn(String) -> SimulationError,
+}
+
+/// What a completion wait of a queue whose completions the generated code tracks itself (EFA,
+/// Ionic) waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum QueueWaitTarget {
+    /// The WQE at this index (a token wait).
+    Wqe(u64),
+    /// Every WQE before this index (a drain, or the wait before a signal).
+    Prefix(u64),
 }
 
 /// A put's operands, read and checked, and the record the checks keep of it.
@@ -69,6 +79,7 @@ impl<'k> World<'k> {
         match self.transport {
             Transport::Mlx5 => Self::mlx5_queue_geometry(handle),
             Transport::Efa => Self::efa_queue_geometry(handle),
+            Transport::Ionic => Self::ionic_queue_geometry(handle),
             _ => Self::proxy_queue_geometry(handle),
         }
     }
@@ -88,6 +99,9 @@ impl<'k> World<'k> {
             Transport::Mlx5 => self.reclaim_mlx5_ring(thread, rank, peer, handle),
             Transport::Efa => {
                 self.efa_poll_completions(rank, peer, super::efa::EfaQueue::of(handle))
+            }
+            Transport::Ionic => {
+                self.ionic_poll_completions(rank, peer, super::ionic::IonicQueue::of(handle))
             }
             _ => Ok(consumed),
         }
@@ -129,6 +143,8 @@ impl<'k> World<'k> {
         }
         let efa_queue =
             (self.transport == Transport::Efa).then(|| super::efa::EfaQueue::of(&handle));
+        let ionic_queue =
+            (self.transport == Transport::Ionic).then(|| super::ionic::IonicQueue::of(&handle));
         let space_block = |end: u64| Block::Space {
             peer,
             site,
@@ -136,6 +152,7 @@ impl<'k> World<'k> {
             needed: end.saturating_sub(capacity),
             cq_counter_address: geometry.cq_counter_address,
             efa_queue,
+            ionic_queue,
         };
         let cost = self.options.cost_model.clone();
         let head_now = if atomic {
@@ -390,7 +407,9 @@ impl<'k> World<'k> {
         if let Some(end) = completion_end {
             // What a drain of this queue waits for, and frees.
             let first = match key {
-                CommandKey::Mlx5 { slot, .. } | CommandKey::Efa { slot, .. } => slot,
+                CommandKey::Mlx5 { slot, .. }
+                | CommandKey::Efa { slot, .. }
+                | CommandKey::Ionic { slot, .. } => slot,
                 CommandKey::Proxy { ticket, .. } => ticket,
             };
             self.threads[thread]
@@ -401,6 +420,7 @@ impl<'k> World<'k> {
             let (rank, slot) = match key {
                 CommandKey::Mlx5 { rank, slot, .. }
                 | CommandKey::Efa { rank, slot, .. }
+                | CommandKey::Ionic { rank, slot, .. }
                 | CommandKey::Proxy {
                     rank, ticket: slot, ..
                 } => (rank, slot),

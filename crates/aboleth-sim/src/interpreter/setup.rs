@@ -3,9 +3,10 @@
 //! needs them), one region-descriptor table per region per rank, and an endpoint table per
 //! rank holding one [`EndpointHandle`] per peer.
 //!
-//! The transport's own part of an endpoint (an mlx5 QP, an EFA QP, a proxy ring, a p2p peer
-//! address) is made by `setup_mlx5_endpoint`, `setup_efa_endpoint`, `setup_proxy_endpoint` and
-//! `setup_p2p_endpoint` in the transport's file; this file only walks the ranks and peers. It runs nothing: the run
+//! The transport's own part of an endpoint (an mlx5 QP, an EFA QP, an Ionic QP, a proxy ring, a
+//! p2p peer address) is made by `setup_mlx5_endpoint`, `setup_efa_endpoint`,
+//! `setup_ionic_endpoint`, `setup_proxy_endpoint` and `setup_p2p_endpoint` in the transport's
+//! file; this file only walks the ranks and peers. It runs nothing: the run
 //! starts in `mod.rs` ([`World::run_round`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -139,18 +140,8 @@ impl<'k> World<'k> {
             }
             regions.push(by_name);
         }
-        let transport = match kernel.target {
-            Transport::Mlx5 => Transport::Mlx5,
-            Transport::Proxy => Transport::Proxy,
-            Transport::P2p => Transport::P2p,
-            Transport::Efa => Transport::Efa,
-            other => {
-                return Err(SimulationError::Setup(format!(
-                    "the simulator has no model of `{}` yet",
-                    other.name()
-                )));
-            }
-        };
+        // Every lowered transport has a model (the pipeline refuses the others).
+        let transport = kernel.target;
         // Region-descriptor tables: one per region per rank, indexed by rank.
         let mut region_tables = HashMap::new();
         let mut proxy_region_table = RegionTable::new();
@@ -190,6 +181,7 @@ impl<'k> World<'k> {
         }
         let mut nic = Nic::new();
         let mut efa = aboleth_nic::efa::EfaDevice::new();
+        let mut ionic = aboleth_nic::ionic::IonicDevice::new();
         let mut proxies = Vec::new();
         let mut endpoint_tables = Vec::new();
         for rank in 0..ranks {
@@ -255,6 +247,13 @@ impl<'k> World<'k> {
                         &mut handle,
                         efa_receive_context.expect("allocated for efa above"),
                     )?,
+                    Transport::Ionic => super::ionic::setup_ionic_endpoint(
+                        &mut memory,
+                        &mut ionic,
+                        options,
+                        (rank, peer),
+                        &mut handle,
+                    )?,
                     _ => setup_p2p_endpoint((rank, peer), &mut handle),
                 }
                 write_endpoint_handle(&mut memory, rank, table, peer, &handle)?;
@@ -296,6 +295,7 @@ impl<'k> World<'k> {
             memory,
             nic,
             efa,
+            ionic,
             proxies,
             store_buffers: Vec::new(),
             threads: Vec::new(),

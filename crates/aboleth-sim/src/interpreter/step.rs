@@ -4,7 +4,7 @@
 //! `ab.at`) and the threads of a program (doorbell-scope lanes and the other threads whose
 //! stores a barrier orders) are here; memory instructions in `memory_access.rs`, waits in
 //! `waits.rs`, the queue protocol in `queue.rs`, and each transport's commands in `mlx5.rs`,
-//! `efa.rs`, `proxy.rs`, `p2p.rs` and `packets.rs`. A queue command is read once (`queue.rs`) and
+//! `efa.rs`, `ionic.rs`, `proxy.rs`, `p2p.rs` and `packets.rs`. A queue command is read once (`queue.rs`) and
 //! encoded by the handler of the kernel's transport; no shared handler branches on it.
 //!
 //! It does not schedule (`mod.rs` picks which agent moves) and checks nothing itself beyond
@@ -285,6 +285,7 @@ impl<'k> World<'k> {
                     Transport::Mlx5 => self.mlx5_put(thread, site, put, prepared)?,
                     Transport::Proxy => self.proxy_put(thread, site, prepared)?,
                     Transport::Efa => self.efa_put(thread, site, prepared)?,
+                    Transport::Ionic => self.ionic_put(thread, put, prepared)?,
                     _ => unreachable!("p2p kernels have no queue commands"),
                 }
                 return Ok(Step::Effect);
@@ -295,6 +296,7 @@ impl<'k> World<'k> {
                     Transport::Mlx5 => self.mlx5_signal(thread, signal, prepared)?,
                     Transport::Proxy => self.proxy_signal(thread, signal, prepared)?,
                     Transport::Efa => self.efa_signal(thread, site, signal, prepared)?,
+                    Transport::Ionic => self.ionic_signal(thread, signal, prepared)?,
                     _ => unreachable!("p2p kernels have no queue commands"),
                 }
                 return Ok(Step::Effect);
@@ -330,6 +332,9 @@ impl<'k> World<'k> {
                     Transport::Efa => {
                         self.efa_doorbell(thread, (peer, &handle), end, *atomic_max, *order)?
                     }
+                    Transport::Ionic => {
+                        self.ionic_doorbell(thread, (peer, &handle), end, *atomic_max, *order)?
+                    }
                     _ => unreachable!("p2p kernels have no doorbells"),
                 }
                 return Ok(Step::Effect);
@@ -355,11 +360,22 @@ impl<'k> World<'k> {
                         // SRD completes WQEs out of order: a token waits for its own WQE, a
                         // drain for every WQE up to the program's last command.
                         let target = if slot_given {
-                            super::efa::EfaWaitTarget::Wqe(slot)
+                            super::queue::QueueWaitTarget::Wqe(slot)
                         } else {
-                            super::efa::EfaWaitTarget::Prefix(end)
+                            super::queue::QueueWaitTarget::Prefix(end)
                         };
                         self.efa_wait_completion(thread, site, (peer, &handle), target)
+                    }
+                    Transport::Ionic => {
+                        // RC: a CQE covers every WQE before it, so a token waits until the
+                        // consumer index is past its WQE, a drain until it reaches the end of
+                        // the program's last command with a completion.
+                        let target = if slot_given {
+                            super::queue::QueueWaitTarget::Wqe(slot)
+                        } else {
+                            super::queue::QueueWaitTarget::Prefix(end)
+                        };
+                        self.ionic_wait_completion(thread, site, (peer, &handle), target)
                     }
                     _ => self.proxy_wait_completion(thread, site, peer, &handle, slot),
                 };

@@ -111,6 +111,10 @@ impl<'k> World<'k> {
                 self.efa_wait_done(rank, *queue, *target)?
                     || self.efa_completion_ready(rank, *queue)?
             }
+            Block::IonicCompletion { queue, target, .. } => {
+                self.ionic_wait_done(rank, *queue, *target)?
+                    || self.ionic_completion_ready(rank, *queue)?
+            }
             Block::ProxyCompletion {
                 ring_address,
                 ticket,
@@ -130,8 +134,14 @@ impl<'k> World<'k> {
                 needed,
                 cq_counter_address,
                 efa_queue,
+                ionic_queue,
                 ..
             } => {
+                if let Some(queue) = ionic_queue
+                    && self.ionic_completion_ready(rank, *queue)?
+                {
+                    return Ok(true);
+                }
                 if let Some(queue) = efa_queue
                     && self.efa_completion_ready(rank, *queue)?
                 {
@@ -219,10 +229,24 @@ impl<'k> World<'k> {
                     "{who} waits at {} for {} on its EFA queue to rank {peer}, and the device has no completion left to write for it",
                     self.site_of(thread.rank, *site),
                     match target {
-                        super::efa::EfaWaitTarget::Wqe(index) => {
+                        super::queue::QueueWaitTarget::Wqe(index) => {
                             format!("the completion of the WQE at index {index}")
                         }
-                        super::efa::EfaWaitTarget::Prefix(end) => {
+                        super::queue::QueueWaitTarget::Prefix(end) => {
+                            format!("the completions of every WQE before index {end}")
+                        }
+                    }
+                ),
+                Some(Block::IonicCompletion {
+                    peer, target, site, ..
+                }) => format!(
+                    "{who} waits at {} for {} on its Ionic queue to rank {peer}, and the device has no CQE left to write for it",
+                    self.site_of(thread.rank, *site),
+                    match target {
+                        super::queue::QueueWaitTarget::Wqe(index) => {
+                            format!("the completion of the WQE at index {index}")
+                        }
+                        super::queue::QueueWaitTarget::Prefix(end) => {
                             format!("the completions of every WQE before index {end}")
                         }
                     }
