@@ -38,7 +38,7 @@ demo: python-setup
 	@echo
 	@echo "== the seed's Triton kernel (examples/triton/alltoall.py), compiled by stock Triton 3.6 on this CPU =="
 	@echo "== for each rank, run on 8 simulated ranks, 4 launches, 20 random schedules per lowering, checked =="
-	@for target in mlx5 proxy p2p efa; do \
+	@for target in mlx5 proxy p2p efa ionic; do \
 	  $(ABOLETH) sim examples/triton/alltoall.py --target $$target \
 	    --ranks 8 --rounds 4 --schedules 20 --check $(SEED_LAUNCH) || exit 1; \
 	  echo; done
@@ -52,7 +52,7 @@ demo: python-setup
 	@echo "== (no barrier or flag store per chain; the receiver unpacks, which costs more than it saves for 64-byte chunks) =="
 	@$(ABOLETH) sim examples/ir/stream_put_signal_16.abo --ranks 2 --rounds 4 --schedules 20 --target p2p --packet-signals --check
 	@echo
-	@echo "Everything above ran on the simulator (crates/aboleth-sim): no GPU, no NIC. mlx5, efa (SRD:"
+	@echo "Everything above ran on the simulator (crates/aboleth-sim): no GPU, no NIC. mlx5, ionic, efa (SRD:"
 	@echo "writes land in any order; experimental, no code generation) and proxy are simulated and"
 	@echo "cross-checked against rdma-core's layouts, not run on hardware here; simulated"
 	@echo "time comes from the documented cost model (crates/aboleth-sim/src/cost_model.rs). The same p2p"
