@@ -444,26 +444,12 @@ impl<'k> World<'k> {
         order: StoreOrder,
     ) -> Result<(), SimulationError> {
         let rank = self.threads[thread].rank;
-        let cost = self.options.cost_model.clone();
-        if order == StoreOrder::Release {
-            self.flush(thread)?;
-            self.advance_clock(thread, cost.fence_sys_nanoseconds);
-        }
-        let address = handle.management_address + PRODUCER_INDEX;
-        let end = if atomic_max {
-            self.counts.atomics += 1;
-            self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
-            end.max(self.atomic_update(thread, rank, address, |old| old.max(end))?)
-        } else {
-            self.store(
-                thread,
-                rank,
-                address,
-                &end.to_le_bytes(),
-                StoreOrder::Relaxed,
-            )?;
-            end
-        };
+        let end = self.release_and_advance_producer(
+            thread,
+            handle.management_address + PRODUCER_INDEX,
+            end,
+            (atomic_max, order),
+        )?;
         self.efa
             .ring_doorbell(&self.memory, rank, handle.qpn as u16, end as u16)
             .map_err(|e| {
@@ -472,10 +458,7 @@ impl<'k> World<'k> {
                     self.threads[thread].program
                 ))
             })?;
-        self.advance_clock(thread, cost.pcie_mmio_doorbell_write_nanoseconds);
-        let time = self.threads[thread].clock_nanoseconds;
-        self.doorbell_times
-            .insert((rank, u64::from(handle.qpn)), time);
+        self.doorbell_rung(thread, u64::from(handle.qpn));
         Ok(())
     }
 
@@ -728,18 +711,7 @@ impl<'k> World<'k> {
         };
         let posted = self.posted.remove(&key);
         if event.status != COMP_STATUS_OK {
-            let site = match &posted {
-                Some(PostedCommand::Put(put)) => {
-                    format!(" (the put at {})", self.site_of(put.rank, put.site))
-                }
-                Some(PostedCommand::Signal(signal)) => {
-                    format!(
-                        " (the signal at {})",
-                        self.site_of(signal.rank, signal.site)
-                    )
-                }
-                _ => String::new(),
-            };
+            let site = self.posted_site(&posted);
             return Err(SimulationError::Nic(format!(
                 "rank {rank}'s EFA queue pair {}: the WQE at index {}{site} failed with status {}",
                 event.qp_num, event.index, event.status

@@ -986,18 +986,7 @@ impl<'k> World<'k> {
         let posted = self.posted.remove(&key);
         match execution.outcome {
             WqeOutcome::Failed { syndrome, reason } => {
-                let site = match &posted {
-                    Some(PostedCommand::Put(put)) => {
-                        format!(" (the put at {})", self.site_of(put.rank, put.site))
-                    }
-                    Some(PostedCommand::Signal(signal)) => {
-                        format!(
-                            " (the signal at {})",
-                            self.site_of(signal.rank, signal.site)
-                        )
-                    }
-                    _ => String::new(),
-                };
+                let site = self.posted_site(&posted);
                 return Err(SimulationError::Nic(format!(
                     "rank {rank}'s QP to rank {}: the WQE at slot {}{site} failed with syndrome {syndrome:#04x}: {reason}",
                     event.peer_rank, execution.basic_block_index

@@ -394,6 +394,68 @@ impl<'k> World<'k> {
         Ok(Step::Effect)
     }
 
+    /// The part of an MMIO doorbell that EFA and Ionic share: a system-scope release of the
+    /// program's stores (the WQEs, the staged values) unless `order` is relaxed, then the new
+    /// producer index at `producer_address` (an `atomicMax` on a shared queue, whose result is
+    /// what the doorbell carries; a plain store otherwise). Returns the producer index to ring.
+    pub(super) fn release_and_advance_producer(
+        &mut self,
+        thread: usize,
+        producer_address: u64,
+        end: u64,
+        (atomic_max, order): (bool, StoreOrder),
+    ) -> Result<u64, SimulationError> {
+        let rank = self.threads[thread].rank;
+        let cost = self.options.cost_model.clone();
+        if order == StoreOrder::Release {
+            self.flush(thread)?;
+            self.advance_clock(thread, cost.fence_sys_nanoseconds);
+        }
+        if atomic_max {
+            self.counts.atomics += 1;
+            self.advance_clock(thread, cost.gpu_scope_atomic_nanoseconds);
+            return Ok(
+                end.max(self.atomic_update(thread, rank, producer_address, |old| old.max(end))?)
+            );
+        }
+        self.store(
+            thread,
+            rank,
+            producer_address,
+            &end.to_le_bytes(),
+            StoreOrder::Relaxed,
+        )?;
+        Ok(end)
+    }
+
+    /// The MMIO store of a doorbell done: its cost, and when it was rung (for the device's
+    /// clock), by `(rank, queue)`.
+    pub(super) fn doorbell_rung(&mut self, thread: usize, queue: u64) {
+        let rank = self.threads[thread].rank;
+        self.advance_clock(
+            thread,
+            self.options.cost_model.pcie_mmio_doorbell_write_nanoseconds,
+        );
+        let time = self.threads[thread].clock_nanoseconds;
+        self.doorbell_times.insert((rank, queue), time);
+    }
+
+    /// Where, in the program, the command a device event refers to came from (for messages).
+    pub(super) fn posted_site(&self, posted: &Option<PostedCommand>) -> String {
+        match posted {
+            Some(PostedCommand::Put(put) | PostedCommand::PutWithImmediate(put, _)) => {
+                format!(" (the put at {})", self.site_of(put.rank, put.site))
+            }
+            Some(PostedCommand::Signal(signal)) => {
+                format!(
+                    " (the signal at {})",
+                    self.site_of(signal.rank, signal.site)
+                )
+            }
+            _ => String::new(),
+        }
+    }
+
     /// Records a posted command (with the slot after it when it requests a completion); a slot still holding an unexecuted command means two programs
     /// took the same slots (a queue posted as if it had one owner when it has several).
     pub(super) fn post(
