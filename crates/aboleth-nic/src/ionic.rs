@@ -13,12 +13,14 @@
 //! value returned to the requester's buffer; lkey and rkey checks through the memory; and the
 //! send completion, one `SEND_MSN` CQE per signaled WQE (and for a failed one, with the error
 //! bit and status), in the CQ's lap color (1 in the first lap), whose message sequence number is
-//! the WQE's index + 1 (modulo 2^24): every WQE before it has completed too (RC). A failed WQE
+//! the WQE's index + 1 (modulo 2^24; every WQE here is a remote operation, the only kind rdma-core
+//! numbers): every WQE before it has completed too (RC). A failed WQE
 //! stops its queue pair (later WQEs are not executed).
 //!
 //! What it does not model: writes with immediate and receive queues (refused with
-//! [`IonicError::NotModeled`]), sends and reads, the `spec` scatter formats, the CQ credits a
-//! producer must reserve (`ionic_reserve_cq`), CQ overrun, express doorbells and the controller
+//! [`IonicError::NotModeled`]), sends and reads, local operations (`SEND_NPG` completions), the
+//! `spec` scatter formats, the CQ credits a producer must reserve and a consumer return
+//! (`ionic_reserve_cq`, the CQ doorbell), CQ overrun, express doorbells and the controller
 //! memory buffer, and time (each event reports the bytes it moved; a caller prices it).
 
 use std::collections::BTreeMap;

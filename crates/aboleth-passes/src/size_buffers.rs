@@ -4,8 +4,9 @@
 //! the transfers posted on it between completion points (`ab.wait`, `ab.drain`), with loops
 //! multiplied out by their trip count or, when that is known only at run time, its bound
 //! (`scalar::trip_count_bound`), and records the largest such reuse distance as `queue_slots`
-//! (a power of two, at least 64). The runtime and the simulator size the ring from it; a batch
-//! can then never exceed the ring. Loops with unbounded trip counts record
+//! (a power of two, at least 64; on Ionic, whose ring keeps one slot empty, one more than the
+//! distance before rounding). The runtime and the simulator size the ring from it; a batch can
+//! then never exceed the ring. Loops with unbounded trip counts record
 //! `queue_slots_unbounded`; they are not batched, and the reservations reclaim the ring
 //! through mlx5's periodic completions. p2p has no queue: nothing is recorded.
 
@@ -88,7 +89,14 @@ pub fn run(
         if unbounded {
             attrs::set_bool(ctx, op, "queue_slots_unbounded", true);
         }
-        let slots = (maximum.max(1) as u64).next_power_of_two() as i64;
+        // An Ionic ring keeps one slot empty (rdma-core's `ionic_queue_full`): a batch of as many
+        // slots as the ring has could never be reserved there.
+        let usable = if pass.target == aboleth_abi::Transport::Ionic {
+            maximum.max(1).saturating_add(1)
+        } else {
+            maximum.max(1)
+        };
+        let slots = (usable as u64).next_power_of_two() as i64;
         attrs::set_int(ctx, op, "queue_slots", slots.max(QUEUE_SLOTS_MIN));
         changed = true;
     }

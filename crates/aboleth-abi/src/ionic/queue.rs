@@ -2,8 +2,13 @@
 //! endpoint handle's `management_address` names on the ionic transport.
 //!
 //! An RC queue pair completes its WQEs in order and a send CQE names the last WQE it covers
-//! (message sequence number = WQE index + 1, `cqe::Completion::Send`), so the consumer index is
-//! the largest such number polled: every WQE before it has completed. Only signaled WQEs leave a
+//! (message sequence number = WQE index + 1, `cqe::Completion::Send`; that holds because every
+//! WQE the lowering posts is a remote operation: rdma-core advances the message number only for
+//! those, local operations complete through `SEND_NPG` CQEs), so the consumer index is the
+//! largest such number polled (its bits within the ring, as rdma-core reads it): every WQE
+//! before it has completed. The GPU never returns CQ credits (rdma-core rings the CQ's doorbell
+//! with its consumer position, `ionic_reserve_sync_cq`); a device would see the CQ fill: not
+//! built, and the model does not check it. Only signaled WQEs leave a
 //! CQE; the lowering signals a WQE at each quarter of the ring (as mlx5's periodic completions),
 //! so a full ring can always be reclaimed. Layouts only: the simulator implements the protocol
 //! (`aboleth-sim`'s `interpreter/ionic.rs`); no runtime creates Ionic queues here (no device).

@@ -175,7 +175,7 @@ impl<T: QueueTransport> Lowering<'_, T> {
             let op = ops[index];
             let name = op_name(ctx, op);
             let batch = attrs::get_int(ctx, op, "batch");
-            if batch.is_none() && is_unbatched_predicated_put(ctx, op) {
+            if batch.is_none() && is_unbatched_predicated_put::<T>(ctx, op) {
                 // As `if (predicate) nvshmem_put(...)`: nothing at all is posted when the
                 // predicate is false (a NOP keeping a batch's size static is only worth it in a
                 // batch). The put moves into an `ab.if` and is lowered there, unpredicated.
@@ -646,15 +646,17 @@ fn innermost_last_iteration(
 /// would need its slot outside the `ab.if`), and whose completion no later drain relies on:
 /// `plan-completions` may have given the completion that retires the earlier commands of the
 /// queue to this put alone, and it must then be posted (as a NOP or an empty write when the
-/// predicate is false) for that completion to come.
-fn is_unbatched_predicated_put(ctx: &Context, op: Ptr<Operation>) -> bool {
+/// predicate is false) for that completion to come. On a queue that is not in order (EFA)
+/// every command completes and a drain waits for all of them, so nothing relies on one put.
+fn is_unbatched_predicated_put<T: QueueTransport>(ctx: &Context, op: Ptr<Operation>) -> bool {
     op_name(ctx, op) == "ab.put"
         && put_predicate(ctx, op).is_some()
         && !op.deref(ctx).get_result(0).is_used(ctx)
-        && !matches!(
-            attrs::get_string(ctx, op, "completion").as_deref(),
-            Some("always" | "last_iteration")
-        )
+        && (!T::IN_ORDER
+            || !matches!(
+                attrs::get_string(ctx, op, "completion").as_deref(),
+                Some("always" | "last_iteration")
+            ))
 }
 
 /// The index of a signal right after the put at `index` (pure scalar ops between them allowed)

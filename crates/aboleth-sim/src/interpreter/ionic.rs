@@ -42,8 +42,6 @@ const QUEUE_ID_BASE: u32 = 0x100;
 const FIRMWARE: IonicVersion = IonicVersion::V2;
 /// Bytes of the scratch word an add's old value lands in, and of the doorbell slot.
 const WORD_BYTES: u64 = 8;
-/// Message sequence numbers are 24 bits.
-const MSN_MASK: u64 = 0x00ff_ffff;
 
 const RESERVED_HEAD: u64 = core::mem::offset_of!(IonicQueueManagement, reserved_head) as u64;
 const READY_HEAD: u64 = core::mem::offset_of!(IonicQueueManagement, ready_head) as u64;
@@ -58,6 +56,7 @@ const COMPLETIONS_POLLED: u64 =
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct IonicQueue {
     queue_id: u32,
+    sq_entries: u32,
     management_address: u64,
 }
 
@@ -65,6 +64,7 @@ impl IonicQueue {
     pub(super) fn of(handle: &EndpointHandle) -> Self {
         IonicQueue {
             queue_id: handle.qpn,
+            sq_entries: handle.sq_wqe_basic_block_count,
             management_address: handle.management_address,
         }
     }
@@ -199,8 +199,9 @@ impl<'k> World<'k> {
         }
         match &mut wqe {
             SendWqe::RdmaWrite { common, .. } | SendWqe::Atomic { common, .. } => {
+                // rdma-core writes the ring position (`sq.queue.prod`) as the id.
                 *common = WqeCommon {
-                    wqe_id: slot,
+                    wqe_id: slot % entries,
                     color: sq_color_of(slot, entries),
                     signaled,
                     fence: common.fence,
@@ -365,8 +366,11 @@ impl<'k> World<'k> {
                 Ok(Completion::Send {
                     msn, status: None, ..
                 }) => {
-                    // The 24-bit message number names the WQE index + 1 past the consumer.
-                    let through = consumer + ((u64::from(msn).wrapping_sub(consumer)) & MSN_MASK);
+                    // The message number names the WQE index + 1 past the consumer; only its
+                    // bits within the ring are relied on, as rdma-core's poller does
+                    // (`msg_msn & mask`): fewer than `entries` WQEs are ever in flight.
+                    let mask = u64::from(queue.sq_entries) - 1;
+                    let through = consumer + (u64::from(msn).wrapping_sub(consumer) & mask);
                     consumer = consumer.max(through);
                 }
                 Ok(Completion::Send {
