@@ -25,16 +25,7 @@ fn rdma_core_source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/rdma-core/rdma-core-61.0")
 }
 
-/// xorshift64*: deterministic inputs without a dependency.
-struct Inputs(u64);
-impl Inputs {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+use common::Inputs;
 
 /// One input line for the C program and our bytes for it.
 struct Case {

@@ -70,19 +70,7 @@ fn field_at(segments: &[(&'static str, Fields)], offset: usize) -> String {
     "padding".to_string()
 }
 
-/// xorshift64*: deterministic inputs without a dependency.
-struct Inputs(u64);
-impl Inputs {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
+use common::Inputs;
 
 fn wqe_case(
     input: String,

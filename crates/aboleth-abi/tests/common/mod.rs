@@ -1,7 +1,8 @@
 //! What the rdma-core cross-checks share: compiling a reference C program with the system
 //! compiler, running it on the cases' input lines, splitting what it prints into layout facts
 //! (`sizeof.*`, `offsetof.*`, `const.*` with a decimal value) and one `<label> <hex>` line per
-//! case, and comparing the facts with ours, naming the first that differs.
+//! case, and comparing the facts with ours, naming the first that differs; and the deterministic
+//! input generator ([`Inputs`]) the cases are drawn from.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -113,4 +114,25 @@ pub fn bytes_of_hex(hex: &str) -> Vec<u8> {
         .step_by(2)
         .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
         .collect()
+}
+
+/// xorshift64*: deterministic inputs without a dependency.
+pub struct Inputs(pub u64);
+impl Inputs {
+    /// The next 64 bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A value below `bound`.
+    #[allow(
+        dead_code,
+        reason = "each cross-check includes this module and uses part of it"
+    )]
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
 }

@@ -448,14 +448,7 @@ impl<'k> World<'k> {
                 site,
             }));
         }
-        let completed_at = self
-            .write_times
-            .get(&(rank, u64::from(handle.qpn)))
-            .copied()
-            .unwrap_or(0);
-        let state = &mut self.threads[thread];
-        state.clock_nanoseconds = state.clock_nanoseconds.max(completed_at);
-        Ok(Step::Effect)
+        Ok(self.pass_completion_wait(thread, u64::from(handle.qpn)))
     }
 
     /// One step of the Ionic device: the oldest WQE of one queue pair, executed.

@@ -44,6 +44,18 @@ pub(super) enum QueueWaitTarget {
     Prefix(u64),
 }
 
+impl QueueWaitTarget {
+    /// What the wait waits for, for a deadlock report.
+    pub(super) fn describe(self) -> String {
+        match self {
+            QueueWaitTarget::Wqe(index) => format!("the completion of the WQE at index {index}"),
+            QueueWaitTarget::Prefix(end) => {
+                format!("the completions of every WQE before index {end}")
+            }
+        }
+    }
+}
+
 /// A put's operands, read and checked, and the record the checks keep of it.
 pub(super) struct PreparedPut {
     pub(super) peer: u32,
@@ -426,6 +438,16 @@ impl<'k> World<'k> {
             StoreOrder::Relaxed,
         )?;
         Ok(end)
+    }
+
+    /// A completion wait of `thread` passed: its clock moves to when the device last wrote a
+    /// completion of queue `queue` (by `(rank, queue)`, as `write_times` keeps it).
+    pub(super) fn pass_completion_wait(&mut self, thread: usize, queue: u64) -> Step {
+        let rank = self.threads[thread].rank;
+        let completed_at = self.write_times.get(&(rank, queue)).copied().unwrap_or(0);
+        let state = &mut self.threads[thread];
+        state.clock_nanoseconds = state.clock_nanoseconds.max(completed_at);
+        Step::Effect
     }
 
     /// The MMIO store of a doorbell done: its cost, and when it was rung (for the device's

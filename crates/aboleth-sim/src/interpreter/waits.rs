@@ -228,28 +228,14 @@ impl<'k> World<'k> {
                 }) => format!(
                     "{who} waits at {} for {} on its EFA queue to rank {peer}, and the device has no completion left to write for it",
                     self.site_of(thread.rank, *site),
-                    match target {
-                        super::queue::QueueWaitTarget::Wqe(index) => {
-                            format!("the completion of the WQE at index {index}")
-                        }
-                        super::queue::QueueWaitTarget::Prefix(end) => {
-                            format!("the completions of every WQE before index {end}")
-                        }
-                    }
+                    target.describe()
                 ),
                 Some(Block::IonicCompletion {
                     peer, target, site, ..
                 }) => format!(
                     "{who} waits at {} for {} on its Ionic queue to rank {peer}, and the device has no CQE left to write for it",
                     self.site_of(thread.rank, *site),
-                    match target {
-                        super::queue::QueueWaitTarget::Wqe(index) => {
-                            format!("the completion of the WQE at index {index}")
-                        }
-                        super::queue::QueueWaitTarget::Prefix(end) => {
-                            format!("the completions of every WQE before index {end}")
-                        }
-                    }
+                    target.describe()
                 ),
                 Some(Block::ProxyCompletion {
                     peer, ticket, site, ..
