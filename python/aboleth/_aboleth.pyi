@@ -368,7 +368,7 @@ def device_library(target: str, mutation: str | None = None) -> tuple[list[tuple
     one is named (a GPU test's check that it is caught): `(relative path, contents)` of every file, `(site id,
     operation variant, what it waits for)` of every bounded wait, and the operations' names.
     `ValueError` for an unknown transport or a mutation of another transport's library,
-    `NotImplementedError` for a transport without code generation (efa, ionic).
+    `NotImplementedError` for a transport without a device library (efa, ionic).
     """
 
 def layout_bytes(name: str, fields: dict[str, SupportsIndex]) -> bytes:

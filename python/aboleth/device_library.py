@@ -65,7 +65,7 @@ def _default_directory(target: str, files: Any) -> Path:
 def write(target: str, directory: Optional[os.PathLike] = None, *, mutation: Optional[str] = None) -> DeviceLibrary:
     """Writes the library's files for ``target`` under ``directory`` (default: the cache) and
     returns it without an archive. ``ValueError`` for an unknown transport,
-    ``NotImplementedError`` for one without code generation (efa, ionic). ``mutation``
+    ``NotImplementedError`` for one without a device library (efa, ionic). ``mutation``
     (``"signal-before-copy"`` for p2p, ``"host-order-wqes"`` for mlx5) writes a deliberately broken library instead: for tests that must
     catch it, never for use."""
     files, wait_sites, operations = _aboleth.device_library(target, mutation)

@@ -69,6 +69,19 @@ def test_efa_plans_the_seed_all_to_all_and_refuses_to_generate_code_for_it():
     assert "--target efa has no code generation for Triton kernels yet" in result.stderr
 
 
+def test_ptx_for_ionic_has_the_64_byte_wqes_and_one_64_bit_doorbell():
+    # Experimental: generated for NVIDIA GPUs the way mlx5 is; never run on an Ionic device.
+    result = seed("--target", "ionic", "--emit", "ptx")
+    assert result.returncode == 0, result.stderr
+    ptx = result.stdout
+    # The batch (one put and one fetch-add signal per peer) is rung once: a system fence, then
+    # the MMIO store of queue id << 24 | producer index.
+    assert ptx.count("st.mmio.relaxed.sys.global.b64") == 1
+    assert "shl.b64 %ab_qid, %ab_qid, 24;" in ptx
+    # Completions are polled from the CQ under the poll lock, checking the lap's color.
+    assert "xor.pred %ab_valid, %ab_color, %ab_even;" in ptx
+
+
 def test_ptx_for_p2p_has_the_release_store_and_the_acquire_poll():
     result = seed("--target", "p2p", "--emit", "ptx")
     assert result.returncode == 0, result.stderr
@@ -111,8 +124,8 @@ def aboleth_binary(*arguments: str) -> subprocess.CompletedProcess:
 
 
 def test_aboleth_sim_runs_the_seed_triton_kernel_compiled_per_rank_on_simulated_ranks():
-    # efa and ionic: lowered and simulated (SRD's unordered writes, Ionic's RC queues modeled),
-    # with no code generation yet.
+    # efa and ionic: lowered and simulated (SRD's unordered writes, Ionic's RC queues modeled);
+    # efa has no code generation yet (its TTIR is captured as mlx5's).
     for target in ("p2p", "proxy", "mlx5", "efa", "ionic"):
         result = aboleth_binary("sim", SEED, "--kernel", "alltoall", "--target", target, "--ranks", "3",
                                 "--schedules", "5", "--check", *SEED_LAUNCH)

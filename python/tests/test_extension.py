@@ -79,10 +79,9 @@ def test_plan_only_options_reach_efa_and_the_stage_refuses_to_generate_code_with
 
 
 @pytest.mark.parametrize("target, options, message", [
-    ("rdma", {}, 'unknown target "rdma", expected one of mlx5, proxy, p2p'),
+    ("rdma", {}, 'unknown target "rdma", expected one of mlx5, proxy, p2p, ionic'),
     ("efa", {}, 'target "efa" is lowered and simulated but has no code generation for Triton kernels yet'),
-    ("ionic", {}, 'target "ionic" is lowered and simulated but has no code generation for Triton kernels yet'),
-    ("tcp", {}, 'unknown target "tcp", expected one of mlx5, proxy, p2p'),
+    ("tcp", {}, 'unknown target "tcp", expected one of mlx5, proxy, p2p, ionic'),
     ("p2p", {"immediate_signals": True}, "immediate signals (--immediate-signals, immediate_signals=True)"),
     ("proxy", {"passes_off": True, "disabled_passes": ["batch-commands"]}, "disabling passes (batch-commands)"),
 ])

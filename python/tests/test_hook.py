@@ -335,7 +335,7 @@ def test_changing_the_configuration_recompiles_and_the_same_one_hits_the_cache()
 
 
 def test_bad_configurations_are_rejected_before_anything_changes():
-    with pytest.raises(ValueError, match="aboleth: target must be one of mlx5, proxy, p2p, got 'rdma'"):
+    with pytest.raises(ValueError, match="aboleth: target must be one of mlx5, proxy, p2p, ionic, got 'rdma'"):
         aboleth.install(target="rdma")
     with pytest.raises(TypeError, match="disabled_passes must be a sequence of pass names, not one string"):
         aboleth.install(target="mlx5", disabled_passes="batch-commands")

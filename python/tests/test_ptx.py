@@ -50,6 +50,20 @@ def test_sixteen_chains_library_style_pay_sixteen_doorbells():
     assert ptx.count("fence.sc.sys") == 16
 
 
+def test_sixteen_chains_on_an_ionic_queue_one_reservation_and_one_doorbell_with_the_passes():
+    # Experimental (generated for NVIDIA GPUs, not run on a device): RC is in order, so the 32
+    # WQEs (16 writes, 16 fetch-adds) share one reservation, one publication and one doorbell.
+    ptx = ptx_of("ionic", passes_off=False)
+    assert count(ptx, "atom.relaxed.gpu.global.add.u64") == 1
+    assert count(ptx, "st.mmio.relaxed.sys.global.b64") == 1
+    # The shared queue's publication fence, and the doorbell's (the MMIO store must follow the
+    # WQEs of earlier producers too, which the publication's acquire only made visible here).
+    assert count(ptx, "fence.sc.sys") == 2
+    library = ptx_of("ionic", passes_off=True)
+    assert count(library, "st.mmio.relaxed.sys.global.b64") == 16
+    assert count(library, "fence.sc.sys") >= 16
+
+
 def test_sixteen_chains_over_nvlink_are_sixteen_release_flag_stores_and_no_fences():
     ptx = ptx_of("p2p", passes_off=False)
     assert count(ptx, "st.release.sys.global.u64") == 16

@@ -62,9 +62,17 @@ impl Transport {
         Transport::Ionic,
     ];
 
-    /// The transports the code generator generates TTIR and CUDA for (Triton kernels and the
-    /// device library compile for these).
-    pub const GENERATED: [Transport; 3] = [Transport::Mlx5, Transport::Proxy, Transport::P2p];
+    /// The transports the code generator generates TTIR for (Triton kernels compile for these;
+    /// Ionic's is experimental: generated for NVIDIA GPUs, never run on a device).
+    pub const GENERATED: [Transport; 4] = [
+        Transport::Mlx5,
+        Transport::Proxy,
+        Transport::P2p,
+        Transport::Ionic,
+    ];
+
+    /// The transports the tier-1 device library (CUDA C++) is generated for.
+    pub const DEVICE_LIBRARY: [Transport; 3] = [Transport::Mlx5, Transport::Proxy, Transport::P2p];
 
     /// The name of every transport, in [`Transport::ALL`]'s order.
     pub const NAMES: [&'static str; 5] = ["mlx5", "proxy", "p2p", "efa", "ionic"];
@@ -110,8 +118,16 @@ impl Transport {
         )
     }
 
-    /// Whether the code generator generates TTIR and CUDA for it.
+    /// Whether the code generator generates TTIR for it (Triton kernels compile for it).
     pub const fn has_code_generation(self) -> bool {
+        matches!(
+            self,
+            Transport::Mlx5 | Transport::Proxy | Transport::P2p | Transport::Ionic
+        )
+    }
+
+    /// Whether the tier-1 device library (CUDA C++) is generated for it.
+    pub const fn has_device_library(self) -> bool {
         matches!(self, Transport::Mlx5 | Transport::Proxy | Transport::P2p)
     }
 
@@ -163,8 +179,14 @@ mod tests {
             .filter(|transport| transport.has_code_generation())
             .collect();
         assert_eq!(generated, Transport::GENERATED);
+        let libraries: Vec<Transport> = Transport::ALL
+            .into_iter()
+            .filter(|transport| transport.has_device_library())
+            .collect();
+        assert_eq!(libraries, Transport::DEVICE_LIBRARY);
         assert!(Transport::ALL.into_iter().all(|transport| {
-            (!transport.has_runtime() || transport.has_code_generation())
+            (!transport.has_runtime() || transport.has_device_library())
+                && (!transport.has_device_library() || transport.has_code_generation())
                 && (!transport.has_code_generation() || transport.is_lowered())
         }));
         assert_eq!(

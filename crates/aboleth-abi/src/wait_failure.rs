@@ -89,6 +89,11 @@ pub const WAIT_KIND_FLAG_GREATER: u32 = 10;
 pub const WAIT_KIND_FLAG_AT_MOST: u32 = 11;
 /// A flag had to become < `expected_value`.
 pub const WAIT_KIND_FLAG_LESS: u32 = 12;
+/// Not a wait: an Ionic endpoint handle (at `flag_address`, to `peer_rank`) the generated code
+/// does not speak: `expected_value` is its queue's firmware ABI version (1 and 2 are spoken) and
+/// `observed_value` its send queue's entries (a power of two, at least 2; its CQ's entries must
+/// be a power of two too). The program gave up before posting anything.
+pub const WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT: u32 = 13;
 
 /// The comparison a flag wait of kind `kind` made (`">="` for [`WAIT_KIND_FLAG_AT_LEAST`]),
 /// or `None` when `kind` is not a flag wait.
@@ -106,13 +111,14 @@ pub fn flag_wait_symbol(kind: u32) -> Option<&'static str> {
 
 /// Whether a record of kind `kind` is a wait that gave up (rather than an operation that
 /// refused at once: [`WAIT_KIND_PACKET_SLOTS_MISSING`], [`WAIT_KIND_UNSUPPORTED_ENDPOINT`],
-/// [`WAIT_KIND_PACKET_UNSENDABLE`]).
+/// [`WAIT_KIND_PACKET_UNSENDABLE`], [`WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT`]).
 pub fn is_wait(kind: u32) -> bool {
     !matches!(
         kind,
         WAIT_KIND_PACKET_SLOTS_MISSING
             | WAIT_KIND_UNSUPPORTED_ENDPOINT
             | WAIT_KIND_PACKET_UNSENDABLE
+            | WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT
     )
 }
 

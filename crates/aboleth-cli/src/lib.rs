@@ -511,7 +511,7 @@ fn run(cli: Cli, python: &str) -> anyhow::Result<()> {
                         "{file}: error: --target {target} has no code generation for Triton \
                          kernels yet ({target} is experimental: lowered and simulated); plan \
                          it for {target} with --emit stats or --emit aboleth, or compile for \
-                         --target mlx5, proxy or p2p",
+                         --target mlx5, proxy, p2p or ionic",
                         target = options.target.name()
                     );
                 }

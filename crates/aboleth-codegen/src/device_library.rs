@@ -309,9 +309,9 @@ pub fn generate_mutated(
     target: Transport,
     mutation: Option<CudaMutation>,
 ) -> Result<DeviceLibrary, BridgeError> {
-    if !target.has_code_generation() {
+    if !target.has_device_library() {
         return Err(BridgeError::not_built(format!(
-            "the device library is generated for --target p2p, proxy and mlx5; --target {} has no code generation yet",
+            "the device library is generated for --target p2p, proxy and mlx5; --target {} has no device library yet",
             target.name()
         )));
     }

@@ -135,7 +135,7 @@ pub fn run_stage(ttir: &str, options: &StageOptions) -> Result<StageOutput, Brid
     if !options.plan_only && !target.has_code_generation() {
         return Err(BridgeError::not_built(format!(
             "--target {} has no code generation yet (experimental: lowered and simulated); \
-             plan only (the statistics and the lowered IR), or compile for mlx5, proxy or p2p",
+             plan only (the statistics and the lowered IR), or compile for mlx5, proxy, p2p or ionic",
             target.name()
         )));
     }

@@ -13,8 +13,8 @@
 //! publication and the doorbell lock, with `atomicMax` on the producer index.
 //!
 //! What it does not do: write-with-immediate signals (no receive side is modeled), the CQ
-//! credits rdma-core reserves before a doorbell. No code generation exists for Ionic (and no AMD
-//! GPU here). The queue machinery is [`crate::support::queue_lowering`]; this file holds only
+//! credits rdma-core reserves before a doorbell. Code generation (`aboleth-codegen`'s
+//! `emit/ionic.rs`) targets NVIDIA GPUs; there is no AMD GPU here. The queue machinery is [`crate::support::queue_lowering`]; this file holds only
 //! what is Ionic's.
 
 use aboleth_abi::Transport;

@@ -268,7 +268,7 @@ mod tests {
 /// one is named (a GPU test's check that it is caught): `(relative path, contents)` of every file, `(site id,
 /// operation variant, what it waits for)` of every bounded wait, and the operations' names.
 /// `ValueError` for an unknown transport or a mutation of another transport's library,
-/// `NotImplementedError` for a transport without code generation (efa, ionic).
+/// `NotImplementedError` for a transport without a device library (efa, ionic).
 #[pyfunction]
 #[allow(
     clippy::type_complexity,

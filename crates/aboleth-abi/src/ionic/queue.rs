@@ -1,4 +1,4 @@
-//! The GPU-side state of an Ionic send queue: the 64-byte [`IonicQueueManagement`] block an
+//! The GPU-side state of an Ionic send queue: the 128-byte [`IonicQueueManagement`] block an
 //! endpoint handle's `management_address` names on the ionic transport.
 //!
 //! An RC queue pair completes its WQEs in order and a send CQE names the last WQE it covers
@@ -11,14 +11,15 @@
 //! built, and the model does not check it. Only signaled WQEs leave a
 //! CQE; the lowering signals a WQE at each quarter of the ring (as mlx5's periodic completions),
 //! so a full ring can always be reclaimed. Layouts only: the simulator implements the protocol
-//! (`aboleth-sim`'s `interpreter/ionic.rs`); no runtime creates Ionic queues here (no device).
+//! (`aboleth-sim`'s `interpreter/ionic.rs`) and the code generator emits it
+//! (`aboleth-codegen`'s `emit/ionic.rs`); no runtime creates Ionic queues here (no device).
 
 use crate::wire::wire_layout;
 
-/// Device-side counters of one Ionic send queue (64 B, in GPU memory). Counters are 64-bit WQE
+/// Device-side counters of one Ionic send queue (128 B, in GPU memory). Counters are 64-bit WQE
 /// indices that never wrap; the doorbell carries the producer index modulo the ring.
 #[repr(C, align(64))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IonicQueueManagement {
     /// Last reserved WQE + 1 (producers `atomicAdd` it).
     pub reserved_head: u64,
@@ -39,9 +40,23 @@ pub struct IonicQueueManagement {
     pub firmware_version: u32,
     /// Zero.
     pub reserved: u32,
+    /// The end (WQE index + 1) of the newest WQE posted with a completion, raised with
+    /// `atomicMax` by generated code: what a drain of the queue waits for (the consumer index
+    /// reaching it). The simulator keeps that target per program instead and leaves it 0.
+    pub last_completion_end: u64,
+    /// Zero.
+    pub reserved_tail: [u8; 56],
 }
-wire_layout!(IonicQueueManagement, 64, {
+wire_layout!(IonicQueueManagement, 128, {
     reserved_head: u64 = 0, ready_head: u64 = 8, producer_index: u64 = 16, consumer_index: u64 = 24,
     post_send_lock: u64 = 32, completions_polled: u64 = 40, poll_lock: u64 = 48,
-    firmware_version: u32 = 56, reserved: u32 = 60,
+    firmware_version: u32 = 56, reserved: u32 = 60, last_completion_end: u64 = 64,
+    reserved_tail: [u8; 56] = 72,
 });
+
+impl Default for IonicQueueManagement {
+    /// All zero: a fresh queue (the firmware version still to be filled in).
+    fn default() -> Self {
+        Self::from_bytes(&[0; Self::SIZE_BYTES])
+    }
+}

@@ -166,8 +166,8 @@ impl Generator<'_> {
         self.load_field(handle, offset as u64, width)
     }
 
-    /// The endpoint's handle address and its queue management block.
-    pub(super) fn mlx5_queue(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {
+    /// The endpoint's handle address and its queue management block (mlx5 and Ionic).
+    pub(super) fn queue_of(&mut self, endpoint: Value) -> Result<(String, String), BridgeError> {
         let handle = self.i64(endpoint)?;
         let management = self.handle_field(
             &handle,
@@ -178,7 +178,7 @@ impl Generator<'_> {
     }
 
     pub(super) fn mlx5_reserve(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let (handle, management) = self.queue_of(self.operand(op, 0))?;
         let ring = self.handle_field(
             &handle,
             core::mem::offset_of!(aboleth_abi::EndpointHandle, sq_wqe_basic_block_count),
@@ -203,7 +203,7 @@ impl Generator<'_> {
             &ring,
             "gpu",
             "ld.volatile.global.u64",
-            Some(&cq_poll),
+            Some(&super::queue::Reclaim::Mlx5(cq_poll)),
         )
     }
 
@@ -281,7 +281,10 @@ impl Generator<'_> {
     }
 
     /// The remote address and rkey of operand 2, the remote element a WQE writes.
-    fn wqe_target(&mut self, op: Ptr<Operation>) -> Result<(String, String), BridgeError> {
+    pub(super) fn wqe_target(
+        &mut self,
+        op: Ptr<Operation>,
+    ) -> Result<(String, String), BridgeError> {
         let Repr::RemotePointer { descriptor, .. } = self.repr(self.operand(op, 2))? else {
             return Err(BridgeError::plain(format!(
                 "internal: {} without a remote pointer",
@@ -323,7 +326,7 @@ impl Generator<'_> {
             None
         };
         let endpoint = self.operand(op, 0);
-        let (handle, management) = self.mlx5_queue(endpoint)?;
+        let (handle, management) = self.queue_of(endpoint)?;
         let slot = self.i64(self.operand(op, 1))?;
         let (remote, rkey) = self.wqe_target(op)?;
         let source = self.use_as(self.operand(op, 3), "i64")?;
@@ -497,7 +500,7 @@ impl Generator<'_> {
 
     pub(super) fn mlx5_atomic(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
         let endpoint = self.operand(op, 0);
-        let (handle, management) = self.mlx5_queue(endpoint)?;
+        let (handle, management) = self.queue_of(endpoint)?;
         let slot = self.i64(self.operand(op, 1))?;
         let (remote, rkey) = self.wqe_target(op)?;
         let value = self.i64(self.operand(op, 3))?;
@@ -568,7 +571,7 @@ impl Generator<'_> {
     }
 
     pub(super) fn mlx5_publish(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let (_, management) = self.queue_of(self.operand(op, 0))?;
         // The management block is device memory of this GPU's programs: GPU scope.
         self.publish_in_order(
             op,
@@ -587,42 +590,20 @@ impl Generator<'_> {
     }
 
     pub(super) fn mlx5_lock(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let (_, management) = self.queue_of(self.operand(op, 0))?;
         let lock = self.post_lock_address(&management);
-        // Thread 0 swaps 0 -> 1 until it gets the lock; the others see "free" at once.
-        let zero_expected = self.constant_i64(0);
-        let overdue = self.queue_overdue(
-            op,
-            self.operand(op, 0),
-            &lock,
-            &zero_expected,
-            aboleth_abi::wait_failure::WAIT_KIND_POST_LOCK,
-        )?;
-        self.spin_while(|this| {
-            let old = this.assign("ab_lock", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"));
-            let zero = this.constant_i64(0);
-            let held = this.assign("ab_held", format!("arith.cmpi ne, {old}, {zero} : i64"));
-            if let Some(overdue) = overdue {
-                this.give_up_if_queue_overdue(overdue, &held, old);
-            }
-            held
-        });
-        Ok(())
+        self.take_post_lock(op, &lock)
     }
 
     pub(super) fn mlx5_unlock(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (_, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let (_, management) = self.queue_of(self.operand(op, 0))?;
         let lock = self.post_lock_address(&management);
-        let zero = self.constant_i64(0);
-        self.asm(
-            &Self::leader("st.release.gpu.global.u64 [$1], $2;"),
-            &[(&lock, "i64", 'l'), (&zero, "i64", 'l')],
-        );
+        self.release_post_lock(&lock);
         Ok(())
     }
 
     pub(super) fn mlx5_doorbell_record(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let (handle, management) = self.queue_of(self.operand(op, 0))?;
         let end = self.i64(self.operand(op, 1))?;
         let record = self.handle_field(
             &handle,
@@ -674,7 +655,7 @@ impl Generator<'_> {
     }
 
     pub(super) fn mlx5_doorbell(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let (handle, management) = self.queue_of(self.operand(op, 0))?;
         let end = self.i64(self.operand(op, 1))?;
         let uar = self.handle_field(
             &handle,
@@ -718,7 +699,7 @@ impl Generator<'_> {
     }
 
     pub(super) fn mlx5_wait_completion(&mut self, op: Ptr<Operation>) -> Result<(), BridgeError> {
-        let (handle, management) = self.mlx5_queue(self.operand(op, 0))?;
+        let (handle, management) = self.queue_of(self.operand(op, 0))?;
         let one = self.constant_i64(1);
         let (target, freed) = if op.deref(self.ctx).get_num_operands() > 2 {
             // A token: its WQE's first basic block; once it completed, its blocks are free.

@@ -9,8 +9,8 @@
 //! pipeline created right before the next op that maps to TTIR in the same block (after the
 //! last one at a block's end). Each lowered op is handed to the one method that translates it,
 //! found by its type: scalar and handle ops in `scalar.rs`, p2p in `p2p.rs` and `packets.rs`,
-//! proxy in `proxy.rs`, mlx5 in `mlx5.rs` and `mlx5_receive.rs`, with the reservation and
-//! in-order publication they share in `queue.rs`, bounded waits in `waits.rs`, and the inline
+//! proxy in `proxy.rs`, mlx5 in `mlx5.rs` and `mlx5_receive.rs`, Ionic in `ionic.rs`, with the
+//! reservation, in-order publication and post lock they share in `queue.rs`, bounded waits in `waits.rs`, and the inline
 //! PTX they write through `ptx/`. An op of a transport dialect without a translation is
 //! refused with an error naming it. Nothing here decides anything: the planning attributes
 //! were consumed by the lowering, and code generation translates op by op.
@@ -25,10 +25,12 @@ use aboleth_ir::ab::ops::{
 use aboleth_ir::pliron::builtin::ops::ConstantOp;
 use aboleth_ir::pliron::op::{Op, OpId};
 use aboleth_ir::transport::{
-    GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp,
-    Mlx5LockOp, Mlx5PublishOp, Mlx5ReserveOp, Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp,
-    P2pCopyOp, P2pPutPacketsOp, P2pSignalOp, ProxyDoorbellOp, ProxyPublishOp, ProxyPutOp,
-    ProxyReserveOp, ProxySignalOp, ProxyWaitCompletionOp,
+    GpuBarrierOp, GpuFenceOp, GpuWaitFlagOp, IonicDoorbellOp, IonicLockOp, IonicPublishOp,
+    IonicReserveOp, IonicSignalOp, IonicUnlockOp, IonicWaitCompletionOp, IonicWriteOp,
+    Mlx5AtomicOp, Mlx5DoorbellOp, Mlx5DoorbellRecordOp, Mlx5LockOp, Mlx5PublishOp, Mlx5ReserveOp,
+    Mlx5UnlockOp, Mlx5WaitCompletionOp, Mlx5WriteOp, P2pCopyOp, P2pPutPacketsOp, P2pSignalOp,
+    ProxyDoorbellOp, ProxyPublishOp, ProxyPutOp, ProxyReserveOp, ProxySignalOp,
+    ProxyWaitCompletionOp,
 };
 use aboleth_ir::{
     ab::ops::BinaryOp,
@@ -52,6 +54,7 @@ use waits::{WaitBound, WaitLog, WaitReport};
 /// Elements (bytes or 8-byte words) copied per iteration of a p2p copy loop: one tensor.
 pub const P2P_COPY_CHUNK_ELEMENTS: i64 = 1024;
 
+mod ionic;
 mod mlx5;
 mod mlx5_receive;
 mod p2p;
@@ -261,6 +264,14 @@ fn translation<'a>(id: &OpId) -> Option<Translation<'a>> {
         Mlx5DoorbellRecordOp => Generator::mlx5_doorbell_record,
         Mlx5DoorbellOp => Generator::mlx5_doorbell,
         Mlx5WaitCompletionOp => Generator::mlx5_wait_completion,
+        IonicReserveOp => Generator::ionic_reserve,
+        IonicWriteOp => Generator::ionic_write,
+        IonicSignalOp => Generator::ionic_signal,
+        IonicPublishOp => Generator::ionic_publish,
+        IonicLockOp => Generator::ionic_lock,
+        IonicUnlockOp => Generator::ionic_unlock,
+        IonicDoorbellOp => Generator::ionic_doorbell,
+        IonicWaitCompletionOp => Generator::ionic_wait_completion,
     );
     None
 }
@@ -569,10 +580,12 @@ impl Generator<'_> {
             return translate(self, op);
         }
         match op_name(self.ctx, op).as_str() {
-            other if other.starts_with("mlx5.") => Err(BridgeError::not_built(format!(
-                "TTIR code generation has no translation of `{other}`: --target {} compiles it to the Aboleth IR (aboleth compile --emit aboleth) and runs it in the simulator, but cannot generate Triton code for it",
-                self.target.name()
-            ))),
+            other if other.starts_with("mlx5.") || other.starts_with("efa.") => {
+                Err(BridgeError::not_built(format!(
+                    "TTIR code generation has no translation of `{other}`: --target {} compiles it to the Aboleth IR (aboleth compile --emit aboleth) and runs it in the simulator, but cannot generate Triton code for it",
+                    self.target.name()
+                )))
+            }
             other => Err(BridgeError::plain(format!(
                 "internal: no TTIR code generation for `{other}`"
             ))),

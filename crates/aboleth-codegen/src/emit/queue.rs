@@ -1,9 +1,10 @@
-//! What proxy rings and mlx5 send queues share: the reservation of slots (a plain
+//! What proxy rings and mlx5 and Ionic send queues share: the reservation of slots (a plain
 //! read-modify-write for one owner, `atom.add` when shared, then a wait for space past the
 //! consumer), leader-only polls with their bound, and the in-order publication of a batch on a
 //! shared queue (wait for the producers before it, then advance the ready counter), or its
 //! one-owner form. The transports differ only in where the counters live and the memory scope,
-//! which they pass in. It does not write commands or ring doorbells (`proxy.rs`, `mlx5.rs`).
+//! which they pass in, and the post lock of a shared queue. It does not write commands or ring
+//! doorbells (`proxy.rs`, `mlx5.rs`, `ionic.rs`).
 
 use aboleth_ir::{
     attrs,
@@ -12,6 +13,14 @@ use aboleth_ir::{
 
 use super::waits::Overdue;
 use super::{BridgeError, Generator};
+
+/// How a reservation that waits for ring space frees it: by reading an mlx5 CQ, or by polling
+/// an Ionic CQ.
+#[derive(Clone, Debug)]
+pub(super) enum Reclaim {
+    Mlx5(super::mlx5::CqPoll),
+    Ionic(super::ionic::IonicCq),
+}
 
 impl Generator<'_> {
     /// A leader-only load of `[address]` with `load` (`ld.acquire.sys...`); the other threads
@@ -143,7 +152,7 @@ impl Generator<'_> {
         capacity: &str,
         scope: &str,
         consumer_load: &str,
-        reclaim_from_cq: Option<&super::mlx5::CqPoll>,
+        reclaim: Option<&Reclaim>,
     ) -> Result<(), BridgeError> {
         self.emit("gpu.barrier".into());
         let count = self.i64(self.operand(op, 1))?;
@@ -158,7 +167,7 @@ impl Generator<'_> {
         ));
         let end = self.binary_i64("arith.addi", &base, &count);
         let consumer_owned = consumer.to_string();
-        let reclaim = reclaim_from_cq.cloned();
+        let reclaim_owned = reclaim.cloned();
         // Past the bound: the consumer position had to reach end - capacity.
         let needed = self.binary_i64("arith.subi", &end, capacity);
         let overdue = self.queue_overdue(
@@ -169,10 +178,10 @@ impl Generator<'_> {
             aboleth_abi::wait_failure::WAIT_KIND_QUEUE_SPACE,
         )?;
         self.leader_wait_after(
-            |this| {
-                if let Some(cq_poll) = &reclaim {
-                    this.reclaim_from_cq(cq_poll, &consumer_owned);
-                }
+            |this| match &reclaim_owned {
+                Some(Reclaim::Mlx5(cq_poll)) => this.reclaim_from_cq(cq_poll, &consumer_owned),
+                Some(Reclaim::Ionic(cq)) => this.advance_ionic_cq(cq),
+                None => {}
             },
             consumer_load,
             consumer,
@@ -192,10 +201,10 @@ impl Generator<'_> {
             // base + count in every thread.
             self.emit("gpu.barrier".into());
             let head = self.assign("ab_head", format!("tt.elementwise_inline_asm \"ld.volatile.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {counter} : i64 -> i64"));
-            if reclaim_from_cq.is_some() {
-                // mlx5: a leader that gave up waiting for space exited before the barrier; the
-                // others must not write into slots the NIC has not freed (its consumer position
-                // is device memory: one cheap read).
+            if reclaim.is_some() {
+                // mlx5 and Ionic: a leader that gave up waiting for space exited before the
+                // barrier; the others must not write into slots the NIC has not freed (its
+                // consumer position is device memory: one cheap read).
                 let seen = self.assign("ab_consumer", format!("tt.elementwise_inline_asm \"ld.volatile.global.u64 $0, [$1];\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {consumer} : i64 -> i64"));
                 let used = self.binary_i64("arith.subi", &head, &seen);
                 let full = self.assign(
@@ -213,6 +222,42 @@ impl Generator<'_> {
         };
         self.define_scalar(op, base, "i64".into());
         Ok(())
+    }
+
+    /// Takes a queue's post (or doorbell) lock at `lock` for `op`: thread 0 swaps 0 -> 1 until it
+    /// gets it (bounded, `WAIT_KIND_POST_LOCK`); the others see "free" at once.
+    pub(super) fn take_post_lock(
+        &mut self,
+        op: Ptr<Operation>,
+        lock: &str,
+    ) -> Result<(), BridgeError> {
+        let zero_expected = self.constant_i64(0);
+        let overdue = self.queue_overdue(
+            op,
+            self.operand(op, 0),
+            lock,
+            &zero_expected,
+            aboleth_abi::wait_failure::WAIT_KIND_POST_LOCK,
+        )?;
+        self.spin_while(|this| {
+            let old = this.assign("ab_lock", format!("tt.elementwise_inline_asm \"{{ .reg .pred %ab_leader; .reg .u32 %ab_tid; mov.u32 %ab_tid, %tid.x; setp.eq.u32 %ab_leader, %ab_tid, 0; mov.u64 $0, 0; @%ab_leader atom.acquire.gpu.global.cas.b64 $0, [$1], 0, 1; }}\" {{constraints = \"=l,l\", packed_element = 1 : i32, pure = false}} {lock} : i64 -> i64"));
+            let zero = this.constant_i64(0);
+            let held = this.assign("ab_held", format!("arith.cmpi ne, {old}, {zero} : i64"));
+            if let Some(overdue) = overdue {
+                this.give_up_if_queue_overdue(overdue, &held, old);
+            }
+            held
+        });
+        Ok(())
+    }
+
+    /// Releases the lock at `lock` (a release store of 0 by thread 0).
+    pub(super) fn release_post_lock(&mut self, lock: &str) {
+        let zero = self.constant_i64(0);
+        self.asm(
+            &Self::leader("st.release.gpu.global.u64 [$1], $2;"),
+            &[(lock, "i64", 'l'), (&zero, "i64", 'l')],
+        );
     }
 
     /// A one-owner queue's publication: nobody else posts, so there is nothing to wait for;

@@ -282,8 +282,10 @@ impl Generator<'_> {
             );
             self.wait_log = Some(WaitLog { log, rank, timeout });
         }
-        if self.target == Transport::Mlx5 {
-            self.exit_unless_supported_mlx5_endpoint(op, &address);
+        match self.target {
+            Transport::Mlx5 => self.exit_unless_supported_mlx5_endpoint(op, &address),
+            Transport::Ionic => self.exit_unless_supported_ionic_endpoint(op, &address),
+            _ => {}
         }
         self.define_scalar(op, address, "i64".into());
         Ok(())

@@ -1,11 +1,11 @@
 //! Choosing how this rank reaches each peer ([`choose_transports`], from the gathered
 //! [`PeerIdentity`] records and what the driver says about peer access), and the transports'
 //! own modules: [`p2p`] (peer memory through CUDA IPC), [`proxy`] (host-pinned command rings
-//! executed by a host thread with the copy engine) and [`soft_rdma`] (mlx5 queues executed by the
-//! software NIC, when [`SOFT_NIC_ENVIRONMENT_VARIABLE`]`=soft`). RDMA devices are only detected
-//! here ([`rdma_devices`]): on a real NIC, rdma is refused with the reason; efa and ionic, which
-//! have no runtime yet, are refused with what [`provider_discovery`] found of their devices and
-//! libraries.
+//! executed by a host thread with the copy engine) and [`soft_rdma`] (mlx5 and, experimentally,
+//! Ionic queues executed by the software NIC, when [`SOFT_NIC_ENVIRONMENT_VARIABLE`]`=soft`).
+//! RDMA devices are only detected here ([`rdma_devices`]): on a real NIC, rdma is refused with
+//! the reason; efa, and ionic without the software NIC, which have no runtime on a device yet,
+//! are refused with what [`provider_discovery`] found of their devices and libraries.
 //!
 //! Transports are chosen per direction: the transport to a peer says how this rank writes into
 //! the peer's memory; the peer may choose differently for the way back. This module maps and
@@ -40,10 +40,10 @@ pub enum TransportRequest {
 
 impl TransportRequest {
     /// The names `connect_all` accepts: the runtime name ([`Transport::runtime_name`]) of every
-    /// transport with code generation, the experimental providers (`"efa"`, `"ionic"`: refused with what
-    /// was found), then `"auto"`; a transport's own name (`"mlx5"`) is accepted too.
+    /// transport with a device library, the experimental providers (`"efa"`, `"ionic"`: refused
+    /// with what was found), then `"auto"`; a transport's own name (`"mlx5"`) is accepted too.
     pub fn names() -> Vec<&'static str> {
-        Transport::GENERATED
+        Transport::DEVICE_LIBRARY
             .into_iter()
             .chain(PROVIDER_TRANSPORTS)
             .map(Transport::runtime_name)
@@ -58,7 +58,7 @@ impl TransportRequest {
         }
         match Transport::from_runtime_name(name) {
             Some(transport)
-                if transport.has_code_generation() || PROVIDER_TRANSPORTS.contains(&transport) =>
+                if transport.has_device_library() || PROVIDER_TRANSPORTS.contains(&transport) =>
             {
                 Ok(Self::Only(transport))
             }
@@ -109,9 +109,11 @@ pub fn choose_transports(
     rdma_devices: &RdmaDevices,
 ) -> RuntimeResult<Vec<Transport>> {
     let choice = match request {
-        // The software NIC runs the mlx5 transport between processes of one host.
-        TransportRequest::Only(Transport::Mlx5) if rdma_devices.software_nic => {
-            Some(Transport::Mlx5)
+        // The software NIC runs the mlx5 and Ionic transports between processes of one host.
+        TransportRequest::Only(transport @ (Transport::Mlx5 | Transport::Ionic))
+            if rdma_devices.software_nic =>
+        {
+            Some(transport)
         }
         TransportRequest::Only(transport) if !transport.has_runtime() => {
             return Err(rdma_devices.unavailable_error());
@@ -134,13 +136,13 @@ pub fn choose_transports(
             continue;
         }
         let wanted = match choice {
-            Some(Transport::P2p) => Transport::P2p,
-            Some(Transport::Mlx5) => Transport::Mlx5,
+            Some(transport @ (Transport::P2p | Transport::Mlx5 | Transport::Ionic)) => transport,
             _ => Transport::Proxy,
         };
-        if wanted == Transport::Mlx5 && !own.same_host(peer) {
+        let soft_nic = matches!(wanted, Transport::Mlx5 | Transport::Ionic);
+        if soft_nic && !own.same_host(peer) {
             let reason = format!(
-                "it runs on another host ({}, this rank on {}), and the software NIC ({SOFT_NIC_ENVIRONMENT_VARIABLE}=soft) reaches peers of its own host only, through CUDA IPC; a NIC between hosts needs an mlx5 device",
+                "it runs on another host ({}, this rank on {}), and the software NIC ({SOFT_NIC_ENVIRONMENT_VARIABLE}=soft) reaches peers of its own host only, through CUDA IPC; a NIC between hosts needs an RDMA device",
                 peer.host, own.host
             );
             return Err(unreachable(peer, wanted, reason));
@@ -159,7 +161,7 @@ pub fn choose_transports(
             return Err(unreachable(peer, wanted, reason));
         }
         let access = peer_access(peer);
-        if wanted == Transport::Mlx5 {
+        if soft_nic {
             // The software NIC copies with the copy engine, but its atomics are a kernel that
             // dereferences the peer's CUDA IPC mapping: without peer access that kernel would
             // fault and take the process's CUDA context with it.
@@ -170,7 +172,7 @@ pub fn choose_transports(
                 );
                 return Err(unreachable(peer, wanted, reason));
             }
-            transports.push(Transport::Mlx5);
+            transports.push(wanted);
             continue;
         }
         let transport = match (choice, access) {
@@ -466,6 +468,20 @@ mod tests {
         let transports =
             choose_transports(rdma, 0, &identities, |_| PeerAccess::SameDevice, &software).unwrap();
         assert_eq!(transports, [Transport::P2p, Transport::Mlx5]);
+        // It runs Ionic queues as well (experimental), under the same rules.
+        let ionic = TransportRequest::Only(Transport::Ionic);
+        let transports =
+            choose_transports(ionic, 0, &identities, |_| PeerAccess::SameDevice, &software)
+                .unwrap();
+        assert_eq!(transports, [Transport::P2p, Transport::Ionic]);
+        let error =
+            choose_transports(ionic, 0, &identities, |_| PeerAccess::No, &software).unwrap_err();
+        assert!(
+            error.to_string().contains("cuDeviceCanAccessPeer = 0"),
+            "{error}"
+        );
+        // Without the software NIC, Ionic has no runtime here.
+        assert!(choose_transports(ionic, 0, &identities, |_| PeerAccess::Yes, &no_rdma()).is_err());
         // Its atomics dereference the peer's memory from a kernel: peer access is required.
         let error =
             choose_transports(rdma, 0, &identities, |_| PeerAccess::No, &software).unwrap_err();

@@ -8,9 +8,10 @@
 //! bookkeeping.
 //!
 //! A CQ poll or reclaim runs as one step: the generated code would do it under the queue's poll
-//! lock (`IonicQueueManagement::poll_lock`), which this one step stands for. No generated code
-//! exists for Ionic; this file is the protocol's reference. Not modeled: the CQ credits rdma-core
-//! reserves before a doorbell. The queue protocol shared with mlx5, EFA and the proxy is in
+//! lock (`IonicQueueManagement::poll_lock`), which this one step stands for. This file is the
+//! protocol's reference, which `aboleth-codegen`'s `emit/ionic.rs` translates (a drain's target
+//! there is the management block's `last_completion_end`; here each program keeps its own). Not
+//! modeled: the CQ credits rdma-core reserves before a doorbell. The queue protocol shared with mlx5, EFA and the proxy is in
 //! `queue.rs`.
 
 use aboleth_abi::{

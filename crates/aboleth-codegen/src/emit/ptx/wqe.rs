@@ -1,7 +1,9 @@
 //! The typed WQE builder: one WQE's segments (control, remote address, data, inline data,
-//! atomic operands) stored big-endian into its send-queue basic blocks by thread 0, as one
-//! inline-PTX statement whose operands are TTIR values (the byte swaps happen in PTX). Callers
-//! give segment offsets within the WQE; which segments a WQE has is `mlx5.rs`'s choice.
+//! atomic operands) stored big-endian (or, for Ionic's host-order fields, little-endian) into
+//! its send-queue basic blocks by thread 0, as one inline-PTX statement whose operands are TTIR
+//! values (the byte swaps happen in PTX). Callers give segment offsets within the WQE; which
+//! segments a WQE has is `mlx5.rs`'s and `ionic.rs`'s choice (an Ionic WQE is one 64-byte
+//! block).
 
 use aboleth_abi::mlx5::WQE_BASIC_BLOCK_BYTES;
 
@@ -139,6 +141,24 @@ impl WqePtx {
         let lkey = self.be32_of(key);
         let (high, low) = self.be64_of(address);
         self.store_words(offset, &[count, lkey, high, low]);
+    }
+
+    /// The low 32 bits of `value` stored as they are (little-endian: Ionic's WQE id and the
+    /// header word its code assembles itself, an inline payload).
+    pub(in crate::emit) fn word_le32(&mut self, offset: u32, value: &str) {
+        let operand = self.input(value);
+        let word = self.register32();
+        self.body.push(format!("cvt.u32.u64 {word}, {operand};"));
+        self.store_words(offset, &[word]);
+    }
+
+    /// `value` stored little-endian, low word first.
+    pub(in crate::emit) fn le64(&mut self, offset: u32, value: &str) {
+        let operand = self.input(value);
+        let (low, high) = (self.register32(), self.register32());
+        self.body
+            .push(format!("mov.b64 {{{low}, {high}}}, {operand};"));
+        self.store_words(offset, &[low, high]);
     }
 
     pub(in crate::emit) fn word_be32(&mut self, offset: u32, value: &str) {
