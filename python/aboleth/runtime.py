@@ -55,9 +55,9 @@ __all__ = [
     "tensor_span",
 ]
 
-#: What ``connect_all`` accepts: each transport with code generation by its runtime name ("rdma" is mlx5),
-#: the experimental providers "efa" and "ionic" (refused, naming the devices and libraries found:
-#: neither has a runtime yet), and "auto".
+#: What ``connect_all`` accepts: each transport with a device library by its runtime name ("rdma" is
+#: mlx5), the experimental providers "efa" and "ionic" (refused, naming the devices and libraries
+#: found, except "ionic" with ABOLETH_RDMA_DEVICE=soft: Ionic queues on the software NIC), and "auto".
 TRANSPORT_KINDS = tuple(_aboleth.connect_kinds())
 
 #: Transports this runtime can run kernels over (``World.compilation`` targets).
@@ -280,8 +280,10 @@ class World:
         """Connects to every rank with ``kind`` (one of :data:`TRANSPORT_KINDS`: "rdma", "proxy", "p2p" or "auto"); returns the
         transport to each rank. Collective. ``ValueError`` for an unknown kind; ``RuntimeError``
         when a peer cannot be reached that way (the message says why and what to change), and
-        for "efa" and "ionic", which have no runtime yet (the message lists the RDMA devices
-        and the provider's libraries found)."""
+        for "efa", and "ionic" without ``ABOLETH_RDMA_DEVICE=soft``, which have no runtime on a
+        device yet (the message lists the RDMA devices and the provider's libraries found).
+        "rdma" and "ionic" with ``ABOLETH_RDMA_DEVICE=soft`` run mlx5 or Ionic queues on the
+        software NIC (peers of this host, one process each)."""
         if not isinstance(kind, str):
             raise TypeError(f"aboleth: connect_all(kind) must be one of {', '.join(map(repr, TRANSPORT_KINDS))}, "
                             f"got {type(kind).__name__} {kind!r}")
@@ -337,7 +339,8 @@ class World:
 
     def compilation_target(self) -> str:
         """The aboleth target kernels of this World compile for: "p2p" when every peer is
-        reached over p2p, "proxy" over the proxy, "mlx5" over rdma (the software NIC).
+        reached over p2p, "proxy" over the proxy, "mlx5" over rdma and "ionic" over ionic (both
+        on the software NIC).
         ``RuntimeError`` before ``connect_all``; ``NotImplementedError`` for a mix of transports."""
         if self._compilation_target is not None:
             return self._compilation_target
@@ -351,8 +354,8 @@ class World:
                 f"aboleth: this World reaches its peers over several transports ({described}), and a kernel is "
                 "compiled for one; per-peer transports in one kernel are not built yet: connect with a single kind")
         target = kinds[0]
-        # connect_all returns mlx5 only over the software NIC (ABOLETH_RDMA_DEVICE=soft).
-        if target not in _TRANSPORTS_WITH_RUNTIME and target != "mlx5":
+        # connect_all returns mlx5 and ionic only over the software NIC (ABOLETH_RDMA_DEVICE=soft).
+        if target not in _TRANSPORTS_WITH_RUNTIME and target not in ("mlx5", "ionic"):
             raise NotImplementedError(
                 f"aboleth: this World reaches its peers over {target} ({described}), and the runtime has no {target} "
                 "transport to run kernels yet: connect with connect_all(\"p2p\"), \"proxy\", or \"rdma\" with "

@@ -85,8 +85,9 @@ def payload(round_seed: int, source_rank: int, nbytes: int) -> Any:
     return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda", generator=generator)
 
 
-#: The transport the run connects with (ABOLETH_TRANSPORT): "p2p" (the seed's line), "proxy", or
-#: "rdma" (mlx5 over the software NIC, with ABOLETH_RDMA_DEVICE=soft).
+#: The transport the run connects with (ABOLETH_TRANSPORT): "p2p" (the seed's line), "proxy",
+#: "rdma" (mlx5 over the software NIC, with ABOLETH_RDMA_DEVICE=soft), or "ionic" (experimental:
+#: Ionic queues on the software NIC, with ABOLETH_RDMA_DEVICE=soft).
 TRANSPORT = os.environ.get("ABOLETH_TRANSPORT", "p2p")
 
 

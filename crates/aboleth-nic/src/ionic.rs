@@ -285,17 +285,39 @@ impl IonicDevice {
         memory: &mut impl NicMemory,
         rng: &mut impl Rng,
     ) -> Result<Option<IonicEvent>, IonicError> {
-        let ready: Vec<(u32, u32)> = self
-            .queues
-            .iter()
-            .filter(|(_, queue)| !queue.failed && !queue.pending.is_empty())
-            .map(|(key, _)| *key)
-            .collect();
+        let ready = self.runnable_queues();
         if ready.is_empty() {
             return Ok(None);
         }
-        let key = ready[rng.random_range(0..ready.len())];
-        let queue = self.queues.get_mut(&key).expect("listed above");
+        let (rank, queue_id) = ready[rng.random_range(0..ready.len())];
+        self.step_queue(memory, rank, queue_id)
+    }
+
+    /// The queue pairs with a fetched WQE to execute, as `(rank, queue id)`.
+    pub fn runnable_queues(&self) -> Vec<(u32, u32)> {
+        self.queues
+            .iter()
+            .filter(|(_, queue)| !queue.failed && !queue.pending.is_empty())
+            .map(|(key, _)| *key)
+            .collect()
+    }
+
+    /// Executes the oldest fetched WQE of queue `queue_id` of `rank` and writes its completion;
+    /// `None` when it has nothing to execute (or stopped at a failed WQE).
+    pub fn step_queue(
+        &mut self,
+        memory: &mut impl NicMemory,
+        rank: u32,
+        queue_id: u32,
+    ) -> Result<Option<IonicEvent>, IonicError> {
+        let key = (rank, queue_id);
+        let queue = self
+            .queues
+            .get_mut(&key)
+            .ok_or(IonicError::UnknownQueue { rank, queue_id })?;
+        if queue.failed || queue.pending.is_empty() {
+            return Ok(None);
+        }
         let (index, wqe) = queue.pending.pop_front().expect("has work");
         let config = queue.config;
         let (status, bytes) = execute(memory, &config, &wqe)?;

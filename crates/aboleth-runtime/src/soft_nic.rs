@@ -32,7 +32,10 @@
 //! thread of its own until stopped, publishing [`SoftNicStatistics`] in atomics. Two doorbells
 //! stored between two polls are seen as one (the later names the higher producer index and the
 //! doorbell record is what the model executes up to), so `doorbells_observed` counts at most the
-//! doorbells rung.
+//! doorbells rung. It runs Ionic queue pairs too (`aboleth_nic::ionic::IonicDevice`, in order
+//! per queue pair): each has an 8-byte doorbell word (its slot of the doorbell page) whose
+//! change is a doorbell of the value stored (queue id and producer position); CQEs land in the
+//! queue's CQ with the lap's color, written last word last as every host write here.
 //!
 //! What it does not do: allocate queues or choose keys (`transport::soft_rdma` does), or talk to
 //! CUDA itself (the runtime's `DeviceAccess` over `cuda.rs` does).
@@ -42,6 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use aboleth_abi::mlx5::{DecodedUarDoorbell, DoorbellRecord, UarDoorbell};
+use aboleth_nic::ionic::{IonicDevice, IonicError, IonicQueuePairConfig};
 use aboleth_nic::{Nic, NicError, NicMemory, NicMemoryError, QueuePairConfig, WqeOutcome};
 
 /// Where a region's first byte is in this process.
@@ -539,6 +543,28 @@ pub enum DoorbellSource {
     HostRings,
 }
 
+/// Why a [`SoftNic`] poll cannot go on: an error of the mlx5 model or of the Ionic one (a
+/// programming error of a producer or the setup; a failed WQE is an error CQE instead).
+#[derive(Debug, thiserror::Error)]
+pub enum SoftNicError {
+    /// The mlx5 model's.
+    #[error(transparent)]
+    Mlx5(#[from] NicError),
+    /// The Ionic model's.
+    #[error(transparent)]
+    Ionic(#[from] IonicError),
+}
+
+/// The 8-byte doorbell word of an Ionic queue pair (its slot of the doorbell page) and the last
+/// value seen in it.
+#[derive(Debug)]
+struct WatchedIonicDoorbell {
+    rank: u32,
+    queue_id: u32,
+    address: u64,
+    last_value: u64,
+}
+
 /// A word that rings a QP's doorbell when it changes (its UAR word, or on the staged path its
 /// doorbell record), and the last value seen in it.
 #[derive(Debug)]
@@ -550,13 +576,15 @@ struct WatchedUar {
     last_value: [u8; 8],
 }
 
-/// The software NIC of one process: the `aboleth-nic` model over [`MappedNicMemory`], with the
-/// UAR words it watches.
+/// The software NIC of one process: the `aboleth-nic` models (mlx5's `Nic` and the Ionic
+/// device) over [`MappedNicMemory`], with the UAR and doorbell words it watches.
 #[derive(Debug)]
 pub struct SoftNic {
     nic: Nic,
+    ionic: IonicDevice,
     memory: MappedNicMemory,
     uars: Vec<WatchedUar>,
+    ionic_doorbells: Vec<WatchedIonicDoorbell>,
     statistics: Arc<SoftNicStatistics>,
 }
 
@@ -574,10 +602,55 @@ impl SoftNic {
     pub fn new(memory: MappedNicMemory) -> Self {
         Self {
             nic: Nic::new(),
+            ionic: IonicDevice::new(),
             memory,
             uars: Vec::new(),
+            ionic_doorbells: Vec::new(),
             statistics: Arc::new(SoftNicStatistics::default()),
         }
+    }
+
+    /// Creates an Ionic queue pair whose doorbells are 64-bit stores to the word at
+    /// `doorbell_address` of `config.rank` (its slot of the doorbell page; its current value is
+    /// not a doorbell).
+    pub fn create_ionic_queue_pair(
+        &mut self,
+        config: IonicQueuePairConfig,
+        doorbell_address: u64,
+    ) -> Result<(), IonicError> {
+        let memory_error = |error: NicMemoryError| IonicError::BadConfig {
+            rank: config.rank,
+            queue_id: config.queue_id,
+            reason: format!("its doorbell word at {doorbell_address:#x}: {error}"),
+        };
+        let taken = self
+            .uars
+            .iter()
+            .any(|uar| uar.rank == config.rank && uar.address.abs_diff(doorbell_address) < 8)
+            || self.ionic_doorbells.iter().any(|doorbell| {
+                doorbell.rank == config.rank && doorbell.address.abs_diff(doorbell_address) < 8
+            });
+        if taken {
+            return Err(IonicError::BadConfig {
+                rank: config.rank,
+                queue_id: config.queue_id,
+                reason: format!(
+                    "the doorbell word at {doorbell_address:#x} already serves another queue"
+                ),
+            });
+        }
+        let value = self
+            .memory
+            .read(config.rank, doorbell_address, 8)
+            .map_err(memory_error)?;
+        self.ionic.create_queue_pair(config)?;
+        self.ionic_doorbells.push(WatchedIonicDoorbell {
+            rank: config.rank,
+            queue_id: config.queue_id,
+            address: doorbell_address,
+            last_value: u64::from_le_bytes(value.try_into().expect("8 bytes")),
+        });
+        Ok(())
     }
 
     /// Creates a QP whose doorbells come from `doorbell` (its UAR word in mapped memory of
@@ -649,10 +722,12 @@ impl SoftNic {
         unsafe { self.memory.add_region(region) }
     }
 
-    /// One pass: every changed UAR word becomes a doorbell, then the QPs with work run in turn
-    /// until none has. Returns the number of WQEs executed (failed ones included).
-    pub fn poll(&mut self) -> Result<u64, NicError> {
+    /// One pass: every changed UAR or Ionic doorbell word becomes a doorbell, then the QPs with
+    /// work run in turn until none has. Returns the number of WQEs executed (failed ones
+    /// included).
+    pub fn poll(&mut self) -> Result<u64, SoftNicError> {
         self.statistics.polls.fetch_add(1, Ordering::Relaxed);
+        let mut executed = self.poll_ionic()?;
         for uar in &mut self.uars {
             let value: [u8; 8] = self
                 .memory
@@ -689,7 +764,8 @@ impl SoftNic {
                             uar.address,
                             named.unwrap_or_default()
                         ),
-                    });
+                    }
+                    .into());
                 }
                 self.nic.ring_doorbell(uar.rank, value)?;
                 self.statistics
@@ -697,7 +773,6 @@ impl SoftNic {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
-        let mut executed = 0;
         loop {
             let runnable = self.nic.runnable_queue_pairs(&self.memory);
             if runnable.is_empty() {
@@ -718,12 +793,71 @@ impl SoftNic {
     }
 }
 
+impl SoftNic {
+    /// The Ionic half of [`SoftNic::poll`]: each changed doorbell word rings its queue (a later
+    /// store names a later producer position, so two stores between polls are one doorbell),
+    /// then the queues with fetched WQEs run in turn until none has.
+    fn poll_ionic(&mut self) -> Result<u64, SoftNicError> {
+        for doorbell in &mut self.ionic_doorbells {
+            let bytes = self
+                .memory
+                .read(doorbell.rank, doorbell.address, 8)
+                .map_err(|error| IonicError::Memory(error.to_string()))?;
+            let value = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+            if value == doorbell.last_value {
+                continue;
+            }
+            doorbell.last_value = value;
+            // Each queue has its own doorbell word: a value naming another queue is the
+            // producer's error, refused with both ids.
+            let named = ((value >> aboleth_abi::ionic::DBELL_QID_SHIFT)
+                & aboleth_abi::ionic::QID_MASK) as u32;
+            if named != doorbell.queue_id {
+                return Err(IonicError::BadConfig {
+                    rank: doorbell.rank,
+                    queue_id: doorbell.queue_id,
+                    reason: format!(
+                        "the doorbell {value:#x} stored to its word at {:#x} names queue {named:#x}",
+                        doorbell.address
+                    ),
+                }
+                .into());
+            }
+            self.ionic
+                .ring_doorbell(&self.memory, doorbell.rank, value)?;
+            self.statistics
+                .doorbells_observed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let mut executed = 0;
+        loop {
+            let runnable = self.ionic.runnable_queues();
+            if runnable.is_empty() {
+                return Ok(executed);
+            }
+            for (rank, queue_id) in runnable {
+                let Some(event) = self.ionic.step_queue(&mut self.memory, rank, queue_id)? else {
+                    continue;
+                };
+                let counter = if event.status == aboleth_abi::ionic::STS_OK {
+                    &self.statistics.wqes_executed
+                } else {
+                    &self.statistics.wqes_failed
+                };
+                // Release: a reader that sees the count also sees the WQE's effects.
+                counter.fetch_add(1, Ordering::Release);
+                executed += 1;
+            }
+        }
+    }
+}
+
 /// A [`SoftNic`] polling on a thread of its own.
 #[derive(Debug)]
 pub struct SoftNicThread {
     stop: Arc<AtomicBool>,
     statistics: Arc<SoftNicStatistics>,
-    handle: Option<JoinHandle<(SoftNic, Result<(), NicError>)>>,
+    handle: Option<JoinHandle<(SoftNic, Result<(), SoftNicError>)>>,
 }
 
 impl SoftNicThread {
@@ -772,7 +906,7 @@ impl SoftNicThread {
     }
 
     /// Stops the thread after its current poll and returns the NIC with how the thread ended.
-    pub fn stop(mut self) -> (SoftNic, Result<(), NicError>) {
+    pub fn stop(mut self) -> (SoftNic, Result<(), SoftNicError>) {
         self.stop.store(true, Ordering::Release);
         let handle = self.handle.take().expect("stopped once");
         handle.join().expect("the software NIC thread panicked")

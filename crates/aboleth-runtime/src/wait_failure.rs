@@ -21,7 +21,8 @@ pub use aboleth_abi::WaitFailureRecord;
 use aboleth_abi::wait_failure::{
     WAIT_KIND_COMPLETION, WAIT_KIND_PACKET_SLOTS_MISSING, WAIT_KIND_PACKET_UNSENDABLE,
     WAIT_KIND_POST_LOCK, WAIT_KIND_PUBLICATION_TURN, WAIT_KIND_QUEUE_SPACE,
-    WAIT_KIND_UNSUPPORTED_ENDPOINT, flag_wait_symbol, is_wait,
+    WAIT_KIND_UNSUPPORTED_ENDPOINT, WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT, flag_wait_symbol,
+    is_wait,
 };
 
 /// The 8-byte word index of a header field at `offset_bytes` (a `u32` field sits in the low
@@ -73,6 +74,9 @@ pub fn describe_wait_failure(record: &WaitFailureRecord) -> String {
         }
         WAIT_KIND_UNSUPPORTED_ENDPOINT => format!(
             "gave up: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and cqe_count = {seen}, and generated code supports a collapsed CQ (cq_collapsed = 1) or, in Triton kernels, a CQ ring (cq_collapsed = 0) of a power-of-two cqe_count (the tier-1 CUDA library: a collapsed CQ and a doorbell the GPU rings only)"
+        ),
+        WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT => format!(
+            "gave up: the Ionic endpoint handle at {address:#x} to {peer} has firmware ABI version {expected} and {seen} send-queue entries, and generated code speaks versions 1 and 2 on send queues and CQs whose entries are powers of two (at least 2 send-queue entries)"
         ),
         WAIT_KIND_PACKET_UNSENDABLE => format!(
             "gave up: a packet put to {peer} names the flag at {address:#x} with value low bits {seen:#x} and destination offset {expected:#x}; packet signals need an aligned flag inside the flag region, a value whose low 32 bits are not 0, and a 4-byte-aligned source and destination offset below 4 GiB"
@@ -347,6 +351,12 @@ mod tests {
             describe_wait_failure(&record(WAIT_KIND_UNSUPPORTED_ENDPOINT)),
             format!(
                 "{refusal}gave up: the mlx5 endpoint handle at 0x1000 to rank 0 has cq_collapsed = 96 and cqe_count = 32, and generated code supports a collapsed CQ (cq_collapsed = 1) or, in Triton kernels, a CQ ring (cq_collapsed = 0) of a power-of-two cqe_count (the tier-1 CUDA library: a collapsed CQ and a doorbell the GPU rings only)"
+            )
+        );
+        assert_eq!(
+            describe_wait_failure(&record(WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT)),
+            format!(
+                "{refusal}gave up: the Ionic endpoint handle at 0x1000 to rank 0 has firmware ABI version 96 and 32 send-queue entries, and generated code speaks versions 1 and 2 on send queues and CQs whose entries are powers of two (at least 2 send-queue entries)"
             )
         );
         assert!(

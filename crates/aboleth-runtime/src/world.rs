@@ -487,8 +487,12 @@ impl World {
             .map(|(rank, bytes)| PeerIdentity::decode(bytes, rank as u32))
             .collect::<RuntimeResult<Vec<_>>>();
         let local = identities.and_then(|identities| {
+            let rdma_devices = rdma_devices()?;
+            // Ionic runs over the software NIC; otherwise the providers are refused with what
+            // was found of their devices and libraries.
             if let TransportRequest::Only(transport) = choice
                 && PROVIDER_TRANSPORTS.contains(&transport)
+                && !(transport == Transport::Ionic && rdma_devices.software_nic)
             {
                 return Err(provider_discovery::discover(transport).unavailable_error());
             }
@@ -498,7 +502,7 @@ impl World {
                 self.rank,
                 &identities,
                 |peer| device.peer_access(&peer.device_pci_bus_id),
-                &rdma_devices()?,
+                &rdma_devices,
             )?;
             let connection = self.start_connection(transports, identities)?;
             Ok(connection)
@@ -599,7 +603,10 @@ impl World {
                 })?;
             Some(thread)
         };
-        let soft_rdma = if transports.contains(&Transport::Mlx5) {
+        let soft_rdma = if transports
+            .iter()
+            .any(|&transport| SoftRdma::serves(transport))
+        {
             let kernels = self.runtime_kernels()?;
             let options = SoftRdmaOptions::from_environment()?;
             Some(SoftRdma::start(
@@ -818,7 +825,7 @@ impl World {
                 // Every handle names the receive context, this rank's own too: a wait reads
                 // it from the table's first handle, which may be this rank's (p2p) one.
                 handle.receive_context_address = soft_rdma.receive_context_address();
-                if connection.transports[handle.peer_rank as usize] == Transport::Mlx5 {
+                if SoftRdma::serves(connection.transports[handle.peer_rank as usize]) {
                     soft_rdma.fill_endpoint_handle(handle);
                 }
             }

@@ -11,9 +11,10 @@
 //! simulator's `interpreter/ionic.rs` is the protocol's reference; this is its translation.
 //!
 //! What it does not do: return CQ credits (the GPU never rings the CQ doorbell: a device's CQ
-//! would fill), write-with-immediate signals, or run anywhere: no Ionic device, no AMD GPU, and
-//! it is not run on an NVIDIA GPU either (there is no Ionic queue to post to). It is generated,
-//! compiled by Triton and `ptxas`, and checked by goldens.
+//! would fill) or write-with-immediate signals. Where it runs: nowhere yet. It is generated,
+//! compiled by Triton and `ptxas`, and checked by goldens; the software NIC's Ionic queue pairs
+//! (`aboleth-runtime`'s `connect_all("ionic")` with `ABOLETH_RDMA_DEVICE=soft`) are what it runs
+//! against on an NVIDIA GPU (`tests/gpu/run_soft_nic.sh`); never on an Ionic device or an AMD GPU.
 
 use aboleth_abi::ionic::{
     self, CQE_COLOR, CQE_ERROR, CQE_TYPE_MASK, CQE_TYPE_SEND_MSN, CQE_TYPE_SHIFT, FLAG_COLOR,

@@ -26,6 +26,12 @@
 //! default) or the staged path, where the GPU stores only the doorbell record and the NIC
 //! thread rings for it, as the host thread of an unprivileged process would.
 //!
+//! Ionic peers (`connect_all("ionic")` with `ABOLETH_RDMA_DEVICE=soft`, experimental): the same
+//! NIC thread runs an Ionic queue pair per peer (`aboleth_nic::ionic::IonicDevice`, firmware ABI
+//! 2): its send queue, CQ and doorbell word host-pinned and device-mapped, its
+//! `IonicQueueManagement` block and atomic-result word in GPU memory; keys as for mlx5
+//! ([`SoftRdma::serves`] says which transports it runs).
+//!
 //! What it does not do: peers on other hosts, the send CQs' doorbell records (the model does
 //! not check a send CQ for overrun; the ring is as large as the send ring instead). Its latency is a host thread's and PCIe's, not a NIC's.
 
@@ -34,12 +40,14 @@ use std::sync::Arc;
 use aboleth_abi::endpoint::{
     ENDPOINT_FLAG_HOST_RINGS_DOORBELL, ENDPOINT_FLAG_NIC_BUFFERS_IN_HOST_MEMORY,
 };
+use aboleth_abi::ionic::{IonicVersion, queue::IonicQueueManagement};
 use aboleth_abi::mlx5::receive::{
     Mlx5ReceiveContext, Mlx5ReceiveQueue, RECEIVE_WQE_BYTES, ReceiveDataSegment,
 };
 use aboleth_abi::mlx5::{Cqe64, DoorbellRecord, WQE_BASIC_BLOCK_BYTES};
 use aboleth_abi::region::RemoteRegionDescriptor;
 use aboleth_abi::{EndpointHandle, LocalRegionDescriptor, Mlx5QueueManagement, Transport};
+use aboleth_nic::ionic::IonicQueuePairConfig;
 use aboleth_nic::{QueuePairConfig, ReceiveCqConfig, ReceiveQueueConfig, RemoteResponderConfig};
 
 use crate::cuda::{Device, DeviceMemory, PinnedHostMemory, RuntimeKernels, Stream};
@@ -54,6 +62,9 @@ use crate::soft_nic::{
 pub const SOFT_RDMA_SQ_BASIC_BLOCK_COUNT: u32 = 1024;
 /// QPN of the QP to peer `p` is `SOFT_RDMA_QPN_BASE + p`.
 pub const SOFT_RDMA_QPN_BASE: u32 = 0x100;
+/// Entries of every soft Ionic send queue and of its CQ (one slot of the send queue stays
+/// empty; the CQ is as large, so unreclaimed CQEs never overrun it).
+pub const SOFT_IONIC_QUEUE_ENTRIES: u32 = 1024;
 /// Keys of exchanged regions start here.
 const DATA_KEY_BASE: u32 = 0x0100_0000;
 /// Keys of the atomic-result words start here (one per peer).
@@ -383,6 +394,45 @@ impl QueueOffsets {
     }
 }
 
+/// Where one Ionic queue pair's structures are in its pinned block (the send queue at 0).
+#[derive(Clone, Copy, Debug)]
+struct IonicQueueOffsets {
+    cq: usize,
+    doorbell: usize,
+    total: usize,
+}
+
+impl IonicQueueOffsets {
+    fn new(entries: u32) -> Self {
+        let align = |bytes: usize| bytes.next_multiple_of(QUEUE_ALIGNMENT_BYTES);
+        let cq = align(entries as usize * aboleth_abi::ionic::WQE_BYTES);
+        let doorbell = cq + align(entries as usize * aboleth_abi::ionic::CQE_BYTES);
+        Self {
+            cq,
+            doorbell,
+            total: doorbell + QUEUE_ALIGNMENT_BYTES,
+        }
+    }
+}
+
+/// One Ionic queue pair to a peer: its pinned queues and its GPU-side words.
+#[derive(Debug)]
+struct SoftIonicQueue {
+    peer_rank: u32,
+    queue_id: u32,
+    queues: PinnedHostMemory,
+    offsets: IonicQueueOffsets,
+    management: DeviceMemory,
+    atomic_result: DeviceMemory,
+    atomic_result_lkey: u32,
+}
+
+impl SoftIonicQueue {
+    fn device_address(&self, offset: usize) -> u64 {
+        self.queues.device_address() + offset as u64
+    }
+}
+
 /// One QP to a peer: its pinned queues and its GPU-side words.
 #[derive(Debug)]
 struct SoftQueuePair {
@@ -414,6 +464,7 @@ pub struct SoftRdma {
     rank: u32,
     options: SoftRdmaOptions,
     queue_pairs: Vec<SoftQueuePair>,
+    ionic_queues: Vec<SoftIonicQueue>,
     receive_layout: ReceiveSideLayout,
     receive_side: DeviceMemory,
     statistics: Arc<SoftNicStatistics>,
@@ -421,7 +472,13 @@ pub struct SoftRdma {
 }
 
 impl SoftRdma {
-    /// Creates a QP to every peer whose transport is mlx5 and starts the NIC thread.
+    /// Whether the software NIC runs `transport`'s queues (mlx5 and Ionic).
+    pub fn serves(transport: Transport) -> bool {
+        matches!(transport, Transport::Mlx5 | Transport::Ionic)
+    }
+
+    /// Creates a QP to every peer whose transport is mlx5, an Ionic queue pair to every Ionic
+    /// peer, and starts the NIC thread.
     pub fn start(
         device: &Arc<Device>,
         kernels: Arc<RuntimeKernels>,
@@ -496,7 +553,22 @@ impl SoftRdma {
             }
             queue_pairs.push(queue_pair);
         }
+        let ionic_queues = Self::allocate_ionic_queues(device, rank, transports, &mut memory)?;
         let mut nic = SoftNic::new(memory);
+        for queue in &ionic_queues {
+            let config = IonicQueuePairConfig {
+                rank,
+                queue_id: queue.queue_id,
+                peer_rank: queue.peer_rank,
+                version: IonicVersion::V2,
+                sq_address: queue.device_address(0),
+                sq_entries: SOFT_IONIC_QUEUE_ENTRIES,
+                cq_address: queue.device_address(queue.offsets.cq),
+                cq_entries: SOFT_IONIC_QUEUE_ENTRIES,
+            };
+            nic.create_ionic_queue_pair(config, queue.device_address(queue.offsets.doorbell))
+                .map_err(|error| setup_error(rank, error))?;
+        }
         for queue_pair in &queue_pairs {
             let config = QueuePairConfig {
                 rank,
@@ -526,6 +598,7 @@ impl SoftRdma {
         tracing::info!(
             rank,
             queue_pairs = queue_pairs.len(),
+            ionic_queue_pairs = ionic_queues.len(),
             ?options,
             "software NIC started"
         );
@@ -533,11 +606,83 @@ impl SoftRdma {
             rank,
             options,
             queue_pairs,
+            ionic_queues,
             receive_layout,
             receive_side,
             statistics,
             state: NicState::Running(thread),
         })
+    }
+
+    /// The Ionic queue pair to every Ionic peer: a zeroed pinned block (send queue, CQ: a zeroed
+    /// CQE has color 0, so none is valid in the first lap; doorbell word), a management block
+    /// naming firmware ABI 2, an atomic-result word, and their regions in `memory`.
+    fn allocate_ionic_queues(
+        device: &Arc<Device>,
+        rank: u32,
+        transports: &[Transport],
+        memory: &mut MappedNicMemory,
+    ) -> RuntimeResult<Vec<SoftIonicQueue>> {
+        let offsets = IonicQueueOffsets::new(SOFT_IONIC_QUEUE_ENTRIES);
+        let mut queues = Vec::new();
+        for (peer, _) in transports
+            .iter()
+            .enumerate()
+            .filter(|&(_, &transport)| transport == Transport::Ionic)
+        {
+            let peer_rank = peer as u32;
+            let block = PinnedHostMemory::allocate(device, offsets.total)?;
+            // SAFETY: the block has `offsets.total` bytes and nothing else uses it yet.
+            unsafe { std::ptr::write_bytes(block.host_pointer(), 0, offsets.total) };
+            let management = DeviceMemory::allocate(device, IonicQueueManagement::SIZE_BYTES)?;
+            let initial = IonicQueueManagement {
+                firmware_version: 2,
+                ..IonicQueueManagement::default()
+            };
+            device.copy_to_device(management.address(), &initial.to_bytes())?;
+            let atomic_result = DeviceMemory::allocate(device, 8)?;
+            device.fill(atomic_result.address(), 0, 8)?;
+            let queue = SoftIonicQueue {
+                peer_rank,
+                queue_id: SOFT_RDMA_QPN_BASE + peer_rank,
+                queues: block,
+                offsets,
+                management,
+                atomic_result,
+                atomic_result_lkey: ATOMIC_RESULT_KEY_BASE + peer_rank,
+            };
+            let regions = [
+                MappedRegion {
+                    rank,
+                    address: queue.queues.device_address(),
+                    length_bytes: offsets.total as u64,
+                    backing: RegionBacking::Host {
+                        pointer: queue.queues.host_pointer(),
+                    },
+                    lkey: None,
+                    rkey: None,
+                    name: format!("Ionic queues to rank {peer_rank}"),
+                },
+                MappedRegion {
+                    rank,
+                    address: queue.atomic_result.address(),
+                    length_bytes: 8,
+                    backing: RegionBacking::Device {
+                        address: queue.atomic_result.address(),
+                    },
+                    lkey: Some(queue.atomic_result_lkey),
+                    rkey: None,
+                    name: format!("atomic result of the Ionic queue pair to rank {peer_rank}"),
+                },
+            ];
+            for region in regions {
+                // SAFETY: the pinned block and the device word live in `ionic_queues`, which
+                // outlives the NIC (stopped in `stop` and on drop before they are freed).
+                unsafe { memory.add_region(region) }.map_err(|error| setup_error(rank, error))?;
+            }
+            queues.push(queue);
+        }
+        Ok(queues)
     }
 
     /// The NIC's counters (doorbells observed, WQEs executed and failed).
@@ -546,7 +691,7 @@ impl SoftRdma {
     }
 
     /// Sets the keys of an exchange in its tables: each region's lkey, and the rkey of each
-    /// mlx5 peer's descriptor, are [`data_region_key`] of the region's index.
+    /// mlx5 or Ionic peer's descriptor, are [`data_region_key`] of the region's index.
     pub fn assign_keys(
         transports: &[Transport],
         local: &mut [LocalRegionDescriptor],
@@ -556,7 +701,7 @@ impl SoftRdma {
             let key = peers.first().map(|peer| data_region_key(peer.region_index));
             descriptor.lkey = key.unwrap_or_default();
             for peer in peers.iter_mut() {
-                if transports[peer.peer_rank as usize] == Transport::Mlx5 {
+                if Self::serves(transports[peer.peer_rank as usize]) {
                     peer.rkey = data_region_key(peer.region_index);
                 }
             }
@@ -564,7 +709,7 @@ impl SoftRdma {
     }
 
     /// The regions of an exchange as the NIC reaches them: this rank's own (device memory at
-    /// its addresses, lkey and rkey [`data_region_key`]) and each mlx5 peer's (the peer's
+    /// its addresses, lkey and rkey [`data_region_key`]) and each mlx5 or Ionic peer's (the peer's
     /// addresses, which WQEs name, backed by `map_allocation`'s CUDA IPC mapping of its
     /// allocation; rkey [`data_region_key`]). Regions are numbered from `first_region_index`.
     pub fn regions_of_exchange(
@@ -578,7 +723,7 @@ impl SoftRdma {
         for (peer, list) in lists.iter().enumerate() {
             let peer = peer as u32;
             let own = peer == self.rank;
-            if !own && transports[peer as usize] != Transport::Mlx5 {
+            if !own && !Self::serves(transports[peer as usize]) {
                 continue;
             }
             // An empty region has no byte to reach (and the NIC's memory refuses empty ranges).
@@ -607,8 +752,25 @@ impl SoftRdma {
         Ok(regions)
     }
 
-    /// Fills the mlx5 fields of the handle to `handle.peer_rank` (a peer with a QP).
+    /// Fills the mlx5 or Ionic fields of the handle to `handle.peer_rank` (a peer with a QP).
     pub fn fill_endpoint_handle(&self, handle: &mut EndpointHandle) {
+        if let Some(queue) = self
+            .ionic_queues
+            .iter()
+            .find(|queue| queue.peer_rank == handle.peer_rank)
+        {
+            handle.flags = ENDPOINT_FLAG_NIC_BUFFERS_IN_HOST_MEMORY;
+            handle.sq_buffer_address = queue.device_address(0);
+            handle.sq_wqe_basic_block_count = SOFT_IONIC_QUEUE_ENTRIES;
+            handle.qpn = queue.queue_id;
+            handle.uar_doorbell_address = queue.device_address(queue.offsets.doorbell);
+            handle.cq_buffer_address = queue.device_address(queue.offsets.cq);
+            handle.cqe_count = SOFT_IONIC_QUEUE_ENTRIES;
+            handle.management_address = queue.management.address();
+            handle.atomic_result_address = queue.atomic_result.address();
+            handle.atomic_result_lkey = queue.atomic_result_lkey;
+            return;
+        }
         let Some(queue_pair) = self
             .queue_pairs
             .iter()
