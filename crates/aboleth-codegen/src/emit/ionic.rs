@@ -301,9 +301,7 @@ impl Generator<'_> {
         let flags = self.binary_i64("arith.ori", &color, &signaled);
         let flags = self.binary_i64("arith.ori", &flags, &fixed);
         // The firmware ABI picks the opcode.
-        let version_address = self.offset_address(management, FIRMWARE_VERSION);
-        let version = self.load_field(&version_address, 0, 32);
-        let is_v1 = self.assign("ab_v1", format!("arith.cmpi eq, {version}, {one} : i64"));
+        let is_v1 = self.ionic_firmware_is_v1(management);
         let op_v1_value = self.constant_i64(i64::from(v1));
         let op_v2_value = self.constant_i64(i64::from(v2));
         let opcode = self.assign(
@@ -328,6 +326,14 @@ impl Generator<'_> {
         wqe.word_le32(HEADER_WORD, &word);
         wqe.word_be32(IMMEDIATE, &zero);
         wqe
+    }
+
+    /// Whether the queue's firmware ABI (in its management block) is version 1 (an i1).
+    fn ionic_firmware_is_v1(&mut self, management: &str) -> String {
+        let version_address = self.offset_address(management, FIRMWARE_VERSION);
+        let version = self.load_field(&version_address, 0, 32);
+        let one = self.constant_i64(1);
+        self.assign("ab_v1", format!("arith.cmpi eq, {version}, {one} : i64"))
     }
 
     /// Raises the management block's `last_completion_end` to `slot + 1` when `completion`
@@ -418,10 +424,7 @@ impl Generator<'_> {
             );
             let result_key =
                 self.handle_field(&handle, offset_of!(EndpointHandle, atomic_result_lkey), 32);
-            let version_address = self.offset_address(&management, FIRMWARE_VERSION);
-            let version = self.load_field(&version_address, 0, 32);
-            let one = self.constant_i64(1);
-            let is_v1 = self.assign("ab_v1", format!("arith.cmpi eq, {version}, {one} : i64"));
+            let is_v1 = self.ionic_firmware_is_v1(&management);
             let eight = self.constant_i64(8);
             let v2_lkey = self.assign(
                 "ab_v2_lkey",
