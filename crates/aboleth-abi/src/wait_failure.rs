@@ -91,8 +91,9 @@ pub const WAIT_KIND_FLAG_AT_MOST: u32 = 11;
 pub const WAIT_KIND_FLAG_LESS: u32 = 12;
 /// Not a wait: an Ionic endpoint handle (at `flag_address`, to `peer_rank`) the generated code
 /// does not speak: `expected_value` is its queue's firmware ABI version (1 and 2 are spoken) and
-/// `observed_value` its send queue's entries (a power of two, at least 2; its CQ's entries must
-/// be a power of two too). The program gave up before posting anything.
+/// `observed_value` its CQ's entries above bit 32 and its send queue's below (the send queue: a
+/// power of two from 2 to 2^16; the CQ: a power of two at least as large). The program gave up
+/// before posting anything.
 pub const WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT: u32 = 13;
 
 /// The comparison a flag wait of kind `kind` made (`">="` for [`WAIT_KIND_FLAG_AT_LEAST`]),

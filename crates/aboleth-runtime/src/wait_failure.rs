@@ -76,7 +76,9 @@ pub fn describe_wait_failure(record: &WaitFailureRecord) -> String {
             "gave up: the mlx5 endpoint handle at {address:#x} to {peer} has cq_collapsed = {expected} and cqe_count = {seen}, and generated code supports a collapsed CQ (cq_collapsed = 1) or, in Triton kernels, a CQ ring (cq_collapsed = 0) of a power-of-two cqe_count (the tier-1 CUDA library: a collapsed CQ and a doorbell the GPU rings only)"
         ),
         WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT => format!(
-            "gave up: the Ionic endpoint handle at {address:#x} to {peer} has firmware ABI version {expected} and {seen} send-queue entries, and generated code speaks versions 1 and 2 on send queues and CQs whose entries are powers of two (at least 2 send-queue entries)"
+            "gave up: the Ionic endpoint handle at {address:#x} to {peer} has firmware ABI version {expected}, {} send-queue entries and {} CQ entries, and generated code speaks versions 1 and 2 on send queues of 2 to 65536 entries whose CQ has at least as many, all powers of two",
+            seen & u64::from(u32::MAX),
+            seen >> 32
         ),
         WAIT_KIND_PACKET_UNSENDABLE => format!(
             "gave up: a packet put to {peer} names the flag at {address:#x} with value low bits {seen:#x} and destination offset {expected:#x}; packet signals need an aligned flag inside the flag region, a value whose low 32 bits are not 0, and a 4-byte-aligned source and destination offset below 4 GiB"
@@ -354,9 +356,12 @@ mod tests {
             )
         );
         assert_eq!(
-            describe_wait_failure(&record(WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT)),
+            describe_wait_failure(&WaitFailureRecord {
+                observed_value: 16 << 32 | 32,
+                ..record(WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT)
+            }),
             format!(
-                "{refusal}gave up: the Ionic endpoint handle at 0x1000 to rank 0 has firmware ABI version 96 and 32 send-queue entries, and generated code speaks versions 1 and 2 on send queues and CQs whose entries are powers of two (at least 2 send-queue entries)"
+                "{refusal}gave up: the Ionic endpoint handle at 0x1000 to rank 0 has firmware ABI version 96, 32 send-queue entries and 16 CQ entries, and generated code speaks versions 1 and 2 on send queues of 2 to 65536 entries whose CQ has at least as many, all powers of two"
             )
         );
         assert!(

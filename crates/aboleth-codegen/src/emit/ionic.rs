@@ -11,7 +11,8 @@
 //! simulator's `interpreter/ionic.rs` is the protocol's reference; this is its translation.
 //!
 //! What it does not do: return CQ credits (the GPU never rings the CQ doorbell: a device's CQ
-//! would fill) or write-with-immediate signals. Where it runs: nowhere yet. It is generated,
+//! would fill), write-with-immediate signals, or check a CQE's queue id (each send queue is
+//! assumed to have a CQ of its own, as the software NIC's queue pairs do). Where it runs: nowhere yet. It is generated,
 //! compiled by Triton and `ptxas`, and checked by goldens; the software NIC's Ionic queue pairs
 //! (`aboleth-runtime`'s `connect_all("ionic")` with `ABOLETH_RDMA_DEVICE=soft`) are what it runs
 //! against on an NVIDIA GPU (`tests/gpu/run_soft_nic.sh`); never on an Ionic device or an AMD GPU.
@@ -93,10 +94,11 @@ const _: () = {
 const WRITE_BYTES_LIMIT: i64 = 1 << 31;
 
 impl Generator<'_> {
-    /// Ionic: the generated code speaks firmware ABI 1 and 2 on send queues and CQs whose
-    /// entries are powers of two (at least 2 WQEs: one slot stays empty). A handle that says
-    /// otherwise makes every thread record `WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT` (the firmware
-    /// version as expected, the ring's entries as seen) and exit before posting anything.
+    /// Ionic: the generated code speaks firmware ABI 1 and 2 on send queues of 2 to 2^16
+    /// entries (one slot stays empty; the doorbell's index has 16 bits) and CQs of at least as
+    /// many entries, all powers of two. A handle that says otherwise makes every thread record
+    /// `WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT` (the firmware version as expected, the CQ's entries
+    /// above bit 32 and the send queue's below as seen) and exit before posting anything.
     pub(super) fn exit_unless_supported_ionic_endpoint(
         &mut self,
         op: Ptr<Operation>,
@@ -140,7 +142,19 @@ impl Generator<'_> {
             format!("arith.ori {old_version}, {new_version} : i1"),
         );
         let mut bad = bad_version;
-        for (ring, smallest) in [(&entries, &two), (&cqe_count, &one)] {
+        // The send queue: a power of two from 2 (one slot stays empty) to 2^16 (the doorbell
+        // carries a 16-bit index). Its CQ: a power of two no smaller, so the device never
+        // overwrites a CQE the poll has not read (every WQE may ask for a completion).
+        let largest_sq = self.constant_i64(1 << 16);
+        let sq_too_big = self.assign(
+            "ab_unsupported",
+            format!("arith.cmpi ugt, {entries}, {largest_sq} : i64"),
+        );
+        bad = self.assign(
+            "ab_unsupported",
+            format!("arith.ori {bad}, {sq_too_big} : i1"),
+        );
+        for (ring, smallest) in [(&entries, &two), (&cqe_count, &entries)] {
             let below = self.binary_i64("arith.subi", ring, &one);
             let shared_bits = self.binary_i64("arith.andi", ring, &below);
             let not_power = self.assign(
@@ -166,11 +180,15 @@ impl Generator<'_> {
             format!("arith.andi {bad}, {is_ionic} : i1"),
         );
         let bound = self.failure_site(op, log, rank);
+        // Both rings' entries in one word: the CQ's above bit 32.
+        let thirty_two = self.constant_i64(32);
+        let cq_high = self.binary_i64("arith.shli", &cqe_count, &thirty_two);
+        let seen = self.binary_i64("arith.ori", &cq_high, &entries);
         let report = WaitReport {
             waiting: unsupported.clone(),
             address: handle.to_owned(),
             expected: version,
-            seen: entries,
+            seen,
             peer,
             kind: aboleth_abi::wait_failure::WAIT_KIND_UNSUPPORTED_IONIC_ENDPOINT,
         };
