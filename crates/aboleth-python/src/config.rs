@@ -239,7 +239,7 @@ mod tests {
             assert_eq!(
                 refused(target, false, &[], false, false),
                 format!(
-                    "aboleth: bad stage configuration: unknown target \"{target}\", expected one of mlx5, proxy, p2p"
+                    "aboleth: bad stage configuration: unknown target \"{target}\", expected one of mlx5, proxy, p2p, ionic"
                 )
             );
         }
