@@ -145,18 +145,19 @@ def bench_aboleth(world: Any, rows: Rows, inputs: Dict[str, Any], low_latency_in
     low = Buffer(None, 0, size, low_latency_mode=True, world=world)
     x, topk, weights = low_latency_inputs["x"], low_latency_inputs["topk"], low_latency_inputs["weights"]
 
-    def dispatch(index: int) -> Any:
-        return low.low_latency_dispatch(x, topk, LOW_LATENCY_TOKENS, EXPERTS)
-
     def combine(out: Any) -> Any:
         handle = out[2]
         return low.low_latency_combine(low.get_next_low_latency_combine_buffer(handle), topk, weights, handle)
 
-    result = time_pair(dispatch, combine)
-    low.check_errors()
     sms = f"send {(ranks - 1) * low.parts}, receive {low.num_sms}"
-    rows.add("aboleth", "low_latency", "bf16", "dispatch", result["dispatch"], sms, True)
-    rows.add("aboleth", "low_latency", "bf16", "combine", result["combine"], sms, True)
+    # BF16, then FP8 (DeepEP's default: quantized on the send side); the combine is BF16 both times.
+    for dtype, use_fp8 in (("bf16", False), ("fp8", True)):
+        result = time_pair(lambda index: low.low_latency_dispatch(x, topk, LOW_LATENCY_TOKENS, EXPERTS,
+                                                                  use_fp8=use_fp8), combine)
+        low.check_errors()
+        rows.add("aboleth", "low_latency", dtype, "dispatch", result["dispatch"], sms, True)
+        if not use_fp8:
+            rows.add("aboleth", "low_latency", "bf16", "combine", result["combine"], sms, True)
 
 
 # ---- torch all_to_all_single --------------------------------------------------------------------

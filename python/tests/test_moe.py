@@ -17,6 +17,8 @@ ROUNDS = str(pathlib.Path(__file__).resolve().parent / "moe_rounds.py")
 RANKS = 8
 #: 16 experts (2 per rank), at most 4 tokens per rank, 64-byte rows (hidden 32, BF16).
 LAYOUT = LowLatencyLayout(RANKS, 16, 4, 32)
+#: The same with FP8 dispatch rows: hidden 256 (2 scale groups), 256 + 8 bytes per row.
+LAYOUT_FP8 = LowLatencyLayout(RANKS, 16, 4, 256, element_bytes=1)
 #: The normal mode: 16 experts, hidden 32 (BF16), top-2, a pool for 5 tokens per source.
 NORMAL = NormalLayout(RANKS, 16, 32, 2, NormalLayout.size_hint(5, 32, RANKS, 2, 16))
 
@@ -33,10 +35,26 @@ def test_the_layout_keeps_the_configuration_independent_parts_first_and_aligned(
     assert LAYOUT.pool_bytes >= parts["combine_send"][0] + parts["combine_send"][1]
 
 
+def test_fp8_dispatch_rows_carry_their_scales_and_combine_rows_stay_bf16():
+    bf16 = LowLatencyLayout(RANKS, 16, 4, 256)
+    assert (LAYOUT_FP8.scale_groups, LAYOUT_FP8.dispatch_row_bytes, LAYOUT_FP8.combine_row_bytes) == (2, 264, 512)
+    assert (bf16.scale_groups, bf16.dispatch_row_bytes, bf16.combine_row_bytes) == (0, 512, 512)
+    fp8_parts, bf16_parts = LAYOUT_FP8.parts(), bf16.parts()
+    assert fp8_parts["dispatch_tokens"][1] == 2 * RANKS * 4 * 264
+    assert fp8_parts["dispatch_send"][1] == 16 * 4 * 264
+    for name in ("combine_tokens", "combine_send"):
+        assert fp8_parts[name][1] == bf16_parts[name][1], name
+    # A pool sized for BF16 (the size hint) holds FP8; the receivers tell the two apart.
+    assert LAYOUT_FP8.pool_bytes < bf16.pool_bytes
+    assert LAYOUT_FP8.fingerprint != bf16.fingerprint
+
+
 @pytest.mark.parametrize("arguments, message", [
     ((1, 16, 4, 32), "at least 2 ranks"),
     ((8, 12, 4, 32), "multiple of the number of ranks"),
     ((8, 16, 0, 32), "max_tokens must be a positive integer"),
+    ((8, 16, 4, 200, 1), "a multiple of 128 for FP8"),
+    ((8, 16, 4, 256, 4), "element_bytes must be 2"),
 ])
 def test_bad_configurations_name_the_setting(arguments, message):
     with pytest.raises(ValueError, match=message):
@@ -66,27 +84,32 @@ def test_the_normal_layout_fits_its_size_hint_and_names_a_pool_too_small():
 def simulate(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
     if kernel.startswith("normal_"):
         return simulate_normal(kernel, target, parts, *extra)
-    offsets = LAYOUT.parts()
-    constexprs = {"RANKS": RANKS, "LOCAL_EXPERTS": LAYOUT.local_experts, "MAX_TOKENS": LAYOUT.max_tokens,
-                  "TOKEN_BYTES": LAYOUT.token_bytes, "PARTS": parts}
-    if kernel == "dispatch_round":
+    # "dispatch_round_fp8": the dispatch of FP8 rows (their scales after the hidden state).
+    layout = LAYOUT_FP8 if kernel.endswith("_fp8") else LAYOUT
+    kernel = kernel.removesuffix("_fp8")
+    offsets = layout.parts()
+    dispatch = kernel == "dispatch_round"
+    constexprs = {"RANKS": RANKS, "LOCAL_EXPERTS": layout.local_experts, "MAX_TOKENS": layout.max_tokens,
+                  "TOKEN_BYTES": layout.dispatch_row_bytes if dispatch else layout.combine_row_bytes,
+                  "PARTS": parts}
+    if dispatch:
         signature = "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32,epoch=i64"
         for name in ("dispatch_flags", "dispatch_counts", "send_counts", "dispatch_tokens", "dispatch_send"):
             constexprs[name.upper()] = offsets[name][0]
-        regions = f"pool={LAYOUT.pool_bytes}"
+        regions = f"pool={layout.pool_bytes}"
         bind = "endpoints=endpoints regions=regions:pool pool=local:pool pool_key=lkey:pool epoch=value:epoch"
         # Counts in [0, max_tokens]; flags and counts rows start at zero.
-        init = f"pool=random_mod:{LAYOUT.max_tokens + 1} pool[0:{offsets['send_counts'][0]}]=zero"
+        init = f"pool=random_mod:{layout.max_tokens + 1} pool[0:{offsets['send_counts'][0]}]=zero"
     else:
         signature = "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32,layout_range=*i64,epoch=i64"
         for name in ("combine_flags", "combine_tokens", "combine_send"):
             constexprs[name.upper()] = offsets[name][0]
-        regions = f"pool={LAYOUT.pool_bytes} layout={LAYOUT.local_experts * RANKS * 8}"
+        regions = f"pool={layout.pool_bytes} layout={layout.local_experts * RANKS * 8}"
         bind = ("endpoints=endpoints regions=regions:pool pool=local:pool pool_key=lkey:pool "
                 "layout_range=local:layout epoch=value:epoch")
         # layout_range words: offset 0, a count in [0, max_tokens].
         init = (f"pool=random pool[0:{offsets['dispatch_counts'][0]}]=zero "
-                f"layout=random_mod:{LAYOUT.max_tokens + 1}")
+                f"layout=random_mod:{layout.max_tokens + 1}")
     arguments = [sys.executable, "-m", "aboleth", "sim", ROUNDS, "--kernel", kernel, "--target", target,
                  "--ranks", str(RANKS), "--grid", f"(ranks-1)*{parts}", "--rank-constexpr", "RANK",
                  "--signature", signature, "--regions", regions, "--bind", bind, "--init", init,
@@ -135,6 +158,8 @@ def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subpro
     ("dispatch_round", "p2p", 2),
     ("dispatch_round", "mlx5", 1),
     ("dispatch_round", "proxy", 1),
+    ("dispatch_round_fp8", "p2p", 2),
+    ("dispatch_round_fp8", "mlx5", 1),
     ("combine_round", "p2p", 2),
     ("combine_round", "proxy", 1),
     ("normal_dispatch_round", "p2p", 3),
@@ -208,6 +233,51 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
         assert compiled.asm["cubin"], kernel.__name__
 
 
+def test_the_fp8_pack_quantizes_with_correctly_rounded_divisions():
+    """pack_tokens_fp8 at DeepEP's low-latency settings (2 ranks, 256 experts, 128 tokens,
+    hidden 7168, top-8), compiled to sm_90: its divisions must be div.rn (Triton's ``/`` is
+    div.full, 2 ulp: the torch reference would differ) and its e4m3 conversion round to nearest,
+    saturating."""
+    import re
+    from helpers import compile_kernel
+    from aboleth.moe import kernels
+    layout = LowLatencyLayout(2, 256, 128, 7168, element_bytes=1)
+    parts = layout.parts()
+    for round_scale in (False, True):
+        constexprs = {"K": 8, "RANK": 1, "RANKS": 2, "LOCAL_EXPERTS": 128, "MAX_TOKENS": 128, "HIDDEN": 7168,
+                      "ROW_BYTES": layout.dispatch_row_bytes, "DISPATCH_TOKENS": parts["dispatch_tokens"][0],
+                      "DISPATCH_SEND": parts["dispatch_send"][0], "ROUND_SCALE": round_scale, "BLOCK_GROUPS": 8}
+        signature = {"x": "*bf16", "topk_idx": "*i64", "positions": "*i64", "pool": "*u8",
+                     **{name: "constexpr" for name in constexprs}}
+        ptx = compile_kernel(kernels.pack_tokens_fp8, signature, constexprs).asm["ptx"]
+        divisions = set(re.findall(r"\bdiv\.[a-z.]*f32", ptx))
+        assert divisions == {"div.rn.f32"}, divisions
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp8", "fp8_ue8m0"])
+def test_the_low_latency_receive_compiles_for_each_dispatch_dtype(mode):
+    """dispatch_receive (waits, then the copy of rows and, for FP8, of the scales into DeepEP's
+    column-major layout) through the aboleth stage to PTX at DeepEP's settings."""
+    layout = LowLatencyLayout(2, 256, 128, 7168, element_bytes=2 if mode == "bf16" else 1)
+    parts = layout.parts()
+    groups = layout.scale_groups
+    constexprs = {"RANK": 1, "RANKS": 2, "RANKS_POW2": 2, "LOCAL_EXPERTS": 128, "MAX_TOKENS": 128,
+                  "X_WORDS": 7168 * layout.element_bytes // 4, "SCALE_GROUPS": groups,
+                  "GROUPS_POW2": 64 if groups else 4, "UE8M0": int(mode == "fp8_ue8m0"),
+                  "FINGERPRINT": layout.fingerprint, "ERRORS": parts["errors"][0], "EPOCHS": parts["epochs"][0],
+                  "DISPATCH_FLAGS": parts["dispatch_flags"][0], "DISPATCH_COUNTS": parts["dispatch_counts"][0],
+                  "DISPATCH_TOKENS": parts["dispatch_tokens"][0], "BLOCK_TOKENS": 16, "BLOCK_WORDS": 512,
+                  "PARTS": 1}
+    kernels = str(pathlib.Path(__file__).resolve().parents[1] / "aboleth" / "moe" / "kernels.py")
+    arguments = [sys.executable, "-m", "aboleth", "compile", kernels, "--kernel", "dispatch_receive", "--target",
+                 "p2p", "--emit", "ptx", "--signature",
+                 "endpoints=*i64,pool=*u8,packed_x=*i32,packed_scales=*i32,packed_count=*i32,layout_range=*i64"]
+    result = run(arguments, constexprs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ".entry dispatch_receive" in result.stdout
+
+
 def test_every_kernel_the_buffer_launches_takes_the_fast_launch_path():
     """aboleth/moe/launch.py launches a cached kernel directly when the runtime parameters come
     first and none is annotated; a kernel written otherwise would silently take Triton's slower
@@ -218,7 +288,7 @@ def test_every_kernel_the_buffer_launches_takes_the_fast_launch_path():
     from aboleth.moe.launch import Launcher
     launched = set()
     for module in (buffer, normal):
-        launched |= set(re.findall(r"_launcher\((?:normal_)?kernels\.([a-z_]+)\)", inspect.getsource(module)))
+        launched |= set(re.findall(r"_launcher\((?:normal_)?kernels\.([a-z_0-9]+)\)", inspect.getsource(module)))
     assert {"normal_prepare", "normal_dispatch_send", "dispatch_send", "combine_reduce"} <= launched
     for name in sorted(launched):
         kernel = getattr(normal_kernels, name, None) or getattr(kernels, name)

@@ -8,16 +8,20 @@ Steps, each rank (every rank derives every rank's inputs from seeds, so it knows
 receive):
 1. ``cases``: for each routing case (random top-k; every token to rank 0's experts, so other
    ranks receive nothing; only this rank's experts; several top-k experts on one rank; a third
-   of the entries -1) and hidden size (2048, 4096, 7168), three consecutive layers on the same
-   buffer: dispatch (recv_x rows and recv_count exact), the tests' expert on the received rows,
-   combine (exact), alternating the zero-copy combine buffer and a copy.
-2. ``graph``: dispatch, expert and combine captured in one CUDA graph, replayed 3 times with new
-   inputs copied into the captured tensors, each replay checked (epochs advance on the device).
+   of the entries -1) and hidden size (2048, 4096, 7168), in BF16 and in FP8 (and FP8 with
+   rounded scales, and with UE8M0 scale words, on random routing), three consecutive layers on
+   the same buffer: dispatch (recv_x rows, FP8 scales and recv_count exact), the tests' expert
+   on the received rows (FP8 dequantized), combine (exact), alternating the zero-copy combine
+   buffer and a copy.
+2. ``graph`` / ``graph_fp8``: dispatch, expert and combine captured in one CUDA graph, replayed 3
+   times with new inputs copied into the captured tensors, each replay checked (epochs advance
+   on the device).
 3. ``hook``: ``return_recv_hook=True`` for both, with compute between send and hook.
 4. ``mismatch``: a buffer whose rank 1 uses another num_max_dispatch_tokens_per_rank: check_errors
    names the peer, the epoch and the settings (no hang).
-5. ``timing``: DeepEP's low-latency settings (128 tokens, hidden 7168, top-8, 256 experts):
-   dispatch and combine, 20 warm-up and 100 timed calls each (CUDA events), and the grids.
+5. ``timing`` / ``timing_fp8``: DeepEP's low-latency settings (128 tokens, hidden 7168, top-8,
+   256 experts), BF16 and FP8 dispatch: dispatch and combine, 20 warm-up and 100 timed calls
+   each (CUDA events), and the grids.
 6. ``dead_peer`` (last: it leaves the buffers out of step): rank 1 skips a dispatch; rank 0's
    bounded wait gives up and check_errors names the wait.
 
@@ -36,7 +40,8 @@ from typing import Any, Callable, Dict, List
 import torch
 
 from aboleth.moe import Buffer
-from aboleth.moe.reference import combine_reference, dispatch_reference, expert_scale
+from aboleth.moe.reference import (combine_reference, dispatch_reference, expert_scale, fp8_dequantize,
+                                   low_latency_fp8_quantize, ue8m0_pack)
 
 EXPERTS = 16
 MAX_TOKENS = 64
@@ -71,35 +76,72 @@ ROUTES: Dict[str, Callable[..., Any]] = {
 }
 
 
+#: FP8 modes of the dispatch: (use_fp8, round_scale, use_ue8m0) by name.
+FP8_MODES = {"bf16": (False, False, False), "fp8": (True, False, False), "fp8_round": (True, True, False),
+             "fp8_ue8m0": (True, True, True)}
+
+
+def compare_rows(name: str, received: Any, expected: Any, counts: Any, first_expert: int) -> List[str]:
+    """Each local expert's rows [0, count) of ``received`` against ``expected``, bit for bit."""
+    errors = []
+    for local in range(counts.numel()):
+        count = int(counts[local])
+        got, want = received[local, :count].contiguous(), expected[local, :count].contiguous()
+        if got.dtype == torch.float8_e4m3fn:
+            got, want = got.view(torch.uint8), want.view(torch.uint8)
+        if not torch.equal(got, want):
+            wrong = (got != want).any(dim=1).nonzero()
+            errors.append(f"{name} of expert {first_expert + local}: {wrong.numel()} of {count} rows differ, first "
+                          f"row {int(wrong[0]) if wrong.numel() else '?'}")
+    return errors
+
+
 def check_layer(buffer: Buffer, seed: int, route: Callable[..., Any], hidden: int, tokens: int, zero_copy: bool,
-                hooks: bool = False) -> List[str]:
+                hooks: bool = False, mode: str = "bf16") -> List[str]:
+    use_fp8, round_scale, use_ue8m0 = FP8_MODES[mode]
     rank, ranks = buffer.rank, buffer.group_size
     everyone = [inputs(seed, r, tokens, hidden, route, ranks) for r in range(ranks)]
     x, topk, weights = everyone[rank]
-    recv_x, recv_count, handle, _, hook = buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS,
-                                                                     return_recv_hook=hooks)
+    received, recv_count, handle, _, hook = buffer.low_latency_dispatch(
+        x, topk, MAX_TOKENS, EXPERTS, use_fp8=use_fp8, round_scale=round_scale, use_ue8m0=use_ue8m0,
+        return_recv_hook=hooks)
     if hooks:
         torch.cuda._sleep(1000)  # compute between the send and the receive
         hook()
-    expected_x, expected_count = dispatch_reference([e[0] for e in everyone], [e[1] for e in everyone], EXPERTS,
-                                                    rank, MAX_TOKENS)
+    topks = [e[1] for e in everyone]
+    local_experts = EXPERTS // ranks
     errors = []
+    if use_fp8:
+        quantized = [low_latency_fp8_quantize(e[0], round_scale) for e in everyone]
+        expected_x, expected_count = dispatch_reference([q for q, _ in quantized], topks, EXPERTS, rank, MAX_TOKENS)
+        expected_scales, _ = dispatch_reference([scale for _, scale in quantized], topks, EXPERTS, rank, MAX_TOKENS)
+        recv_x, recv_scales = received
+        slots = ranks * MAX_TOKENS
+        groups = hidden // 128 // (4 if use_ue8m0 else 1)
+        # DeepEP's layout: the scales' slots are the innermost dimension in memory.
+        if recv_scales.shape != (local_experts, slots, groups) or recv_scales.stride() != (groups * slots, 1, slots):
+            errors.append(f"recv_x scales: shape {tuple(recv_scales.shape)} strides {recv_scales.stride()}")
+        wanted = (torch.stack([ue8m0_pack(expected_scales[j]) for j in range(local_experts)]) if use_ue8m0
+                  else expected_scales)
+        errors += compare_rows("scales", recv_scales, wanted, expected_count, rank * local_experts)
+        float_scales = expected_scales  # what the rows mean, for the expert and the combine
+        rows = fp8_dequantize(recv_x, float_scales)
+        home_x = fp8_dequantize(*quantized[rank])
+    else:
+        recv_x = received
+        expected_x, expected_count = dispatch_reference([e[0] for e in everyone], topks, EXPERTS, rank, MAX_TOKENS)
+        rows, home_x = recv_x, x
     if not torch.equal(recv_count, expected_count):
         errors.append(f"recv_count {recv_count.tolist()} != {expected_count.tolist()}")
-    local_experts = EXPERTS // ranks
+    errors += compare_rows("rows", recv_x, expected_x, expected_count, rank * local_experts)
+    outputs = (buffer.get_next_low_latency_combine_buffer(handle) if zero_copy
+               else torch.empty(rows.shape, dtype=torch.bfloat16, device="cuda"))
     for local in range(local_experts):
-        count = int(expected_count[local])
-        if not torch.equal(recv_x[local, :count], expected_x[local, :count]):
-            wrong = (recv_x[local, :count] != expected_x[local, :count]).any(dim=1).nonzero()
-            errors.append(f"expert {rank * local_experts + local}: {wrong.numel()} of {count} rows differ, first "
-                          f"row {int(wrong[0]) if wrong.numel() else '?'}")
-    outputs = buffer.get_next_low_latency_combine_buffer(handle) if zero_copy else torch.empty_like(recv_x)
-    for local in range(local_experts):
-        outputs[local] = expert_scale(recv_x[local], rank * local_experts + local)
+        outputs[local] = expert_scale(rows[local], rank * local_experts + local)
     combined, _, hook = buffer.low_latency_combine(outputs, topk, weights, handle, return_recv_hook=hooks)
     if hooks:
         hook()
-    expected = combine_reference(x, topk, weights, expert_scale)
+    expected = combine_reference(home_x, topk, weights, expert_scale)
     if not torch.equal(combined, expected):
         wrong = (combined != expected).any(dim=1).nonzero()
         errors.append(f"combine: {wrong.numel()} of {tokens} tokens differ, first {int(wrong[0])}: max |diff| "
@@ -121,29 +163,34 @@ def pool_words(buffer: Buffer) -> Dict[str, List[int]]:
 def step_cases(buffer: Buffer) -> Dict[str, Any]:
     results, failed = [], 0
     separate = os.environ.get("MOE_BARRIER_BETWEEN_LAYERS") == "1"
-    for name, route in ROUTES.items():
-        for hidden in HIDDENS:
-            for layer in range(LAYERS):
-                tokens = [MAX_TOKENS, 1, 37][layer]
-                entry = {"route": name, "hidden": hidden, "layer": layer, "tokens": tokens}
-                layer_started = time.monotonic()
-                try:
-                    errors = check_layer(buffer, 1000 + layer, route, hidden, tokens, zero_copy=layer % 2 == 0)
-                except RuntimeError as error:
-                    errors = [str(error)[:600]]
-                    entry["pool"] = pool_words(buffer)
-                    results.append({**entry, "passed": False, "errors": errors})
-                    return {"passed": False, "checked": len(results), "failed": failed + 1, "results": results}
-                failed += bool(errors)
-                entry["seconds"] = round(time.monotonic() - layer_started, 3)
-                results.append({**entry, "passed": not errors, "errors": errors[:3]})
-                if separate:
-                    torch.cuda.synchronize()
-                    buffer.world.barrier()
+    # Every route and hidden size in BF16 and in FP8 (DeepEP's default); the rounded scales and
+    # UE8M0 words on random routing.
+    configurations = [(name, hidden, mode) for mode in ("bf16", "fp8") for name in ROUTES for hidden in HIDDENS]
+    configurations += [("random", hidden, mode) for mode in ("fp8_round", "fp8_ue8m0") for hidden in (2048, 7168)]
+    for name, hidden, mode in configurations:
+        route = ROUTES[name]
+        for layer in range(LAYERS):
+            tokens = [MAX_TOKENS, 1, 37][layer]
+            entry = {"route": name, "hidden": hidden, "mode": mode, "layer": layer, "tokens": tokens}
+            layer_started = time.monotonic()
+            try:
+                errors = check_layer(buffer, 1000 + layer, route, hidden, tokens, zero_copy=layer % 2 == 0,
+                                     mode=mode)
+            except RuntimeError as error:
+                errors = [str(error)[:600]]
+                entry["pool"] = pool_words(buffer)
+                results.append({**entry, "passed": False, "errors": errors})
+                return {"passed": False, "checked": len(results), "failed": failed + 1, "results": results}
+            failed += bool(errors)
+            entry["seconds"] = round(time.monotonic() - layer_started, 3)
+            results.append({**entry, "passed": not errors, "errors": errors[:3]})
+            if separate:
+                torch.cuda.synchronize()
+                buffer.world.barrier()
     return {"passed": failed == 0, "checked": len(results), "failed": failed, "results": results}
 
 
-def step_graph(buffer: Buffer) -> Dict[str, Any]:
+def step_graph(buffer: Buffer, use_fp8: bool) -> Dict[str, Any]:
     rank, ranks, hidden, tokens = buffer.rank, buffer.group_size, 2048, MAX_TOKENS
     route = ROUTES["random"]
     x, topk, weights = (t.clone() for t in inputs(0, rank, tokens, hidden, route, ranks))
@@ -151,9 +198,10 @@ def step_graph(buffer: Buffer) -> Dict[str, Any]:
     scales = torch.tensor([1.0 + (rank * local_experts + j) / 64.0 for j in range(local_experts)], device="cuda")
 
     def layer() -> Any:
-        recv_x, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS)
+        received, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS, use_fp8=use_fp8)
+        rows = fp8_dequantize(*received) if use_fp8 else received
         outputs = buffer.get_next_low_latency_combine_buffer(handle)
-        outputs.copy_((recv_x.to(torch.float32) * scales[:, None, None]).to(torch.bfloat16))
+        outputs.copy_((rows.to(torch.float32) * scales[:, None, None]).to(torch.bfloat16))
         return buffer.low_latency_combine(outputs, topk, weights, handle)[0]
 
     layer()  # compiles and warms up outside the capture
@@ -170,7 +218,8 @@ def step_graph(buffer: Buffer) -> Dict[str, Any]:
         buffer.world.barrier()
         graph.replay()
         torch.cuda.synchronize()
-        expected = combine_reference(new_x, new_topk, new_weights, expert_scale)
+        home_x = fp8_dequantize(*low_latency_fp8_quantize(new_x)) if use_fp8 else new_x
+        expected = combine_reference(home_x, new_topk, new_weights, expert_scale)
         if not torch.equal(combined, expected):
             errors.append(f"replay {replay}: {(combined != expected).any(dim=1).sum().item()} tokens differ")
     buffer.check_errors()
@@ -188,7 +237,7 @@ def step_mismatch(buffer_bytes: int) -> Dict[str, Any]:
     mismatched = Buffer(None, 0, buffer_bytes, low_latency_mode=True, world=WORLD["world"])
     max_tokens = 32 if rank == 1 else 64
     x, topk, _ = inputs(5, rank, 16, 2048, ROUTES["random"], ranks)
-    mismatched.low_latency_dispatch(x, topk, max_tokens, EXPERTS)
+    mismatched.low_latency_dispatch(x, topk, max_tokens, EXPERTS, use_fp8=False)
     try:
         mismatched.check_errors()
         return {"passed": False, "errors": ["check_errors() raised nothing"]}
@@ -198,7 +247,7 @@ def step_mismatch(buffer_bytes: int) -> Dict[str, Any]:
         return {"passed": ok, "message": message}
 
 
-def step_timing(world: Any) -> Dict[str, Any]:
+def step_timing(world: Any, use_fp8: bool) -> Dict[str, Any]:
     rank, ranks = world.rank, world.world_size
     experts, tokens, hidden, k = 256, 128, 7168, 8
     size = Buffer.get_low_latency_rdma_size_hint(tokens, hidden, ranks, experts)
@@ -215,7 +264,7 @@ def step_timing(world: Any) -> Dict[str, Any]:
         world.barrier()
         start, middle, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         start.record()
-        recv_x, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, tokens, experts)
+        _, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, tokens, experts, use_fp8=use_fp8)
         middle.record()
         outputs = buffer.get_next_low_latency_combine_buffer(handle)
         torch.cuda.synchronize()
@@ -231,19 +280,20 @@ def step_timing(world: Any) -> Dict[str, Any]:
             times["dispatch"].append(start.elapsed_time(middle) * 1000)
             times["combine"].append(combine_start.elapsed_time(end) * 1000)
     buffer.check_errors()
-    kernels_us = profile_kernels(world, buffer, x, topk, weights, tokens, experts)
-    graph_us = graph_layer_us(world, buffer, x, topk, weights, tokens, experts)
+    kernels_us = profile_kernels(world, buffer, x, topk, weights, tokens, experts, use_fp8)
+    graph_us = graph_layer_us(world, buffer, x, topk, weights, tokens, experts, use_fp8)
     local_experts = experts // ranks
-    sent_bytes = int((topk // local_experts != rank).sum()) * hidden * 2
+    row_bytes = hidden + hidden // 128 * 4 if use_fp8 else hidden * 2
+    sent_bytes = int((topk // local_experts != rank).sum()) * row_bytes
     summary = {}
     for name, values in times.items():
         values.sort()
         summary[name] = {"median_us": values[len(values) // 2], "p10_us": values[len(values) // 10],
                          "p90_us": values[len(values) * 9 // 10]}
     return {"passed": True, "warmup_ms": warmup_ms, "max_us": {n: max(v) for n, v in times.items()}, "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
-                                         "ranks": ranks}, "us": summary, "bytes_sent_by_this_rank": sent_bytes,
+                                         "ranks": ranks, "dispatch": "fp8" if use_fp8 else "bf16"}, "us": summary, "bytes_sent_by_this_rank": sent_bytes,
             "kernels_us": kernels_us, "graph_layer_us": graph_us,
-            "grids": {"pack_tokens": tokens * k, "dispatch_send": (ranks - 1) * buffer.parts,
+            "grids": {"pack_tokens_fp8" if use_fp8 else "pack_tokens": tokens if use_fp8 else tokens * k, "dispatch_send": (ranks - 1) * buffer.parts,
                       "dispatch_receive": buffer.num_sms, "combine_send": (ranks - 1) * buffer.parts,
                       "combine_reduce": buffer.num_sms},
             "note": "includes the torch routing ops and, for combine, the reduce; sms: the grids are programs, "
@@ -251,11 +301,11 @@ def step_timing(world: Any) -> Dict[str, Any]:
 
 
 def graph_layer_us(world: Any, buffer: Buffer, x: Any, topk: Any, weights: Any, tokens: int,
-                   experts: int) -> Dict[str, float]:
+                   experts: int, use_fp8: bool) -> Dict[str, float]:
     """A dispatch and a combine captured in one CUDA graph (no host launch cost, as DeepEP's
     low-latency mode is used): microseconds per replay, median of 50, each between barriers."""
     def layer() -> None:
-        _, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, tokens, experts)
+        _, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, tokens, experts, use_fp8=use_fp8)
         buffer.low_latency_combine(buffer.get_next_low_latency_combine_buffer(handle), topk, weights, handle)
 
     layer()
@@ -281,14 +331,14 @@ def graph_layer_us(world: Any, buffer: Buffer, x: Any, topk: Any, weights: Any, 
 
 
 def profile_kernels(world: Any, buffer: Buffer, x: Any, topk: Any, weights: Any, tokens: int,
-                    experts: int) -> Dict[str, float]:
+                    experts: int, use_fp8: bool) -> Dict[str, float]:
     """Mean device time per call of each kernel over 10 dispatch + combine rounds (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     world.barrier()
     with profile(activities=[ProfilerActivity.CUDA]) as profiler:
         for _ in range(10):
-            _, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, tokens, experts)
+            _, _, handle, _, _ = buffer.low_latency_dispatch(x, topk, tokens, experts, use_fp8=use_fp8)
             buffer.low_latency_combine(buffer.get_next_low_latency_combine_buffer(handle), topk, weights, handle)
         torch.cuda.synchronize()
     world.barrier()
@@ -308,7 +358,7 @@ def step_dead_peer(buffer: Buffer) -> Dict[str, Any]:
     if rank == 1:
         return {"passed": True, "role": "skipped the dispatch"}
     started = time.monotonic()
-    buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS)
+    buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS, use_fp8=False)
     try:
         buffer.check_errors()
         return {"passed": False, "errors": ["check_errors() raised nothing"]}
@@ -335,9 +385,10 @@ def main() -> int:
     report: Dict[str, Any] = {"rank": rank, "ranks": ranks, "transport": os.environ.get("ABOLETH_TRANSPORT", "p2p"),
                               "steps": {}}
     buffer = Buffer(None, 0, buffer_bytes, low_latency_mode=True, world=world)
-    steps = [("cases", lambda: step_cases(buffer)), ("graph", lambda: step_graph(buffer)),
-             ("hook", lambda: step_hook(buffer)), ("mismatch", lambda: step_mismatch(buffer_bytes)),
-             ("timing", lambda: step_timing(world)), ("dead_peer", lambda: step_dead_peer(buffer))]
+    steps = [("cases", lambda: step_cases(buffer)), ("graph", lambda: step_graph(buffer, False)),
+             ("graph_fp8", lambda: step_graph(buffer, True)), ("hook", lambda: step_hook(buffer)),
+             ("mismatch", lambda: step_mismatch(buffer_bytes)), ("timing", lambda: step_timing(world, False)),
+             ("timing_fp8", lambda: step_timing(world, True)), ("dead_peer", lambda: step_dead_peer(buffer))]
 
     def after(name: str) -> None:
         if name == "mismatch":

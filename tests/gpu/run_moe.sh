@@ -11,7 +11,7 @@ set -u
 source "$(dirname "$0")/common.sh"
 start_mps_if_ranks_share_gpus
 script=tests/gpu/moe.py stem=moe
-description="tests/gpu/moe.py: aboleth.moe low-latency dispatch and combine, every routing case and hidden size bit-exact against aboleth.moe.reference, CUDA-graph replay, receive hooks, a mismatched configuration and a dead peer reported, a timing at DeepEP's low-latency settings"
+description="tests/gpu/moe.py: aboleth.moe low-latency dispatch (BF16 and FP8: float, rounded and UE8M0 scales) and combine, every routing case and hidden size bit-exact against aboleth.moe.reference, CUDA-graph replay (BF16 and FP8), receive hooks, a mismatched configuration and a dead peer reported, timings at DeepEP's low-latency settings (BF16 and FP8 dispatch)"
 if [ "${MOE_MODE:-low_latency}" = normal ]; then
     # No dead-peer step here; a first 4096-token dispatch over the proxy took 3.2 s (first use
     # of its kernels and of the pool's copies), past the 5 s bound when the ranks start apart.

@@ -20,12 +20,15 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from .launch import Launcher
-from .layout import ERROR_WORDS, WORST_ERROR_WORD, LowLatencyLayout, NormalLayout, counters_span
+from .layout import (ERROR_WORDS, FP8_GROUP_CHANNELS, WORST_ERROR_WORD, LowLatencyLayout, NormalLayout,
+                     counters_span)
 from .normal import NormalMode
 
 #: Rows of hidden the copying kernels move per step, and tokens per receiving program.
 BLOCK_HIDDEN = 1024
 BLOCK_TOKENS = 16
+#: Groups of 128 channels the FP8 pack quantizes at once.
+FP8_BLOCK_GROUPS = 8
 #: Programs of each receiving kernel (DeepEP's ``num_sms``; ``Buffer.set_num_sms``): every one
 #: spins in bounded waits until the peers' data is there, so they must leave the rest of the GPU
 #: to other work (and, when ranks share a GPU, to the peers' kernels).
@@ -144,14 +147,15 @@ class Buffer(NormalMode):
         self.num_sms = num_sms
 
     def _low_latency_layout(self, num_max_dispatch_tokens_per_rank: int, hidden: int,
-                            num_experts: int) -> LowLatencyLayout:
+                            num_experts: int, element_bytes: int = 2) -> LowLatencyLayout:
         # The configuration may change between calls (as in DeepEP, the pool must hold the
         # largest): the flags, counts, epochs and error words sit before every part whose place
         # depends on it, and the receivers check each signal's fingerprint.
-        key = (num_max_dispatch_tokens_per_rank, hidden, num_experts)
+        key = (num_max_dispatch_tokens_per_rank, hidden, num_experts, element_bytes)
         layout = self._low_latency_layouts.get(key)
         if layout is None:
-            layout = LowLatencyLayout(self.group_size, num_experts, num_max_dispatch_tokens_per_rank, hidden)
+            layout = LowLatencyLayout(self.group_size, num_experts, num_max_dispatch_tokens_per_rank, hidden,
+                                      element_bytes)
             self._low_latency_layouts[key] = layout
         if layout.pool_bytes > self.pool.numel():
             raise ValueError(f"aboleth.moe.Buffer: the pool holds {self.pool.numel()} bytes but "
@@ -210,29 +214,39 @@ class Buffer(NormalMode):
 
     def low_latency_dispatch(self, x: Any, topk_idx: Any, num_max_dispatch_tokens_per_rank: int,
                              num_experts: int, cumulative_local_expert_recv_stats: Any = None,
-                             dispatch_wait_recv_cost_stats: Any = None, use_fp8: bool = False,
+                             dispatch_wait_recv_cost_stats: Any = None, use_fp8: bool = True,
                              round_scale: bool = False, use_ue8m0: bool = False, async_finish: bool = False,
                              return_recv_hook: bool = False) -> Tuple[Any, Any, LowLatencyHandle, EventOverlap, Any]:
         """Sends each token to each of its top-k experts. Returns ``(recv_x [local_experts,
-        ranks * max_tokens, hidden] BF16, recv_count [local_experts] int32, handle, event, hook)``:
+        ranks * max_tokens, hidden], recv_count [local_experts] int32, handle, event, hook)``:
         expert ``j``'s rows ``[0, recv_count[j])`` are its tokens, sources in rank order, each
-        source's in token order. With ``return_recv_hook=True`` only the send is launched and
-        ``hook()`` launches the receive (compute may run in between)."""
+        source's in token order. ``recv_x`` is BF16, or with ``use_fp8`` (DeepEP's default) the
+        pair ``(e4m3 rows, scales)``: x quantized on the send side with one scale per 128
+        channels (``aboleth.moe.reference.low_latency_fp8_quantize``; ``round_scale``: powers of
+        two), the scales float32 ``[local_experts, ranks * max_tokens, hidden / 128]``
+        column-major as DeepEP's, or with ``use_ue8m0`` their exponent bytes packed four to an
+        int32 ``[..., hidden / 512]``. With ``return_recv_hook=True`` only the send is launched
+        and ``hook()`` launches the receive (compute may run in between)."""
         torch = _torch()
         from . import kernels
-        if use_fp8:
-            raise NotImplementedError("aboleth.moe: FP8 dispatch is not built yet; pass use_fp8=False (BF16)")
         if x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_cuda or not x.is_contiguous():
             raise ValueError(f"aboleth.moe.low_latency_dispatch: x must be a contiguous CUDA bfloat16 tensor "
                              f"[tokens, hidden], got {tuple(x.shape)} {x.dtype} on {x.device}")
         tokens, hidden = x.shape
+        if use_ue8m0 and not (use_fp8 and round_scale):
+            raise ValueError("aboleth.moe.low_latency_dispatch: use_ue8m0=True needs use_fp8=True and "
+                             "round_scale=True (UE8M0 holds powers of two only)")
+        if use_fp8 and hidden % (512 if use_ue8m0 else FP8_GROUP_CHANNELS):
+            raise ValueError(f"aboleth.moe.low_latency_dispatch: FP8 needs hidden to be a multiple of "
+                             f"{512 if use_ue8m0 else FP8_GROUP_CHANNELS} (one scale per {FP8_GROUP_CHANNELS} "
+                             f"channels{', four to a UE8M0 word' if use_ue8m0 else ''}), got {hidden}")
         if topk_idx.dim() != 2 or topk_idx.shape[0] != tokens or topk_idx.dtype != torch.int64:
             raise ValueError(f"aboleth.moe.low_latency_dispatch: topk_idx must be int64 [{tokens}, k], got "
                              f"{tuple(topk_idx.shape)} {topk_idx.dtype}")
         if tokens > num_max_dispatch_tokens_per_rank:
             raise ValueError(f"aboleth.moe.low_latency_dispatch: {tokens} tokens exceed "
                              f"num_max_dispatch_tokens_per_rank={num_max_dispatch_tokens_per_rank}; nothing was sent")
-        layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts)
+        layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts, 1 if use_fp8 else 2)
         self._begin("low_latency", "dispatch", layout)
         topk_idx = topk_idx.contiguous()
         k = topk_idx.shape[1]
@@ -255,7 +269,14 @@ class Buffer(NormalMode):
         rows[:, :local_experts] = counts.view(ranks, local_experts)
         self._view("send_counts", torch.int64, (ranks, local_experts + 1)).copy_(rows)
         self._view("dispatch_counts", torch.int64, (ranks, local_experts + 1))[rank].copy_(rows[rank])
-        if tokens * k:
+        if tokens * k and use_fp8:
+            groups = layout.scale_groups
+            self._launcher(kernels.pack_tokens_fp8)[(tokens,)](
+                x, topk_idx, positions, self.pool, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
+                MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, ROW_BYTES=layout.dispatch_row_bytes,
+                DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0],
+                ROUND_SCALE=bool(round_scale), BLOCK_GROUPS=min(FP8_BLOCK_GROUPS, triton_next_power_of_2(groups)))
+        elif tokens * k:
             self._launcher(kernels.pack_tokens)[(tokens * k,)](
                 x, topk_idx, positions, self.pool, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
                 MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, DISPATCH_TOKENS=parts["dispatch_tokens"][0],
@@ -263,11 +284,21 @@ class Buffer(NormalMode):
         with self._compile():
             self._launcher(kernels.dispatch_send)[((ranks - 1) * self.parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
-                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
+                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.dispatch_row_bytes,
                 PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
                 DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
                 DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0])
-        recv_x = torch.empty(local_experts, ranks * layout.max_tokens, hidden, dtype=torch.bfloat16, device=x.device)
+        slots = ranks * layout.max_tokens
+        groups = layout.scale_groups
+        x_words = hidden * layout.element_bytes // 4  # the rows move as int32 words
+        recv_x = torch.empty(local_experts, slots, hidden, dtype=torch.float8_e4m3fn if use_fp8 else torch.bfloat16,
+                             device=x.device)
+        # DeepEP's scale layout: [local_experts, groups, slots] in memory, handed out transposed.
+        scale_columns = groups // 4 if use_ue8m0 else groups
+        recv_scales = torch.empty(local_experts, scale_columns, slots, dtype=torch.int32 if use_ue8m0 else torch.float32,
+                                  device=x.device).transpose(1, 2) if use_fp8 else None
+        recv_words = recv_x.view(torch.int32)
+        scale_words = recv_scales.view(torch.int32) if use_fp8 else recv_words
         recv_count = torch.empty(local_experts, dtype=torch.int32, device=x.device)
         # Zeros: a wait that gives up ends dispatch_receive before it writes these, and the
         # combine then sends nothing (no puts from stale offsets and counts).
@@ -278,18 +309,20 @@ class Buffer(NormalMode):
             items = local_experts * ranks * triton_cdiv(layout.max_tokens, BLOCK_TOKENS)
             with self._compile():
                 self._launcher(kernels.dispatch_receive)[(min(items, self.num_sms),)](
-                    self.endpoints, self.pool, recv_x, recv_count, layout_range, RANK=rank, RANKS=ranks,
-                    RANKS_POW2=triton_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
-                    MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, FINGERPRINT=layout.fingerprint,
-                    ERRORS=parts["errors"][0], EPOCHS=parts["epochs"][0], DISPATCH_FLAGS=parts["dispatch_flags"][0],
-                    DISPATCH_COUNTS=parts["dispatch_counts"][0], DISPATCH_TOKENS=parts["dispatch_tokens"][0],
-                    BLOCK_TOKENS=BLOCK_TOKENS, BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)),
-                    PARTS=self.parts)
+                    self.endpoints, self.pool, recv_words, scale_words, recv_count, layout_range, RANK=rank,
+                    RANKS=ranks, RANKS_POW2=triton_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
+                    MAX_TOKENS=layout.max_tokens, X_WORDS=x_words, SCALE_GROUPS=groups,
+                    GROUPS_POW2=max(triton_next_power_of_2(groups), 4), UE8M0=bool(use_ue8m0),
+                    FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0], EPOCHS=parts["epochs"][0],
+                    DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+                    DISPATCH_TOKENS=parts["dispatch_tokens"][0], BLOCK_TOKENS=BLOCK_TOKENS,
+                    BLOCK_WORDS=min(BLOCK_HIDDEN // 2, triton_next_power_of_2(x_words)), PARTS=self.parts)
 
+        received = (recv_x, recv_scales) if use_fp8 else recv_x
         if return_recv_hook:
-            return recv_x, recv_count, handle, EventOverlap(), receive
+            return received, recv_count, handle, EventOverlap(), receive
         receive()
-        return recv_x, recv_count, handle, EventOverlap(), None
+        return received, recv_count, handle, EventOverlap(), None
 
     def get_next_low_latency_combine_buffer(self, handle: LowLatencyHandle) -> Any:
         """The pool's ``combine_send`` part as ``[local_experts, ranks * max_tokens, hidden]``:
@@ -330,7 +363,7 @@ class Buffer(NormalMode):
         with self._compile():
             self._launcher(kernels.combine_send)[((ranks - 1) * self.parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, handle.layout_range, RANK=rank, RANKS=ranks,
-                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.token_bytes,
+                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.combine_row_bytes,
                 PARTS=self.parts, COMBINE_FLAGS=parts["combine_flags"][0],
                 COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0])
         tokens, k = handle.topk_idx.shape

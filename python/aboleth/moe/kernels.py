@@ -1,11 +1,13 @@
 """The low-latency mode's kernels: Triton, with ``aboleth.language`` for the communication.
 
-Four kernels per layer (``aboleth/moe/buffer.py`` launches them; ``aboleth/moe/layout.py`` says
-where each part of the pool is):
+Five kernels, four per layer (one of the two packs): ``aboleth/moe/buffer.py`` launches them,
+``aboleth/moe/layout.py`` says where each part of the pool is.
 
 - :func:`pack_tokens` (plain Triton): each (token, k) copies the token's row to where its k-th
   expert's tokens are packed: this rank's ``dispatch_send`` block of that expert, or, for an
   expert of this rank, straight into ``dispatch_tokens`` (no communication for local experts);
+  :func:`pack_tokens_fp8` (one program per token) quantizes the row to e4m3 with a scale per
+  128 channels once, and writes it and its scales to the same places;
 - :func:`dispatch_send` (one program per peer): per local expert of the peer, one put of that
   expert's packed rows (their number loaded from memory: no command for a token that does not
   go to the peer), one put of the row of counts, one signal carrying the epoch and the
@@ -14,7 +16,8 @@ where each part of the pool is):
 - :func:`dispatch_receive` (a few programs looping over (local expert, source rank, chunk of
   rows)): waits
   for every peer's signal (bounded), checks the fingerprint, and copies its rows into the
-  output compacted per expert, sources in rank order (deterministic);
+  output compacted per expert, sources in rank order (deterministic), and for FP8 the scales
+  into DeepEP's column-major scale tensor (float32, or UE8M0 bytes packed four to a word);
 - :func:`combine_send` (one program per peer): per local expert, one put of the rows of that
   peer's tokens back to the peer's ``combine_tokens`` block of the expert, then one signal;
 - :func:`combine_reduce` (a few programs looping over (token, chunk of hidden)): waits for every
@@ -54,6 +57,52 @@ def pack_tokens(x, topk_idx, positions, pool, K: tl.constexpr, RANK: tl.constexp
             columns = start + tl.arange(0, BLOCK_HIDDEN)
             mask = columns < HIDDEN
             tl.store(rows + row + columns, tl.load(source + columns, mask=mask), mask=mask)
+
+
+@triton.jit
+def _power_of_two_at_least(value):
+    """The smallest power of two >= ``value`` (a positive normal float32), exactly: the
+    exponent, one up when any mantissa bit is set."""
+    bits = value.to(tl.int32, bitcast=True)
+    exponent = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+    return (exponent << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def pack_tokens_fp8(x, topk_idx, positions, pool, K: tl.constexpr, RANK: tl.constexpr, RANKS: tl.constexpr,
+                    LOCAL_EXPERTS: tl.constexpr, MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr,
+                    ROW_BYTES: tl.constexpr, DISPATCH_TOKENS: tl.constexpr, DISPATCH_SEND: tl.constexpr,
+                    ROUND_SCALE: tl.constexpr, BLOCK_GROUPS: tl.constexpr):
+    """Program ``token``: quantizes the token's BF16 row to e4m3 once, per group of 128 channels
+    ``scale = max(amax, 1e-4) / 448`` (with ``ROUND_SCALE`` the power of two at or above it)
+    and ``q = x / scale``, both correctly rounded (``div_rn``, as torch divides: the reference
+    is bit-exact), then writes the row (``q``, then the float32 scales) to where each of its
+    top-k experts' tokens are packed, as ``pack_tokens`` does for BF16."""
+    token = tl.program_id(0).to(tl.int64)
+    groups_per_row: tl.constexpr = HIDDEN // 128
+    channels = tl.arange(0, 128)
+    for first in range(0, groups_per_row, BLOCK_GROUPS):
+        groups = first + tl.arange(0, BLOCK_GROUPS)
+        group_mask = groups < groups_per_row
+        columns = groups[:, None] * 128 + channels[None, :]
+        mask = group_mask[:, None] & (channels < 128)[None, :]
+        values = tl.load(x + token * HIDDEN + columns, mask=mask, other=0.0).to(tl.float32)
+        amax = tl.maximum(tl.max(tl.abs(values), axis=1), 1e-4)
+        scale = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+        if ROUND_SCALE:
+            scale = _power_of_two_at_least(scale)
+        quantized = tl.math.div_rn(values, tl.broadcast_to(scale[:, None], values.shape)).to(tl.float8e4nv)
+        for k in tl.static_range(K):
+            expert = tl.load(topk_idx + token * K + k)
+            if expert >= 0:
+                position = tl.load(positions + token * K + k).to(tl.int64)
+                owner = expert // LOCAL_EXPERTS
+                local = expert % LOCAL_EXPERTS
+                own = DISPATCH_TOKENS + ((local * RANKS + RANK) * MAX_TOKENS + position) * ROW_BYTES
+                sent = DISPATCH_SEND + (expert * MAX_TOKENS + position) * ROW_BYTES
+                row = tl.where(owner == RANK, own, sent)
+                tl.store((pool + row).to(tl.pointer_type(tl.float8e4nv)) + columns, quantized, mask=mask)
+                tl.store((pool + row + HIDDEN).to(tl.pointer_type(tl.float32)) + groups, scale, mask=group_mask)
 
 
 @triton.jit
@@ -121,12 +170,19 @@ def _wait_for_every_peer(endpoints, words, flags_word, target, counts_word, erro
 
 
 @triton.jit
-def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK: tl.constexpr,
+def dispatch_receive(endpoints, pool, packed_x, packed_scales, packed_count, layout_range, RANK: tl.constexpr,
                      RANKS: tl.constexpr, RANKS_POW2: tl.constexpr, LOCAL_EXPERTS: tl.constexpr,
-                     MAX_TOKENS: tl.constexpr, HIDDEN: tl.constexpr, FINGERPRINT: tl.constexpr,
+                     MAX_TOKENS: tl.constexpr, X_WORDS: tl.constexpr, SCALE_GROUPS: tl.constexpr,
+                     GROUPS_POW2: tl.constexpr, UE8M0: tl.constexpr, FINGERPRINT: tl.constexpr,
                      ERRORS: tl.constexpr, EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr,
                      DISPATCH_COUNTS: tl.constexpr, DISPATCH_TOKENS: tl.constexpr, BLOCK_TOKENS: tl.constexpr,
-                     BLOCK_HIDDEN: tl.constexpr, PARTS: tl.constexpr):
+                     BLOCK_WORDS: tl.constexpr, PARTS: tl.constexpr):
+    """Rows move as int32 words: ``X_WORDS`` of hidden state (BF16 or e4m3) into ``packed_x``
+    (an int32 view of ``recv_x``), then, for FP8, the row's ``SCALE_GROUPS`` float32 scales into
+    ``packed_scales`` (int32 view) in DeepEP's layout, ``[local_experts, groups, ranks *
+    max_tokens]`` in memory (``recv_x_scales`` is its transpose): as they are, or with
+    ``UE8M0`` each scale's exponent byte, four groups to a word (group ``4 w + i`` in byte ``i``
+    of word ``w``; the scales are powers of two)."""
     words = pool.to(tl.pointer_type(tl.int64))
     epoch = tl.load(words + EPOCHS // 8)
     row_words: tl.constexpr = LOCAL_EXPERTS + 1
@@ -136,7 +192,9 @@ def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK
     # spins in its waits, and spinning programs must leave SMs to the peers' kernels when ranks
     # share a GPU.
     chunks: tl.constexpr = (MAX_TOKENS + BLOCK_TOKENS - 1) // BLOCK_TOKENS
-    received = pool.to(tl.pointer_type(tl.bfloat16)) + DISPATCH_TOKENS // 2
+    token_words: tl.constexpr = X_WORDS + SCALE_GROUPS  # a received row
+    slots: tl.constexpr = RANKS * MAX_TOKENS  # an expert's rows in the output
+    received = pool.to(tl.pointer_type(tl.int32)) + DISPATCH_TOKENS // 4
     sources = tl.arange(0, RANKS_POW2)
     for item in range(tl.program_id(0), LOCAL_EXPERTS * RANKS * chunks, tl.num_programs(0)):
         local = item // (RANKS * chunks)
@@ -154,13 +212,31 @@ def dispatch_receive(endpoints, pool, packed_x, packed_count, layout_range, RANK
                 tl.store(packed_count + local, tl.sum(counts).to(tl.int32))
         rows = chunk * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
         row_mask = rows < count
-        received_rows = ((local * RANKS + source) * MAX_TOKENS + rows).to(tl.int64) * HIDDEN
-        packed_rows = (local * (RANKS * MAX_TOKENS) + offset + rows).to(tl.int64) * HIDDEN
-        for start in range(0, HIDDEN, BLOCK_HIDDEN):
-            columns = start + tl.arange(0, BLOCK_HIDDEN)
-            mask = row_mask[:, None] & (columns < HIDDEN)[None, :]
+        received_rows = ((local * RANKS + source) * MAX_TOKENS + rows).to(tl.int64) * token_words
+        packed = (local * slots + offset + rows).to(tl.int64)
+        for start in range(0, X_WORDS, BLOCK_WORDS):
+            columns = start + tl.arange(0, BLOCK_WORDS)
+            mask = row_mask[:, None] & (columns < X_WORDS)[None, :]
             values = tl.load(received + received_rows[:, None] + columns[None, :], mask=mask)
-            tl.store(packed_x + packed_rows[:, None] + columns[None, :], values, mask=mask)
+            tl.store(packed_x + packed[:, None] * X_WORDS + columns[None, :], values, mask=mask)
+        if SCALE_GROUPS > 0:
+            groups = tl.arange(0, GROUPS_POW2)
+            mask = row_mask[:, None] & (groups < SCALE_GROUPS)[None, :]
+            scales = tl.load(received + received_rows[:, None] + X_WORDS + groups[None, :], mask=mask, other=0)
+            # The row's slot within its expert, in each group's (or word's) column.
+            slot = (offset + rows).to(tl.int64)
+            if UE8M0:
+                exponents = (scales >> 23) & 0xFF
+                shifts = (groups % 4) * 8
+                packed_words = tl.sum(tl.reshape(exponents << shifts[None, :], [BLOCK_TOKENS, GROUPS_POW2 // 4, 4]),
+                                      axis=2)
+                word_index = tl.arange(0, GROUPS_POW2 // 4)
+                word_mask = row_mask[:, None] & (word_index < SCALE_GROUPS // 4)[None, :]
+                destination = local.to(tl.int64) * (SCALE_GROUPS // 4) * slots + word_index[None, :] * slots
+                tl.store(packed_scales + destination + slot[:, None], packed_words, mask=word_mask)
+            else:
+                destination = local.to(tl.int64) * SCALE_GROUPS * slots + groups[None, :] * slots
+                tl.store(packed_scales + destination + slot[:, None], scales, mask=mask)
 
 
 @triton.jit

@@ -9,7 +9,9 @@ copy of any part as ``remote(pool, peer).at(offset + ...)``. Nothing here touche
 kernels (``aboleth/moe/kernels.py``) take these offsets as constexprs.
 
 The parts, for ``ranks`` ranks, ``experts`` experts (``local_experts = experts // ranks`` on
-each rank), at most ``max_tokens`` tokens per rank and ``token_bytes`` bytes per token row:
+each rank), at most ``max_tokens`` tokens per rank, ``dispatch_row_bytes`` bytes per dispatched
+token row (BF16: the hidden state; FP8: the e4m3 hidden state, then one float32 scale per 128
+channels) and ``combine_row_bytes`` per combined row (BF16):
 
 - ``errors``: 8 int64 words this rank's kernels record failures in (a peer's mismatched
   configuration); read by ``Buffer.check_errors()``;
@@ -42,6 +44,8 @@ from typing import Dict, Tuple
 ALIGNMENT_BYTES = 256
 #: Error words at the start of the pool.
 ERROR_WORDS = 8
+#: Channels that share one FP8 scale (DeepEP's and DeepGEMM's blocks).
+FP8_GROUP_CHANNELS = 128
 #: Bits of the configuration fingerprint that ends each counts row, which the receiver checks (a
 #: peer with another ``max_tokens`` would otherwise write into the wrong rows unnoticed).
 FINGERPRINT_BITS = 24
@@ -68,7 +72,7 @@ class LowLatencyLayout:
     experts: int
     max_tokens: int
     hidden: int
-    element_bytes: int = 2  # BF16
+    element_bytes: int = 2  # of the dispatched hidden state: 2 BF16, 1 FP8 (e4m3 with scales)
 
     def __post_init__(self) -> None:
         for name in ("ranks", "experts", "max_tokens", "hidden", "element_bytes"):
@@ -82,14 +86,30 @@ class LowLatencyLayout:
                              f"ranks ({self.ranks}): each rank holds num_experts / ranks experts")
         if self.max_tokens >= 1 << 31:
             raise ValueError(f"aboleth.moe: num_max_dispatch_tokens_per_rank ({self.max_tokens}) must be below 2^31")
+        if self.element_bytes not in (1, 2):
+            raise ValueError(f"aboleth.moe: element_bytes must be 2 (BF16) or 1 (FP8), got {self.element_bytes}")
+        if self.hidden % 2 or (self.element_bytes == 1 and self.hidden % FP8_GROUP_CHANNELS):
+            raise ValueError(f"aboleth.moe: hidden ({self.hidden}) must be even, and a multiple of "
+                             f"{FP8_GROUP_CHANNELS} for FP8 (one scale per {FP8_GROUP_CHANNELS} channels)")
 
     @property
     def local_experts(self) -> int:
         return self.experts // self.ranks
 
     @property
-    def token_bytes(self) -> int:
-        return self.hidden * self.element_bytes
+    def scale_groups(self) -> int:
+        """FP8 scales per token (one per ``FP8_GROUP_CHANNELS`` channels); 0 for BF16."""
+        return self.hidden // FP8_GROUP_CHANNELS if self.element_bytes == 1 else 0
+
+    @property
+    def dispatch_row_bytes(self) -> int:
+        """A dispatched token's row: its hidden state, then (FP8) its float32 scales."""
+        return self.hidden * self.element_bytes + self.scale_groups * 4
+
+    @property
+    def combine_row_bytes(self) -> int:
+        """An expert output's row (BF16), whatever the dispatch sent."""
+        return self.hidden * 2
 
     @cached_property
     def fingerprint(self) -> int:
@@ -105,7 +125,7 @@ class LowLatencyLayout:
 
     @cached_property
     def _parts(self) -> Dict[str, Tuple[int, int]]:
-        rows = self.token_bytes
+        dispatched, combined = self.dispatch_row_bytes, self.combine_row_bytes
         # The parts whose place depends only on the ranks and experts come first.
         sizes = [
             ("errors", ERROR_WORDS * 8),
@@ -115,10 +135,10 @@ class LowLatencyLayout:
             ("dispatch_counts", self.ranks * (self.local_experts + 1) * 8),
             ("send_counts", self.ranks * (self.local_experts + 1) * 8),
             # From here on the places depend on max_tokens and hidden too.
-            ("dispatch_tokens", self.local_experts * self.ranks * self.max_tokens * rows),
-            ("dispatch_send", self.experts * self.max_tokens * rows),
-            ("combine_tokens", self.experts * self.max_tokens * rows),
-            ("combine_send", self.local_experts * self.ranks * self.max_tokens * rows),
+            ("dispatch_tokens", self.local_experts * self.ranks * self.max_tokens * dispatched),
+            ("dispatch_send", self.experts * self.max_tokens * dispatched),
+            ("combine_tokens", self.experts * self.max_tokens * combined),
+            ("combine_send", self.local_experts * self.ranks * self.max_tokens * combined),
         ]
         parts, offset = {}, 0
         for name, length in sizes:

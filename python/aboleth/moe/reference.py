@@ -1,6 +1,7 @@
 """Plain-torch references, computed from every rank's inputs: what ``low_latency_dispatch`` must
-deliver to a rank and what ``low_latency_combine`` must return, and the same for the normal
-mode's ``dispatch`` and ``combine`` (below). Used by tests/gpu/moe.py and
+deliver to a rank (BF16, or FP8 rows quantized as ``low_latency_fp8_quantize`` says) and what
+``low_latency_combine`` must return, and the same for the normal mode's ``dispatch`` and
+``combine`` (below). Used by tests/gpu/moe.py and
 tests/gpu/moe_normal.py; bit-exact by construction (copies, and sums in the kernels' order)."""
 
 from __future__ import annotations
@@ -26,6 +27,43 @@ def dispatch_reference(xs: List[Any], topk: List[Any], num_experts: int, rank: i
         recv_x[local, :block.shape[0]] = block
         recv_count[local] = block.shape[0]
     return recv_x, recv_count
+
+
+def low_latency_fp8_quantize(x: Any, round_scale: bool = False) -> Tuple[Any, Any]:
+    """What ``low_latency_dispatch(use_fp8=True)`` sends for BF16 rows ``x [tokens, hidden]``:
+    ``(e4m3 [tokens, hidden], float32 scales [tokens, hidden / 128])``, per group of 128 channels
+    ``scale = max(amax, 1e-4) / 448`` (``round_scale``: the power of two at or above it, exactly)
+    and ``q = x / scale`` rounded to e4m3 (both divisions correctly rounded, as the kernel's)."""
+    import torch
+    tokens, hidden = x.shape
+    values = x.to(torch.float32).view(tokens, hidden // 128, 128)
+    scales = values.abs().amax(dim=2).clamp(min=1e-4) / 448.0
+    if round_scale:
+        bits = scales.view(torch.int32)
+        exponent = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+        scales = (exponent << 23).view(torch.float32)
+    quantized = (values / scales[:, :, None]).to(torch.float8_e4m3fn).view(tokens, hidden)
+    return quantized, scales
+
+
+def ue8m0_pack(scales: Any) -> Any:
+    """Power-of-two float32 scales ``[rows, groups]`` as DeepEP's UE8M0 words ``[rows, groups /
+    4]`` int32: group ``4 w + i``'s exponent byte in byte ``i`` of word ``w``."""
+    import torch
+    exponents = (scales.contiguous().view(torch.int32) >> 23) & 0xFF
+    rows, groups = exponents.shape
+    shifts = torch.arange(4, device=scales.device, dtype=torch.int32) * 8
+    return (exponents.view(rows, groups // 4, 4) << shifts).sum(dim=2, dtype=torch.int64).to(torch.int32)
+
+
+def fp8_dequantize(quantized: Any, scales: Any) -> Any:
+    """BF16 rows from e4m3 rows and their float32 scales (one per 128 channels): each value times
+    its scale in FP32, rounded to BF16 once."""
+    import torch
+    rows, hidden = quantized.shape[-2], quantized.shape[-1]
+    shape = quantized.shape
+    values = quantized.to(torch.float32).reshape(-1, rows, hidden // 128, 128)
+    return (values * scales.reshape(-1, rows, hidden // 128)[..., None]).reshape(shape).to(torch.bfloat16)
 
 
 def combine_reference(x: Any, topk_idx: Any, topk_weights: Any, expert: Callable[[Any, int], Any]) -> Any:

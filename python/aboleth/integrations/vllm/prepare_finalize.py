@@ -174,7 +174,7 @@ class AbolethLowLatencyPrepareAndFinalize(mk.FusedMoEPrepareAndFinalizeModular):
         if a1.dtype != torch.bfloat16:
             raise ValueError(f"aboleth: the low-latency dispatch sends bfloat16 activations, got {a1.dtype}")
         expert_x, expert_num_tokens, handle, _, _ = self.buffer.low_latency_dispatch(
-            a1, topk_ids.to(torch.int64), self.max_tokens_per_rank, num_experts)
+            a1, topk_ids.to(torch.int64), self.max_tokens_per_rank, num_experts, use_fp8=False)
         self.handle = handle
         expert_x_scale = None
         if quant_config is not None and quant_config.quant_dtype is not None and not defer_input_quant:
