@@ -223,9 +223,10 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
          "recv_topk_idx=*i64,recv_topk_weights=*fp32", {**shared, **copies, "RANKS_POW2": ranks}),
         (normal_kernels.normal_combine_pack, "pool=*u8,recv_info=*i64,x_words=*i32,topk_weights=*fp32",
          {**shared, "RANKS_POW2": ranks, "HIDDEN_WORDS": hidden // 2, "HAS_WEIGHTS": True, "BLOCK_WORDS": 1024}),
-        (normal_kernels.normal_combine_reduce, "pool=*u8,in_rank=*u8,positions=*i64,out=*bf16,out_weights=*fp32",
+        (normal_kernels.normal_combine_reduce, "pool=*u8,in_rank=*u8,positions=*i64,out=*bf16,out_weights=*fp32,"
+         "bias_0=*bf16,bias_1=*bf16",
          {**shared, "RANK": 0, "HIDDEN": hidden, "SEND": parts["send"][0], "HAS_WEIGHTS": True,
-          "BLOCK_HIDDEN": 1024}),
+          "BIASES": 2 if fp8 else 0, "BLOCK_HIDDEN": 1024}),
     ]
     for kernel, signature, constexprs in kernels:
         types = dict(item.split("=") for item in signature.split(","))

@@ -102,14 +102,15 @@ def check_layer(buffer: Buffer, seed: int, route: Callable[..., Any], hidden: in
     rank, ranks = buffer.rank, buffer.group_size
     everyone = [inputs(seed, r, tokens, hidden, route, ranks) for r in range(ranks)]
     x, topk, weights = everyone[rank]
+    local_experts = EXPERTS // ranks
+    stats = torch.full((local_experts,), 5, dtype=torch.int32, device="cuda")  # counts are added to it
     received, recv_count, handle, _, hook = buffer.low_latency_dispatch(
-        x, topk, MAX_TOKENS, EXPERTS, use_fp8=use_fp8, round_scale=round_scale, use_ue8m0=use_ue8m0,
-        return_recv_hook=hooks)
+        x, topk, MAX_TOKENS, EXPERTS, cumulative_local_expert_recv_stats=stats, use_fp8=use_fp8,
+        round_scale=round_scale, use_ue8m0=use_ue8m0, return_recv_hook=hooks)
     if hooks:
         torch.cuda._sleep(1000)  # compute between the send and the receive
         hook()
     topks = [e[1] for e in everyone]
-    local_experts = EXPERTS // ranks
     errors = []
     if use_fp8:
         quantized = [low_latency_fp8_quantize(e[0], round_scale) for e in everyone]
@@ -133,6 +134,8 @@ def check_layer(buffer: Buffer, seed: int, route: Callable[..., Any], hidden: in
         rows, home_x = recv_x, x
     if not torch.equal(recv_count, expected_count):
         errors.append(f"recv_count {recv_count.tolist()} != {expected_count.tolist()}")
+    if not torch.equal(stats, expected_count + 5):
+        errors.append(f"cumulative_local_expert_recv_stats {stats.tolist()} != 5 + {expected_count.tolist()}")
     errors += compare_rows("rows", recv_x, expected_x, expected_count, rank * local_experts)
     outputs = (buffer.get_next_low_latency_combine_buffer(handle) if zero_copy
                else torch.empty(rows.shape, dtype=torch.bfloat16, device="cuda"))

@@ -12,7 +12,8 @@ receive):
    with one scale per 128 channels), three consecutive layers on one buffer (about 200 tokens,
    1, 0): the layout against torch, dispatch (recv_x, scales, recv_topk_idx, recv_topk_weights,
    the per-expert counts aligned to 1 or 4), the tests' expert on the received rows, combine
-   (output and summed weights), all exact.
+   (output and summed weights; with one bias tensor in the first layer, a pair in the second),
+   all exact.
 2. ``cached``: a dispatch, a cached dispatch of new hidden states with its handle (DeepEP's
    order: the buffer synchronizes the ranks between two dispatches), then the combine.
 3. ``graph``: layout, dispatch with ``num_worst_tokens``, expert and combine captured in one CUDA
@@ -66,9 +67,10 @@ def equal(a: Any, b: Any) -> bool:
 
 
 def check_layer(buffer: Buffer, seed: int, route: Callable[..., Any], hidden: int, tokens_of: Callable[[int], int],
-                fp8: bool, alignment: int) -> List[str]:
-    """One layer; ``tokens_of(r)`` is rank ``r``'s number of tokens. Every rank runs the
-    dispatch and the combine whatever it found wrong, so that the ranks stay in step."""
+                fp8: bool, alignment: int, biases: int = 0) -> List[str]:
+    """One layer; ``tokens_of(r)`` is rank ``r``'s number of tokens; the combine adds ``biases``
+    BF16 bias tensors (0, 1 or 2). Every rank runs the dispatch and the combine whatever it
+    found wrong, so that the ranks stay in step."""
     rank, ranks = buffer.rank, buffer.group_size
     tokens = tokens_of(rank)
     everyone = [inputs(seed, r, tokens_of(r), hidden, route, ranks, fp8) for r in range(ranks)]
@@ -98,8 +100,13 @@ def check_layer(buffer: Buffer, seed: int, route: Callable[..., Any], hidden: in
     if counts != expected_counts:
         errors.append(f"num_recv_tokens_per_expert_list {counts} != {expected_counts}")
     outputs = normal_expert(recv_x, recv_topk, recv_weights, rank, local_experts)
-    combined, combined_weights, _ = buffer.combine(outputs, handle, topk_weights=recv_weights)
-    expected, expected_weights = normal_combine_reference(x, topk, weights, EXPERTS, ranks)
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(seed * 31 + rank)
+    bias = [torch.randn(tokens, hidden, generator=generator, device="cuda").to(torch.bfloat16)
+            for _ in range(biases)]
+    bias_argument = None if not bias else bias[0] if len(bias) == 1 else tuple(bias)
+    combined, combined_weights, _ = buffer.combine(outputs, handle, topk_weights=recv_weights, bias=bias_argument)
+    expected, expected_weights = normal_combine_reference(x, topk, weights, EXPERTS, ranks, bias=bias_argument)
     if not torch.equal(combined, expected):
         wrong = (combined != expected).any(dim=1).nonzero()
         errors.append(f"combine: {wrong.numel()} of {tokens} tokens differ, first {int(wrong[0])}: max |diff| "
@@ -122,7 +129,9 @@ def step_cases(buffer: Buffer) -> Dict[str, Any]:
                     entry = {"dtype": "fp8" if fp8 else "bf16", "route": name, "hidden": hidden, "layer": layer,
                              "tokens": tokens_of(buffer.rank)}
                     try:
-                        errors = check_layer(buffer, 300 + layer, route, hidden, tokens_of, fp8, 1 + 3 * (layer == 0))
+                        # The combine's bias: one tensor in the first layer, a pair in the second.
+                        errors = check_layer(buffer, 300 + layer, route, hidden, tokens_of, fp8, 1 + 3 * (layer == 0),
+                                             biases=(1, 2, 0)[layer])
                     except RuntimeError as error:
                         results.append({**entry, "passed": False, "errors": [str(error)[:600]]})
                         return {"passed": False, "checked": len(results), "failed": failed + 1, "results": results}
@@ -152,6 +161,13 @@ def step_cached(buffer: Buffer) -> Dict[str, Any]:
     if not torch.equal(combined, expected):
         errors.append(f"combine after the cached dispatch: {(combined != expected).any(dim=1).sum().item()} "
                       "tokens differ")
+    # A bias of the wrong shape is refused before anything is sent (the ranks stay in step).
+    try:
+        buffer.combine(outputs, handle, bias=torch.zeros(tokens, hidden + 1, dtype=torch.bfloat16, device="cuda"))
+        errors.append("a bias of the wrong shape was accepted")
+    except ValueError as error:
+        if "bias[0] must be a contiguous CUDA bfloat16 tensor" not in str(error):
+            errors.append(f"the wrong bias's message: {error}")
     buffer.check_errors()
     return {"passed": not errors, "errors": errors}
 

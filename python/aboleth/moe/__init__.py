@@ -1,11 +1,11 @@
-"""Compiled MoE dispatch and combine (issue 15): DeepEP's ``Buffer`` API over Aboleth kernels.
+"""Compiled MoE dispatch and combine: DeepEP's ``Buffer`` API over Aboleth kernels.
 
 ``from aboleth.moe import Buffer`` in place of ``from deep_ep import Buffer``. Built: the
 normal (throughput) mode (``get_dispatch_layout``, ``dispatch`` in BF16 or FP8 with scales,
-cached with a handle, ``num_worst_tokens``; ``combine``; ``get_normal_size_hint``) and the
-low-latency mode (``low_latency_dispatch``, ``low_latency_combine``,
-``get_next_low_latency_combine_buffer``, ``get_low_latency_rdma_size_hint``) in BF16. Not yet:
-FP8 in the low-latency mode, LogFMT, the combine's bias. Needs torch and Triton;
+cached with a handle, ``num_worst_tokens``; ``combine`` with its bias; ``get_normal_size_hint``)
+and the low-latency mode (``low_latency_dispatch`` in BF16 or FP8 with float or UE8M0 scales,
+``low_latency_combine``, ``get_next_low_latency_combine_buffer``,
+``get_low_latency_rdma_size_hint``). Not yet: LogFMT. Needs torch and Triton;
 docs/COMPILED_MOE.md is the manual.
 """
 

@@ -225,8 +225,10 @@ class Buffer(NormalMode):
         channels (``aboleth.moe.reference.low_latency_fp8_quantize``; ``round_scale``: powers of
         two), the scales float32 ``[local_experts, ranks * max_tokens, hidden / 128]``
         column-major as DeepEP's, or with ``use_ue8m0`` their exponent bytes packed four to an
-        int32 ``[..., hidden / 512]``. With ``return_recv_hook=True`` only the send is launched
-        and ``hook()`` launches the receive (compute may run in between)."""
+        int32 ``[..., hidden / 512]``. ``cumulative_local_expert_recv_stats`` (int32
+        ``[local_experts]``) gets each expert's received tokens added by the receive. With
+        ``return_recv_hook=True`` only the send is launched and ``hook()`` launches the receive
+        (compute may run in between)."""
         torch = _torch()
         from . import kernels
         if x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_cuda or not x.is_contiguous():
@@ -246,6 +248,12 @@ class Buffer(NormalMode):
         if tokens > num_max_dispatch_tokens_per_rank:
             raise ValueError(f"aboleth.moe.low_latency_dispatch: {tokens} tokens exceed "
                              f"num_max_dispatch_tokens_per_rank={num_max_dispatch_tokens_per_rank}; nothing was sent")
+        stats = cumulative_local_expert_recv_stats
+        if stats is not None and (tuple(stats.shape) != (num_experts // self.group_size,)
+                                  or stats.dtype != torch.int32 or not stats.is_cuda):
+            raise ValueError(f"aboleth.moe.low_latency_dispatch: cumulative_local_expert_recv_stats must be a CUDA "
+                             f"int32 tensor [{num_experts // self.group_size}] (one count per local expert), got "
+                             f"{tuple(stats.shape)} {stats.dtype} on {stats.device}")
         layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts, 1 if use_fp8 else 2)
         self._begin("low_latency", "dispatch", layout)
         topk_idx = topk_idx.contiguous()
@@ -317,6 +325,8 @@ class Buffer(NormalMode):
                     DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
                     DISPATCH_TOKENS=parts["dispatch_tokens"][0], BLOCK_TOKENS=BLOCK_TOKENS,
                     BLOCK_WORDS=min(BLOCK_HIDDEN // 2, triton_next_power_of_2(x_words)), PARTS=self.parts)
+            if stats is not None:
+                stats.add_(recv_count)  # on the stream, after the receive: graph-capturable
 
         received = (recv_x, recv_scales) if use_fp8 else recv_x
         if return_recv_hook:

@@ -268,8 +268,10 @@ class NormalMode:
                 allocate_on_comm_stream: bool = False) -> Tuple[Any, Any, Any]:
         """Sends the expert outputs ``x`` (BF16, one row per received row of the dispatch) back
         to their tokens' ranks, which sum them per token over the ranks in rank order, in FP32,
-        rounded to BF16 once. Returns ``(combined_x [tokens, hidden], combined_topk_weights
-        [tokens, k] or None, event)``; the weights are summed the same way."""
+        rounded to BF16 once; ``bias`` (a BF16 ``[tokens, hidden]`` tensor or a pair of them, as in
+        DeepEP) is added to the FP32 sum before that rounding, the first then the second. Returns
+        ``(combined_x [tokens, hidden], combined_topk_weights [tokens, k] or None, event)``; the
+        weights are summed the same way."""
         from . import normal_kernels
         import torch
 
@@ -281,8 +283,16 @@ class NormalMode:
         if tuple(x.shape) != expected or x.dtype != torch.bfloat16 or not x.is_cuda:
             raise ValueError(f"aboleth.moe.combine: x must be a CUDA bfloat16 tensor {list(expected)} (one row per "
                              f"received row), got {tuple(x.shape)} {x.dtype} on {x.device}")
-        if bias is not None:
-            raise NotImplementedError("aboleth.moe.combine: bias is not built; add it to the combined output")
+        biases = [] if bias is None else list(bias) if isinstance(bias, (tuple, list)) else [bias]
+        if len(biases) > 2:
+            raise ValueError(f"aboleth.moe.combine: bias is a tensor or a pair of tensors, got {len(biases)}")
+        for index, value in enumerate(biases):
+            shape = (handle.num_tokens, layout.hidden)
+            if (not hasattr(value, "shape") or tuple(value.shape) != shape or value.dtype != torch.bfloat16
+                    or not value.is_cuda or not value.is_contiguous()):
+                raise ValueError(f"aboleth.moe.combine: bias[{index}] must be a contiguous CUDA bfloat16 tensor "
+                                 f"{list(shape)} (one row per token of the dispatch), got "
+                                 f"{tuple(getattr(value, 'shape', ()))} {getattr(value, 'dtype', type(value))}")
         has_weights = topk_weights is not None
         if has_weights and (topk_weights.dim() != 2 or topk_weights.shape[0] != handle.num_rows
                             or topk_weights.shape[1] > layout.topk):
@@ -318,9 +328,12 @@ class NormalMode:
         combined_weights = torch.empty(tokens, k, dtype=torch.float32, device=x.device) if has_weights else None
         if tokens:
             block = min(BLOCK_HIDDEN, _next_power_of_2(layout.hidden))
+            # Absent biases: the output stands in (never read).
+            bias_0, bias_1 = (biases + [combined, combined])[:2]
             self._launcher(normal_kernels.normal_combine_reduce)[(tokens, (layout.hidden + block - 1) // block)](
                 self.pool, handle.is_token_in_rank, handle.positions, combined,
-                combined_weights if has_weights else combined, K=k, K_POW2=_next_power_of_2(k), RANK=rank,
-                RANKS=ranks, HIDDEN=layout.hidden, ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes,
-                RECV=parts["recv"][0], SEND=parts["send"][0], HAS_WEIGHTS=has_weights, BLOCK_HIDDEN=block)
+                combined_weights if has_weights else combined, bias_0, bias_1, K=k, K_POW2=_next_power_of_2(k),
+                RANK=rank, RANKS=ranks, HIDDEN=layout.hidden, ROW_STRIDE=layout.combine_stride,
+                BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0], SEND=parts["send"][0],
+                HAS_WEIGHTS=has_weights, BIASES=len(biases), BLOCK_HIDDEN=block)
         return combined, combined_weights, EventOverlap()

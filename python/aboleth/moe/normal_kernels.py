@@ -30,8 +30,8 @@ Combine:
   the rows that came from the peer back into the peer's ``send`` block of this rank, one add;
 - :func:`normal_combine_wait` (one program): bounded waits for every peer's counter;
 - :func:`normal_combine_reduce` (plain, one program per (token, chunk of hidden)): the sum over
-  the ranks the token went to, in rank order, in FP32, rounded to BF16 once (deterministic); the
-  weights summed the same way.
+  the ranks the token went to, in rank order, in FP32, then the combine's biases (none, one or
+  two), rounded to BF16 once (deterministic); the weights summed the same way.
 
 Rows are copied as int32 words (a row's hidden state and its stride are whole 16-byte vectors,
 its other parts whole words: see ``NormalLayout``). The plain kernels never wait; only the two one-program wait kernels spin.
@@ -288,10 +288,11 @@ def normal_combine_wait(endpoints, pool, RANK: tl.constexpr, RANKS: tl.constexpr
 
 
 @triton.jit
-def normal_combine_reduce(pool, in_rank, positions, out, out_weights, K: tl.constexpr, K_POW2: tl.constexpr,
-                          RANK: tl.constexpr, RANKS: tl.constexpr, HIDDEN: tl.constexpr, ROW_STRIDE: tl.constexpr,
-                          BLOCK_BYTES: tl.constexpr, RECV: tl.constexpr, SEND: tl.constexpr,
-                          HAS_WEIGHTS: tl.constexpr, BLOCK_HIDDEN: tl.constexpr):
+def normal_combine_reduce(pool, in_rank, positions, out, out_weights, bias_0, bias_1, K: tl.constexpr,
+                          K_POW2: tl.constexpr, RANK: tl.constexpr, RANKS: tl.constexpr, HIDDEN: tl.constexpr,
+                          ROW_STRIDE: tl.constexpr, BLOCK_BYTES: tl.constexpr, RECV: tl.constexpr,
+                          SEND: tl.constexpr, HAS_WEIGHTS: tl.constexpr, BIASES: tl.constexpr,
+                          BLOCK_HIDDEN: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     columns = tl.program_id(1) * BLOCK_HIDDEN + tl.arange(0, BLOCK_HIDDEN)
     column_mask = columns < HIDDEN
@@ -310,6 +311,12 @@ def normal_combine_reduce(pool, in_rank, positions, out, out_weights, K: tl.cons
         if HAS_WEIGHTS:
             weights = (pool + row + HIDDEN * 2).to(tl.pointer_type(tl.float32))
             weight_total += tl.load(weights + ks, mask=k_mask & present, other=0.0)
+    # The biases (BF16 [tokens, hidden]) after the ranks, the first then the second, still in
+    # FP32: one rounding to BF16 in all.
+    if BIASES > 0:
+        total += tl.load(bias_0 + token * HIDDEN + columns, mask=column_mask, other=0.0).to(tl.float32)
+    if BIASES > 1:
+        total += tl.load(bias_1 + token * HIDDEN + columns, mask=column_mask, other=0.0).to(tl.float32)
     tl.store(out + token * HIDDEN + columns, total.to(tl.bfloat16), mask=column_mask)
     if HAS_WEIGHTS:
         if tl.program_id(1) == 0:

@@ -154,11 +154,12 @@ def normal_expert(recv_x: Any, recv_topk_idx: Any, recv_topk_weights: Any, rank:
 
 
 def normal_combine_reference(x: Any, topk: Any, weights: Any, num_experts: int, ranks: int,
-                             expert: Callable[..., Any] = normal_expert) -> Tuple[Any, Any]:
+                             expert: Callable[..., Any] = normal_expert, bias: Any = None) -> Tuple[Any, Any]:
     """What a normal ``combine`` returns on a home rank with tokens ``x``, ``topk_idx`` and
     ``topk_weights`` when every rank applies ``expert(rows, ids, weights, rank,
     local_experts)`` to what it received: the outputs summed per token over the ranks it went
-    to, in rank order, in FP32, rounded to BF16 once; and the weights summed the same way."""
+    to, in rank order, in FP32, then ``bias`` (none, a tensor or a pair, in order) added, rounded
+    to BF16 once; and the weights summed the same way."""
     import torch
     local_experts = num_experts // ranks
     data = x[0] if isinstance(x, tuple) else x
@@ -169,4 +170,6 @@ def normal_combine_reference(x: Any, topk: Any, weights: Any, num_experts: int, 
         rows = (x[0][mask], x[1][mask]) if isinstance(x, tuple) else x[mask]
         total[mask] = total[mask] + expert(rows, ids, kept, rank, local_experts).to(torch.float32)
         weight_total[mask] = weight_total[mask] + kept
+    for value in ([] if bias is None else list(bias) if isinstance(bias, (tuple, list)) else [bias]):
+        total = total + value.to(torch.float32)
     return total.to(torch.bfloat16), weight_total

@@ -555,8 +555,9 @@ fn lap_ns(last: &mut Instant) -> u64 {
 /// two ranks on one H200 under CUDA MPS) one `cuMemcpyAsync` of 44 MB into the peer's
 /// IPC-mapped buffer blocked the proxy thread inside the call until the GPU's bounded wait gave
 /// up (20 s), while one of 29.5 MB returned at once. Chunks did not remove every such stall:
-/// the first tens of megabytes into a freshly exchanged peer pool still stalled at times (issue
-/// 15's notes), so this bounds one call's size, it is not known to be the cure.
+/// the first tens of megabytes into a freshly exchanged peer pool still stalled at times
+/// (docs/COMPILED_MOE.md, the proxy's normal-mode timing), so this bounds one call's size, it is
+/// not known to be the cure.
 pub const COPY_CHUNK_BYTES_MAX: u64 = 8 << 20;
 
 /// Executes one ring's commands with a [`CopyEngine`] (see the module comment for ordering).
