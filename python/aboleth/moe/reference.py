@@ -37,7 +37,10 @@ def low_latency_fp8_quantize(x: Any, round_scale: bool = False) -> Tuple[Any, An
     import torch
     tokens, hidden = x.shape
     values = x.to(torch.float32).view(tokens, hidden // 128, 128)
-    scales = values.abs().amax(dim=2).clamp(min=1e-4) / 448.0
+    amax = values.abs().amax(dim=2).clamp(min=1e-4)
+    # A tensor divisor: torch divides by a Python scalar as a multiplication by its reciprocal,
+    # which is not the correctly rounded quotient the kernel computes.
+    scales = amax / torch.full_like(amax, 448.0)
     if round_scale:
         bits = scales.view(torch.int32)
         exponent = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
