@@ -307,9 +307,10 @@ class Buffer(NormalMode):
                                   device=x.device).transpose(1, 2) if use_fp8 else None
         recv_words = recv_x.view(torch.int32)
         scale_words = recv_scales.view(torch.int32) if use_fp8 else recv_words
-        recv_count = torch.empty(local_experts, dtype=torch.int32, device=x.device)
         # Zeros: a wait that gives up ends dispatch_receive before it writes these, and the
-        # combine then sends nothing (no puts from stale offsets and counts).
+        # combine then sends nothing (no puts from stale offsets and counts) and the stats get
+        # nothing added.
+        recv_count = torch.zeros(local_experts, dtype=torch.int32, device=x.device)
         layout_range = torch.zeros(local_experts, ranks, dtype=torch.int64, device=x.device)
         handle = LowLatencyHandle(layout, topk_idx, positions, layout_range, tokens)
 
@@ -338,8 +339,10 @@ class Buffer(NormalMode):
         """The pool's ``combine_send`` part as ``[local_experts, ranks * max_tokens, hidden]``:
         expert outputs written here are combined without a copy."""
         layout = handle.layout
-        return self._view("combine_send", _torch().bfloat16,
-                          (layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden))
+        # The handle's layout, not the last call's: BF16 and FP8 layouts place combine_send apart.
+        offset, length = layout.parts()["combine_send"]
+        return self.pool[offset:offset + length].view(_torch().bfloat16).view(
+            layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden)
 
     # ---- low-latency combine ------------------------------------------------------------------
 

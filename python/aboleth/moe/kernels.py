@@ -75,9 +75,9 @@ def pack_tokens_fp8(x, topk_idx, positions, pool, K: tl.constexpr, RANK: tl.cons
                     ROUND_SCALE: tl.constexpr, BLOCK_GROUPS: tl.constexpr):
     """Program ``token``: quantizes the token's BF16 row to e4m3 once, per group of 128 channels
     ``scale = max(amax, 1e-4) / 448`` (with ``ROUND_SCALE`` the power of two at or above it)
-    and ``q = x / scale``, both correctly rounded (``div_rn``, as torch divides: the reference
-    is bit-exact), then writes the row (``q``, then the float32 scales) to where each of its
-    top-k experts' tokens are packed, as ``pack_tokens`` does for BF16."""
+    and ``q = x / scale``, both correctly rounded (``div_rn``, as torch divides a tensor by a
+    tensor: the reference is bit-exact), then writes the row (``q``, then the float32 scales)
+    to where each of its top-k experts' tokens are packed, as ``pack_tokens`` does for BF16."""
     token = tl.program_id(0).to(tl.int64)
     groups_per_row: tl.constexpr = HIDDEN // 128
     channels = tl.arange(0, 128)

@@ -283,7 +283,9 @@ class NormalMode:
         if tuple(x.shape) != expected or x.dtype != torch.bfloat16 or not x.is_cuda:
             raise ValueError(f"aboleth.moe.combine: x must be a CUDA bfloat16 tensor {list(expected)} (one row per "
                              f"received row), got {tuple(x.shape)} {x.dtype} on {x.device}")
-        biases = [] if bias is None else list(bias) if isinstance(bias, (tuple, list)) else [bias]
+        # DeepEP's pair may hold None for an absent bias.
+        biases = [value for value in ([] if bias is None else list(bias) if isinstance(bias, (tuple, list))
+                                      else [bias]) if value is not None]
         if len(biases) > 2:
             raise ValueError(f"aboleth.moe.combine: bias is a tensor or a pair of tensors, got {len(biases)}")
         for index, value in enumerate(biases):

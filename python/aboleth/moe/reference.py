@@ -174,5 +174,6 @@ def normal_combine_reference(x: Any, topk: Any, weights: Any, num_experts: int, 
         total[mask] = total[mask] + expert(rows, ids, kept, rank, local_experts).to(torch.float32)
         weight_total[mask] = weight_total[mask] + kept
     for value in ([] if bias is None else list(bias) if isinstance(bias, (tuple, list)) else [bias]):
-        total = total + value.to(torch.float32)
+        if value is not None:
+            total = total + value.to(torch.float32)
     return total.to(torch.bfloat16), weight_total
