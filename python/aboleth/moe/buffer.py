@@ -165,8 +165,10 @@ class Buffer(NormalMode):
         self._layout = layout
         return layout
 
-    def _view(self, part: str, dtype: Any, shape: Tuple[int, ...]) -> Any:
-        offset, length = self._layout.parts()[part]
+    def _view(self, part: str, dtype: Any, shape: Tuple[int, ...], layout: Any = None) -> Any:
+        """A part of the pool as ``dtype`` of ``shape``, at its place in ``layout`` (default:
+        the last call's)."""
+        offset, length = (layout or self._layout).parts()[part]
         return self.pool[offset:offset + length].view(dtype).view(shape)
 
     def _compile(self) -> Any:
@@ -340,9 +342,8 @@ class Buffer(NormalMode):
         expert outputs written here are combined without a copy."""
         layout = handle.layout
         # The handle's layout, not the last call's: BF16 and FP8 layouts place combine_send apart.
-        offset, length = layout.parts()["combine_send"]
-        return self.pool[offset:offset + length].view(_torch().bfloat16).view(
-            layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden)
+        return self._view("combine_send", _torch().bfloat16,
+                          (layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden), layout)
 
     # ---- low-latency combine ------------------------------------------------------------------
 
