@@ -21,6 +21,8 @@ LAYOUT = LowLatencyLayout(RANKS, 16, 4, 32)
 LAYOUT_FP8 = LowLatencyLayout(RANKS, 16, 4, 256, element_bytes=1)
 #: The normal mode: 16 experts, hidden 32 (BF16), top-2, a pool for 5 tokens per source.
 NORMAL = NormalLayout(RANKS, 16, 32, 2, NormalLayout.size_hint(5, 32, RANKS, 2, 16))
+#: The same with FP8 rows of hidden 128 (one scale word), for the p2p dispatch's puts of scales.
+NORMAL_FP8 = NormalLayout(RANKS, 16, 128, 2, NormalLayout.size_hint(5, 128, RANKS, 2, 16, True), 1, 1)
 
 
 def test_the_layout_keeps_the_configuration_independent_parts_first_and_aligned():
@@ -124,6 +126,8 @@ def run(arguments: list, constexprs: dict) -> subprocess.CompletedProcess:
 
 
 def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
+    if "_direct_" in kernel:
+        return simulate_normal_direct(kernel, target, parts, *extra)
     offsets = NORMAL.parts()
     dispatch = kernel == "normal_dispatch_round"
     constexprs = {"RANKS": RANKS, "CAPACITY": NORMAL.capacity,
@@ -147,6 +151,51 @@ def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subpro
         regions += f" info={(RANKS + 1) * 8}"
         bind += " recv_info=local:info"
         init = f"pool=random pool[0:{offsets['dispatch_counts'][0]}]=zero info=random_mod:{NORMAL.capacity + 1}"
+    return run_sim(kernel, target, parts, signature, regions, bind, init, constexprs, extra)
+
+
+def simulate_normal_direct(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
+    """The p2p sending kernels, whose puts read the caller's tensors (here regions of their own:
+    ``x``, ``scales``, ``ids``, ``weights``, and ``send_tokens``' token indices), at the FP8
+    layout (hidden state, top-k ids and weights, one scale word per row)."""
+    layout = NORMAL_FP8
+    offsets = layout.parts()
+    tokens, k = layout.capacity, layout.topk
+    constexprs = {"RANKS": RANKS, "CAPACITY": layout.capacity, "BLOCK_BYTES": layout.block_bytes, "PARTS": parts,
+                  "K": k}
+    bind = ("endpoints=endpoints regions=regions:pool pool=local:pool pool_key=lkey:pool epoch=value:epoch "
+            "x_words=local:x topk_weights=local:weights")
+    if kernel == "normal_dispatch_direct_round":
+        constexprs.update(ROW_WORDS=layout.row_words, X_WORDS=layout.x_bytes // 4, SCALE_WORDS=layout.scales,
+                          ROW_STRIDE=layout.dispatch_stride, HAS_TOPK=True)
+        for name in ("dispatch_flags", "dispatch_counts", "send_counts", "recv"):
+            constexprs[name.upper()] = offsets[name][0]
+        signature = ("endpoints=*i64,regions=*i64,x_words=*i32,scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,"
+                     "send_tokens=*i64,pool=*u8,pool_key=i32,tokens=i32,epoch=i64")
+        regions = (f"pool={layout.pool_bytes} x={tokens * layout.x_bytes} scales={tokens * layout.scales * 4} "
+                   f"ids={tokens * k * 8} weights={tokens * k * 4} send={RANKS * tokens * 8}")
+        bind += f" scale_words=local:scales topk_idx=local:ids send_tokens=local:send tokens=value:{tokens}"
+        # Counts in [0, capacity] (the flags start at zero), each place's token below `tokens`.
+        init = (f"pool=random_mod:{layout.capacity + 1} pool[0:{offsets['send_counts'][0]}]=zero x=random "
+                f"scales=random ids=random weights=random send=random_mod:{tokens}")
+    else:
+        constexprs.update(HIDDEN_WORDS=layout.hidden // 2, ROW_STRIDE=layout.combine_stride, HAS_WEIGHTS=True,
+                          COMBINE_FLAGS=offsets["combine_flags"][0], SEND=offsets["send"][0])
+        signature = ("endpoints=*i64,regions=*i64,x_words=*i32,topk_weights=*fp32,recv_info=*i64,pool=*u8,"
+                     "pool_key=i32,epoch=i64")
+        # The received rows: up to `capacity` per source, each source's first row below
+        # ranks * capacity (the differences clamped).
+        rows = RANKS * layout.capacity + layout.capacity
+        regions = (f"pool={layout.pool_bytes} x={rows * layout.hidden * 2} weights={rows * k * 4} "
+                   f"info={(RANKS + 1) * 8}")
+        bind += " recv_info=local:info"
+        init = (f"pool=random pool[0:{offsets['dispatch_counts'][0]}]=zero x=random weights=random "
+                f"info=random_mod:{RANKS * layout.capacity + 1}")
+    return run_sim(kernel, target, parts, signature, regions, bind, init, constexprs, extra)
+
+
+def run_sim(kernel: str, target: str, parts: int, signature: str, regions: str, bind: str, init: str,
+            constexprs: dict, extra: tuple) -> subprocess.CompletedProcess:
     arguments = [sys.executable, "-m", "aboleth", "sim", ROUNDS, "--kernel", kernel, "--target", target,
                  "--ranks", str(RANKS), "--grid", f"(ranks-1)*{parts}", "--rank-constexpr", "RANK",
                  "--signature", signature, "--regions", regions, "--bind", bind, "--init", init,
@@ -168,6 +217,8 @@ def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subpro
     ("normal_combine_round", "p2p", 3),
     ("normal_combine_round", "mlx5", 1),
     ("normal_combine_round", "proxy", 1),
+    ("normal_dispatch_direct_round", "p2p", 3),
+    ("normal_combine_direct_round", "p2p", 3),
 ])
 def test_the_moe_communication_validates_at_8_ranks(kernel, target, parts):
     result = simulate(kernel, target, parts)
@@ -188,7 +239,9 @@ def test_the_moe_communication_validates_at_8_ranks(kernel, target, parts):
 
 
 @pytest.mark.parametrize("kernel, target", [("dispatch_round", "p2p"), ("dispatch_round", "proxy"),
-                                            ("normal_dispatch_round", "p2p"), ("normal_combine_round", "proxy")])
+                                            ("normal_dispatch_round", "p2p"), ("normal_combine_round", "proxy"),
+                                            ("normal_dispatch_direct_round", "p2p"),
+                                            ("normal_combine_direct_round", "p2p")])
 def test_a_lowering_that_signals_before_the_data_is_caught(kernel, target):
     result = simulate(kernel, target, 1, "--mutate", "signal-before-data")
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
@@ -210,26 +263,30 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
               "BLOCK_BYTES": layout.block_bytes, "RECV": parts["recv"][0]}
     copies = {"X_WORDS": layout.x_bytes // 4, "SCALE_WORDS": scales, "HAS_TOPK": True, "BLOCK_WORDS": 1024}
     kernels = [
-        (normal_kernels.normal_prepare, "in_rank=*u8,positions=*i64,num_tokens_per_expert=*i32,pool=*u8,"
-         "recv_info=*i64,tokens=i32",
+        (normal_kernels.normal_prepare, "in_rank=*u8,positions=*i64,send_tokens=*i64,num_tokens_per_expert=*i32,"
+         "pool=*u8,recv_info=*i64,tokens=i32",
          {"RANK": 1, "RANKS": ranks, "LOCAL_EXPERTS": layout.local_experts, "LOCAL_POW2": layout.local_experts,
           "ROW_WORDS": layout.row_words, "FINGERPRINT": layout.fingerprint, "EPOCHS": parts["epochs"][0],
           "SEND_COUNTS": parts["send_counts"][0], "DISPATCH_COUNTS": parts["dispatch_counts"][0],
           "INFO_WORDS": ranks + 1 + layout.local_experts + 8, "INFO_POW2": 256, "BLOCK_TOKENS": 1024}),
         (normal_kernels.normal_pack, "x_words=*i32,scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,in_rank=*u8,"
-         "positions=*i64,pool=*u8", {**shared, **copies, "RANK": 1, "LOCAL_EXPERTS": layout.local_experts,
-                                     "SEND": parts["send"][0]}),
-        (normal_kernels.normal_dispatch_receive, "pool=*u8,recv_info=*i64,recv_x_words=*i32,recv_scale_words=*i32,"
-         "recv_topk_idx=*i64,recv_topk_weights=*fp32", {**shared, **copies, "RANKS_POW2": ranks}),
+         "positions=*i64,pool=*u8", {**shared, **copies, "RANK": 1, "SEND": parts["send"][0]}),
+        (normal_kernels.normal_dispatch_receive, "pool=*u8,recv_info=*i64,send_tokens=*i64,x_words=*i32,"
+         "scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,recv_x_words=*i32,recv_scale_words=*i32,"
+         "recv_topk_idx=*i64,recv_topk_weights=*fp32,tokens=i32",
+         {**shared, **copies, "RANK": 1, "RANKS_POW2": ranks, "LOCAL_EXPERTS": layout.local_experts}),
         (normal_kernels.normal_combine_pack, "pool=*u8,recv_info=*i64,x_words=*i32,topk_weights=*fp32",
-         {**shared, "RANKS_POW2": ranks, "HIDDEN_WORDS": hidden // 2, "HAS_WEIGHTS": True, "BLOCK_WORDS": 1024}),
-        (normal_kernels.normal_combine_reduce, "pool=*u8,in_rank=*u8,positions=*i64,out=*bf16,out_weights=*fp32,"
-         "bias_0=*bf16,bias_1=*bf16",
+         {**shared, "RANK": 0, "RANKS_POW2": ranks, "HIDDEN_WORDS": hidden // 2, "HAS_WEIGHTS": True,
+          "BLOCK_WORDS": 1024}),
+        (normal_kernels.normal_combine_reduce, "pool=*u8,in_rank=*u8,positions=*i64,recv_info=*i64,x=*bf16,"
+         "topk_weights=*fp32,out=*bf16,out_weights=*fp32,bias_0=*bf16,bias_1=*bf16",
          {**shared, "RANK": 0, "HIDDEN": hidden, "SEND": parts["send"][0], "HAS_WEIGHTS": True,
           "BIASES": 2 if fp8 else 0, "BLOCK_HIDDEN": 1024}),
     ]
     for kernel, signature, constexprs in kernels:
         types = dict(item.split("=") for item in signature.split(","))
+        # The shared settings a kernel does not take (a missing one fails the compile).
+        constexprs = {name: value for name, value in constexprs.items() if name in kernel.arg_names}
         compiled = compile_kernel(kernel, {**types, **{name: "constexpr" for name in constexprs}}, constexprs)
         assert compiled.asm["cubin"], kernel.__name__
 

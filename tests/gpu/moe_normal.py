@@ -317,9 +317,13 @@ def step_timing(world: Any) -> Dict[str, Any]:
     return {"passed": True, "kernels_us": kernels_us, "host_profile": host, "launches": launches,
             "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
-            "grids": {"normal_prepare": ranks, "normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.normal_parts,
+            "grids": {"normal_prepare": ranks,
+                      **({"normal_dispatch_direct": (ranks - 1) * buffer.normal_parts,
+                          "normal_combine_direct": (ranks - 1) * buffer.normal_parts} if buffer.normal_direct else
+                         {"normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.normal_parts,
+                          "normal_combine_pack": "received rows",
+                          "normal_combine_send": (ranks - 1) * buffer.normal_parts}),
                       "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
-                      "normal_combine_pack": "received rows", "normal_combine_send": (ranks - 1) * buffer.normal_parts,
                       "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"},
             "note": "each call between host barriers; dispatch includes its host synchronization (the output "
                     "size) and the prepare kernel (positions, counts rows), not get_dispatch_layout"}

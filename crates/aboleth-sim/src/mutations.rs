@@ -158,6 +158,15 @@ impl Mutation {
                             "mlx5.atomic" | "proxy.signal" | "ionic.signal" | "p2p.signal"
                         )
                     }) else {
+                        // A p2p copy in a loop (a put per row) published by one signal after
+                        // the loop: the loop runs after the flag store.
+                        if name == "p2p.copy"
+                            && let Some((signal, outer)) = p2p_signal_after_enclosing(ctx, op)
+                        {
+                            outer.unlink(ctx);
+                            outer.insert_after(ctx, signal);
+                            changed = true;
+                        }
                         continue;
                     };
                     if name == "p2p.copy" {
@@ -406,6 +415,23 @@ fn next_in_block(
         cursor = next.deref(ctx).get_next();
     }
     None
+}
+
+/// For a `p2p.copy` nested in ops (loops, branches) with no signal after it in its own block:
+/// the first `p2p.signal` after one of its enclosing ops, in that op's block, and that enclosing
+/// op, when the enclosing op has no results (so it can move after the signal: its operands are
+/// defined before it, and nothing in between can use what it computes).
+fn p2p_signal_after_enclosing(
+    ctx: &Context,
+    copy: Ptr<Operation>,
+) -> Option<(Ptr<Operation>, Ptr<Operation>)> {
+    let mut outer = copy.deref(ctx).get_parent_op(ctx)?;
+    loop {
+        if let Some(signal) = next_in_block(ctx, outer, |name| name == "p2p.signal") {
+            return (outer.deref(ctx).get_num_results() == 0).then_some((signal, outer));
+        }
+        outer = outer.deref(ctx).get_parent_op(ctx)?;
+    }
 }
 
 fn previous_in_block(

@@ -117,6 +117,10 @@ class Buffer(NormalMode):
         p2p = world.compilation_target() == "p2p"
         self.parts = P2P_PARTS if p2p else 1
         self.normal_parts = P2P_NORMAL_PARTS if p2p else 1
+        # The normal mode's rows go straight from the caller's tensors into the peers' pools on
+        # p2p (a put is the program's loads and stores); the queue transports need registered
+        # sources: the rows are staged in the pool first (normal_kernels.py).
+        self.normal_direct = p2p
 
     def _check_pool_sizes(self) -> None:
         """Every rank's pool must be as large as this one's: the normal mode derives its blocks

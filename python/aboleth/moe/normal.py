@@ -26,16 +26,18 @@ BLOCK_TOKENS = 1024
 
 class NormalHandle:
     """What a normal dispatch leaves for its combine and for a cached dispatch: the routing
-    (``is_token_in_rank`` as bytes, each token's place among each rank's tokens), the
+    (``is_token_in_rank`` as bytes, each token's place among each rank's tokens and, per rank,
+    its tokens in place order), the
     per-expert token counts it sent, the received layout on the device (``recv_info``: each source's first row, the total,
     the aligned per-expert counts) and the number of received rows."""
 
-    def __init__(self, layout: NormalLayout, is_token_in_rank: Any, positions: Any, num_tokens_per_expert: Any,
-                 recv_info: Any, num_rows: int, num_worst_tokens: int, num_tokens: int,
+    def __init__(self, layout: NormalLayout, is_token_in_rank: Any, positions: Any, send_tokens: Any,
+                 num_tokens_per_expert: Any, recv_info: Any, num_rows: int, num_worst_tokens: int, num_tokens: int,
                  num_recv_tokens_per_expert_list: List[int]) -> None:
         self.layout = layout
         self.is_token_in_rank = is_token_in_rank
         self.positions = positions
+        self.send_tokens = send_tokens
         self.num_tokens_per_expert = num_tokens_per_expert
         self.recv_info = recv_info
         self.num_rows = num_rows
@@ -190,11 +192,12 @@ class NormalMode:
         epochs = parts["epochs"][0]
         if cached:
             is_token_in_rank, positions = handle.is_token_in_rank, handle.positions
-            num_tokens_per_expert = handle.num_tokens_per_expert
+            send_tokens, num_tokens_per_expert = handle.send_tokens, handle.num_tokens_per_expert
         else:
             # A view, no copy: the kernels read the bool bytes.
             is_token_in_rank = is_token_in_rank.contiguous().view(torch.uint8)
             positions = torch.empty(tokens, ranks, dtype=torch.int64, device=x_data.device)
+            send_tokens = torch.empty(ranks, tokens, dtype=torch.int64, device=x_data.device)
             num_tokens_per_expert = num_tokens_per_expert.contiguous()
         # The received layout (each source's first row, the total, the aligned per-expert
         # counts), then the error words: one copy to the host reads both.
@@ -202,31 +205,38 @@ class NormalMode:
         recv_info = torch.empty(info_words + ERROR_WORDS, dtype=torch.int64, device=x_data.device)
         # With no tokens the scan reads nothing: the pool stands in for the empty tensors.
         self._launcher(normal_kernels.normal_prepare)[(ranks,)](
-            is_token_in_rank if tokens else self.pool, positions if tokens else self.pool, num_tokens_per_expert,
-            self.pool, recv_info, tokens, RANK=rank, RANKS=ranks,
-            LOCAL_EXPERTS=local_experts, LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words,
-            FINGERPRINT=layout.fingerprint, EPOCHS=epochs, SEND_COUNTS=parts["send_counts"][0],
-            DISPATCH_COUNTS=parts["dispatch_counts"][0], INFO_WORDS=info_words + ERROR_WORDS,
-            INFO_POW2=_next_power_of_2(info_words + ERROR_WORDS), BLOCK_TOKENS=BLOCK_TOKENS)
+            is_token_in_rank if tokens else self.pool, positions if tokens else self.pool,
+            send_tokens if tokens else self.pool, num_tokens_per_expert, self.pool, recv_info, tokens, RANK=rank,
+            RANKS=ranks, LOCAL_EXPERTS=local_experts, LOCAL_POW2=_next_power_of_2(local_experts),
+            ROW_WORDS=layout.row_words, FINGERPRINT=layout.fingerprint, EPOCHS=epochs,
+            SEND_COUNTS=parts["send_counts"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+            INFO_WORDS=info_words + ERROR_WORDS, INFO_POW2=_next_power_of_2(info_words + ERROR_WORDS),
+            BLOCK_TOKENS=BLOCK_TOKENS)
         x_words = x_data.view(torch.int32)
         scale_view = scales.view(torch.int32) if fp8 else x_words
         has_topk = topk_idx is not None  # a cached dispatch sends x (and scales) only
-        common = dict(K=max(topk, 1), K_POW2=_next_power_of_2(max(topk, 1)), X_WORDS=layout.x_bytes // 4,
-                      SCALE_WORDS=scale_words, ROW_STRIDE=layout.dispatch_stride, BLOCK_BYTES=layout.block_bytes,
-                      RECV=parts["recv"][0], HAS_TOPK=has_topk,
+        # Absent tensors: x stands in (never read).
+        topk_source = topk_idx if has_topk else positions
+        weights_source = topk_weights if has_topk else x_words
+        row = dict(K=max(topk, 1), X_WORDS=layout.x_bytes // 4, SCALE_WORDS=scale_words, HAS_TOPK=has_topk)
+        copies = dict(ROW_STRIDE=layout.dispatch_stride, BLOCK_BYTES=layout.block_bytes,
                       BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(layout.x_bytes // 4)))
-        if tokens:
+        counters = dict(RANK=rank, RANKS=ranks, ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
+                        ROW_STRIDE=layout.dispatch_stride, BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts,
+                        DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+                        SEND_COUNTS=parts["send_counts"][0], RECV=parts["recv"][0])
+        if tokens and not self.normal_direct:
             self._launcher(normal_kernels.normal_pack)[(tokens,)](
-                x_words, scale_view, topk_idx if has_topk else positions, topk_weights if has_topk else x_words,
-                is_token_in_rank, positions, self.pool, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
-                SEND=parts["send"][0], **common)
+                x_words, scale_view, topk_source, weights_source, is_token_in_rank, positions, self.pool, RANK=rank,
+                RANKS=ranks, SEND=parts["send"][0], **row, **copies)
         with self._compile():
-            self._launcher(normal_kernels.normal_dispatch_send)[((ranks - 1) * self.normal_parts,)](
-                self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
-                ROW_WORDS=layout.row_words, CAPACITY=layout.capacity, ROW_STRIDE=layout.dispatch_stride,
-                BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
-                DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
-                RECV=parts["recv"][0], SEND=parts["send"][0])
+            if self.normal_direct:
+                self._launcher(normal_kernels.normal_dispatch_direct)[((ranks - 1) * self.normal_parts,)](
+                    self.endpoints, self.regions, x_words, scale_view, topk_source, weights_source,
+                    send_tokens if tokens else self.pool, self.pool, self.pool_key, tokens, **counters, **row)
+            else:
+                self._launcher(normal_kernels.normal_dispatch_send)[((ranks - 1) * self.normal_parts,)](
+                    self.endpoints, self.regions, self.pool, self.pool_key, SEND=parts["send"][0], **counters)
             self._launcher(normal_kernels.normal_dispatch_wait)[(1,)](
                 self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
                 RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
@@ -253,14 +263,16 @@ class NormalMode:
         if num_rows:
             recv_x_words = recv_x.view(torch.int32)
             self._launcher(normal_kernels.normal_dispatch_receive)[(num_rows,)](
-                self.pool, recv_info, recv_x_words, recv_scales.view(torch.int32) if fp8 else recv_x_words,
-                recv_topk_idx if has_topk else recv_info, recv_topk_weights if has_topk else recv_x_words,
-                RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), **common)
+                self.pool, recv_info, send_tokens if tokens else self.pool, x_words, scale_view, topk_source,
+                weights_source, recv_x_words, recv_scales.view(torch.int32) if fp8 else recv_x_words,
+                recv_topk_idx if has_topk else recv_info, recv_topk_weights if has_topk else recv_x_words, tokens,
+                K_POW2=_next_power_of_2(max(topk, 1)), RANK=rank, RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks),
+                LOCAL_EXPERTS=local_experts, RECV=parts["recv"][0], **row, **copies)
         received = (recv_x, recv_scales) if fp8 else recv_x
         if cached:
             return received, None, None, None, None, EventOverlap()
-        new_handle = NormalHandle(layout, is_token_in_rank, positions, num_tokens_per_expert, recv_info, num_rows,
-                                  num_worst_tokens, tokens, per_expert)
+        new_handle = NormalHandle(layout, is_token_in_rank, positions, send_tokens, num_tokens_per_expert, recv_info,
+                                  num_rows, num_worst_tokens, tokens, per_expert)
         return received, recv_topk_idx, recv_topk_weights, per_expert, new_handle, EventOverlap()
 
     def combine(self, x: Any, handle: NormalHandle, topk_weights: Any = None, bias: Any = None, config: Any = None,
@@ -310,18 +322,26 @@ class NormalMode:
         epochs = parts["epochs"][0]
         self.pool[epochs + 8:epochs + 16].view(torch.int64).add_(1)
         hidden_words = layout.hidden // 2
-        if handle.num_rows:
+        x_words = x.view(torch.int32)
+        sending = dict(K=k, RANK=rank, RANKS=ranks, CAPACITY=layout.capacity, ROW_STRIDE=layout.combine_stride,
+                       BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts,
+                       COMBINE_FLAGS=parts["combine_flags"][0], SEND=parts["send"][0])
+        if handle.num_rows and not self.normal_direct:
             self._launcher(normal_kernels.normal_combine_pack)[(handle.num_rows,)](
-                self.pool, handle.recv_info, x.view(torch.int32), weights, K=k, K_POW2=_next_power_of_2(k),
+                self.pool, handle.recv_info, x_words, weights, K=k, K_POW2=_next_power_of_2(k), RANK=rank,
                 RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), HIDDEN_WORDS=hidden_words,
                 ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0],
                 HAS_WEIGHTS=has_weights, BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(hidden_words)))
         with self._compile():
-            self._launcher(normal_kernels.normal_combine_send)[((ranks - 1) * self.normal_parts,)](
-                self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RANK=rank, RANKS=ranks,
-                CAPACITY=layout.capacity, ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes,
-                PARTS=self.normal_parts, COMBINE_FLAGS=parts["combine_flags"][0], RECV=parts["recv"][0],
-                SEND=parts["send"][0])
+            if self.normal_direct:
+                self._launcher(normal_kernels.normal_combine_direct)[((ranks - 1) * self.normal_parts,)](
+                    self.endpoints, self.regions, x_words, weights, handle.recv_info, self.pool_key,
+                    HIDDEN_WORDS=hidden_words, HAS_WEIGHTS=has_weights, **sending)
+            else:
+                sending.pop("K")
+                self._launcher(normal_kernels.normal_combine_send)[((ranks - 1) * self.normal_parts,)](
+                    self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RECV=parts["recv"][0],
+                    **sending)
             self._launcher(normal_kernels.normal_combine_wait)[(1,)](
                 self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
                 COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.normal_parts)
@@ -333,9 +353,9 @@ class NormalMode:
             # Absent biases: the output stands in (never read).
             bias_0, bias_1 = (biases + [combined, combined])[:2]
             self._launcher(normal_kernels.normal_combine_reduce)[(tokens, (layout.hidden + block - 1) // block)](
-                self.pool, handle.is_token_in_rank, handle.positions, combined,
+                self.pool, handle.is_token_in_rank, handle.positions, handle.recv_info, x, weights, combined,
                 combined_weights if has_weights else combined, bias_0, bias_1, K=k, K_POW2=_next_power_of_2(k),
                 RANK=rank, RANKS=ranks, HIDDEN=layout.hidden, ROW_STRIDE=layout.combine_stride,
-                BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0], SEND=parts["send"][0],
-                HAS_WEIGHTS=has_weights, BIASES=len(biases), BLOCK_HIDDEN=block)
+                BLOCK_BYTES=layout.block_bytes, SEND=parts["send"][0], HAS_WEIGHTS=has_weights,
+                BIASES=len(biases), BLOCK_HIDDEN=block)
         return combined, combined_weights, EventOverlap()
