@@ -14,7 +14,9 @@ checked once against what it must give (aboleth: bit-exact against aboleth.moe.r
 the baselines: a combine of the identity experts' outputs must give ``x`` times the number of
 ranks the token went to). ``sms`` is what the system's kernels occupy: DeepEP's ``num_sms``,
 Aboleth's grids (its copy kernels are plain Triton grids that finish and leave; only the waits
-spin, one program each), NCCL's channels are its own.
+spin, one program each), NCCL's channels are its own. On p2p the normal mode runs twice, each
+with its own Buffer: ``aboleth`` (staged, the default) and ``aboleth-direct``
+(``Buffer(normal_direct=True)``: the rows put from the caller's tensors, no staging copy).
 
 The baselines and why one may not run: NCCL refuses two ranks on one GPU, so the
 ``all_to_all_single`` rows need a GPU per rank; DeepEP (``--deepep-source``, a checkout of tag
@@ -83,7 +85,7 @@ class Rows:
 
     def add(self, system: str, mode: str, dtype: str, phase: str, result: Dict[str, Any], sms: Any,
             checked: bool, **extra: Any) -> None:
-        self.rows.append({"suite": "moe", "system": system, "transport": self.transport if system == "aboleth"
+        self.rows.append({"suite": "moe", "system": system, "transport": self.transport if system.startswith("aboleth")
                           else "cuda-ipc" if system == "deepep" else "nccl", "mode": mode, "dtype": dtype,
                           "phase": phase, "ranks": self.ranks, **summary(result["times_us"]), "sms": sms,
                           "checked": checked and not result["errors"], "errors": result["errors"][:3], **extra})
@@ -111,35 +113,40 @@ def bench_aboleth(world: Any, rows: Rows, inputs: Dict[str, Any], low_latency_in
     from aboleth.moe.reference import normal_combine_reference, normal_dispatch_reference, normal_expert
     rank, ranks = world.rank, world.world_size
     size = Buffer.get_normal_size_hint(TOKENS, HIDDEN, ranks, TOP_K, EXPERTS)
-    buffer = Buffer(None, size, 0, world=world)
-    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(inputs["topk"], EXPERTS)
-    arguments = dict(num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
-                     topk_idx=inputs["topk"], topk_weights=inputs["weights"])
-    everyone = [routing(r, TOKENS) for r in range(ranks)]
-    grids = (f"send {(ranks - 1) * buffer.normal_parts} programs, waits 1 each; pack, receive, reduce: plain "
-             "grids over tokens / rows")
-    for dtype, key in (("bf16", "x"), ("fp8", "x_fp8")):
-        # Checked once, bit-exact, before timing.
-        recv_x, recv_topk, recv_weights, _, handle, _ = buffer.dispatch(inputs[key], **arguments)
-        expected_x, expected_topk, _, _ = normal_dispatch_reference([e[key] for e in everyone],
-                                                                    [e["topk"] for e in everyone],
-                                                                    [e["weights"] for e in everyone], EXPERTS, rank)
-        outputs = normal_expert(recv_x, recv_topk, recv_weights, rank, EXPERTS // ranks)
-        combined, _, _ = buffer.combine(outputs, handle)
-        expected, _ = normal_combine_reference(inputs[key], inputs["topk"], inputs["weights"], EXPERTS, ranks)
-        same_x = all(torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
-                                 b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
-                     for a, b in (zip(recv_x, expected_x) if dtype == "fp8" else [(recv_x, expected_x)]))
-        checked = same_x and torch.equal(recv_topk, expected_topk) and torch.equal(combined, expected)
-        buffer.check_errors()
-        zeros = torch.zeros(handle.num_rows, HIDDEN, dtype=torch.bfloat16, device="cuda")
-        result = time_pair(lambda index: buffer.dispatch(inputs[key], **arguments),
-                           lambda out: buffer.combine(zeros, out[4]))
-        buffer.check_errors()
-        rows.add("aboleth", "normal", dtype, "dispatch", result["dispatch"], grids, checked,
-                 received_rows=handle.num_rows)
-        if dtype == "bf16":
-            rows.add("aboleth", "normal", "bf16", "combine", result["combine"], grids, checked)
+    # The normal mode staged (the default), and on p2p also direct (Buffer(normal_direct=True):
+    # the rows put from the caller's tensors, no staging copy), each its own Buffer and kernels.
+    for direct in ((False, True) if world.compilation_target() == "p2p" else (False,)):
+        system = "aboleth-direct" if direct else "aboleth"
+        buffer = Buffer(None, size, 0, world=world, normal_direct=direct)
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(inputs["topk"], EXPERTS)
+        arguments = dict(num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+                         topk_idx=inputs["topk"], topk_weights=inputs["weights"])
+        everyone = [routing(r, TOKENS) for r in range(ranks)]
+        grids = (f"send {(ranks - 1) * buffer.normal_parts} programs, waits 1 each; "
+                 + ("receive, reduce" if direct else "pack, receive, reduce") + ": plain grids over tokens / rows")
+        for dtype, key in (("bf16", "x"), ("fp8", "x_fp8")):
+            # Checked once, bit-exact, before timing.
+            recv_x, recv_topk, recv_weights, _, handle, _ = buffer.dispatch(inputs[key], **arguments)
+            expected_x, expected_topk, expected_weights, _ = normal_dispatch_reference([e[key] for e in everyone],
+                                                                        [e["topk"] for e in everyone],
+                                                                        [e["weights"] for e in everyone], EXPERTS, rank)
+            outputs = normal_expert(recv_x, recv_topk, recv_weights, rank, EXPERTS // ranks)
+            combined, _, _ = buffer.combine(outputs, handle)
+            expected, _ = normal_combine_reference(inputs[key], inputs["topk"], inputs["weights"], EXPERTS, ranks)
+            same_x = all(torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                                     b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+                         for a, b in (zip(recv_x, expected_x) if dtype == "fp8" else [(recv_x, expected_x)]))
+            checked = (same_x and torch.equal(recv_topk, expected_topk) and torch.equal(recv_weights, expected_weights)
+                       and torch.equal(combined, expected))
+            buffer.check_errors()
+            zeros = torch.zeros(handle.num_rows, HIDDEN, dtype=torch.bfloat16, device="cuda")
+            result = time_pair(lambda index: buffer.dispatch(inputs[key], **arguments),
+                               lambda out: buffer.combine(zeros, out[4]))
+            buffer.check_errors()
+            rows.add(system, "normal", dtype, "dispatch", result["dispatch"], grids, checked,
+                     received_rows=handle.num_rows)
+            if dtype == "bf16":
+                rows.add(system, "normal", "bf16", "combine", result["combine"], grids, checked)
     # The low-latency mode at its settings.
     size = Buffer.get_low_latency_rdma_size_hint(LOW_LATENCY_TOKENS, HIDDEN, ranks, EXPERTS)
     low = Buffer(None, 0, size, low_latency_mode=True, world=world)
@@ -295,11 +302,12 @@ def ratios(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Aboleth's median over each baseline's of the same mode, dtype and phase (below 1: faster)."""
     found = []
     for entry in rows:
-        if entry["system"] == "aboleth":
+        if entry["system"].startswith("aboleth"):
             continue
         for ours in rows:
-            if ours["system"] == "aboleth" and all(ours[f] == entry[f] for f in ("mode", "dtype", "phase")):
-                found.append({"mode": entry["mode"], "dtype": entry["dtype"], "phase": entry["phase"],
+            same = all(ours[f] == entry[f] for f in ("mode", "dtype", "phase"))
+            if ours["system"].startswith("aboleth") and same:
+                found.append({"system": ours["system"], "mode": entry["mode"], "dtype": entry["dtype"], "phase": entry["phase"],
                               "baseline": entry["system"], "aboleth_us": ours["median_us"],
                               "baseline_us": entry["median_us"],
                               "aboleth_over_baseline": round(ours["median_us"] / entry["median_us"], 3)})
@@ -314,10 +322,10 @@ def markdown(report: Dict[str, Any]) -> str:
     for r in report["rows"]:
         lines.append(f"| {r['system']} | {r['transport']} | {r['mode']} | {r['dtype']} | {r['phase']} | "
                      f"{r['median_us']} | {r['p10_us']} | {r['p90_us']} | {r['sms']} | {r['checked']} |")
-    lines += ["", "| mode | dtype | phase | baseline | aboleth us | baseline us | aboleth / baseline |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| system | mode | dtype | phase | baseline | aboleth us | baseline us | aboleth / baseline |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in report["ratios"]:
-        lines.append(f"| {r['mode']} | {r['dtype']} | {r['phase']} | {r['baseline']} | {r['aboleth_us']} | "
+        lines.append(f"| {r['system']} | {r['mode']} | {r['dtype']} | {r['phase']} | {r['baseline']} | {r['aboleth_us']} | "
                      f"{r['baseline_us']} | {r['aboleth_over_baseline']} |")
     if report["not_run"]:
         lines += ["", "Not run:"] + [f"- {name}: {why}" for name, why in report["not_run"].items()]

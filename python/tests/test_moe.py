@@ -83,6 +83,16 @@ def test_the_normal_layout_fits_its_size_hint_and_names_a_pool_too_small():
         NormalLayout(RANKS, 16, 32, 2, 4096)
 
 
+def test_the_normal_direct_choice_is_staged_by_default_and_direct_only_on_p2p():
+    from aboleth.moe.buffer import normal_direct_choice
+    assert normal_direct_choice(None, "p2p") is False and normal_direct_choice(None, "proxy") is False
+    assert normal_direct_choice(True, "p2p") is True and normal_direct_choice(False, "mlx5") is False
+    with pytest.raises(ValueError, match="normal_direct=True needs the p2p transport .* compiles for proxy"):
+        normal_direct_choice(True, "proxy")
+    with pytest.raises(ValueError, match="normal_direct must be True, False or None, got 1"):
+        normal_direct_choice(1, "p2p")
+
+
 def simulate(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
     if kernel.startswith("normal_"):
         return simulate_normal(kernel, target, parts, *extra)

@@ -43,6 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from moe import EXPERTS, ROUTES, run_steps  # noqa: E402  (the low-latency test's routing cases, its step loop)
 
 HIDDENS = [2048, 4096, 7168]
+# MOE_NORMAL_DIRECT=1: the p2p direct sending kernels (Buffer(normal_direct=True)), else staged.
+DIRECT = True if os.environ.get("MOE_NORMAL_DIRECT") == "1" else None
 MAX_TOKENS = 256
 
 
@@ -220,7 +222,7 @@ def step_graph(buffer: Buffer) -> Dict[str, Any]:
 def step_too_small(world: Any) -> Dict[str, Any]:
     rank, ranks, hidden = world.rank, world.world_size, 2048
     size = Buffer.get_normal_size_hint(16, hidden, ranks, 4, EXPERTS)
-    small = Buffer(None, size, 0, world=world)
+    small = Buffer(None, size, 0, world=world, normal_direct=DIRECT)
     x, topk, weights = inputs(3, rank, 17, hidden, ROUTES["random"], ranks, False)
     per_rank, _, per_expert, in_rank, _ = small.get_dispatch_layout(topk, EXPERTS)
     result: Dict[str, Any] = {}
@@ -251,7 +253,7 @@ def step_too_small(world: Any) -> Dict[str, Any]:
     torch.cuda.synchronize()
     world.barrier()
     try:
-        Buffer(None, size + 4096 * rank, 0, world=world)
+        Buffer(None, size + 4096 * rank, 0, world=world, normal_direct=DIRECT)
         errors.append("pools of different sizes: no error")
     except ValueError as error:
         result["pool_sizes"] = str(error)
@@ -264,7 +266,7 @@ def step_timing(world: Any) -> Dict[str, Any]:
     rank, ranks = world.rank, world.world_size
     experts, tokens, hidden, k = 256, 4096, 7168, 8
     size = Buffer.get_normal_size_hint(tokens, hidden, ranks, k, experts)
-    buffer = Buffer(None, size, 0, world=world)
+    buffer = Buffer(None, size, 0, world=world, normal_direct=DIRECT)
     generator = torch.Generator(device="cuda")
     generator.manual_seed(rank)
     x = torch.randn(tokens, hidden, generator=generator, device="cuda").to(torch.bfloat16)
@@ -408,9 +410,9 @@ def main() -> int:
     world = aboleth.World(rank, ranks, device=torch.cuda.current_device(), bootstrap=boot)
     world.connect_all(os.environ.get("ABOLETH_TRANSPORT", "p2p"))
     report: Dict[str, Any] = {"rank": rank, "ranks": ranks, "transport": os.environ.get("ABOLETH_TRANSPORT", "p2p"),
-                              "steps": {}}
+                              "normal_direct": bool(DIRECT), "steps": {}}
     size = Buffer.get_normal_size_hint(MAX_TOKENS, max(HIDDENS), ranks, 4, EXPERTS)
-    buffer = Buffer(None, size, 0, world=world)
+    buffer = Buffer(None, size, 0, world=world, normal_direct=DIRECT)
     steps = [("cases", lambda: step_cases(buffer)), ("cached", lambda: step_cached(buffer)),
              ("graph", lambda: step_graph(buffer)), ("too_small", lambda: step_too_small(world)),
              ("timing", lambda: step_timing(world))]

@@ -69,13 +69,33 @@ class LowLatencyHandle:
         self.num_tokens = num_tokens
 
 
+def normal_direct_choice(normal_direct: Optional[bool], target: str) -> bool:
+    """Whether the normal mode's rows go direct (``Buffer(normal_direct=...)``): put by the
+    p2p sending kernels straight from the caller's tensors into the peers' pools, with no staging
+    copy (a p2p put is the program's own loads and stores, which may read any memory of the GPU),
+    or staged in the pool first (``normal_pack``), which every transport can send (the queue
+    transports put from registered memory only). ``None`` is staged: the direct kernels pass the
+    simulator's checks and DeepEP's settings on the GPU, but not yet every case of
+    ``tests/gpu/moe_normal.py`` (docs/COMPILED_MOE.md)."""
+    if normal_direct is None:
+        return False
+    if not isinstance(normal_direct, bool):
+        raise ValueError(f"aboleth.moe.Buffer: normal_direct must be True, False or None, got {normal_direct!r}")
+    if normal_direct and target != "p2p":
+        raise ValueError(f"aboleth.moe.Buffer: normal_direct=True needs the p2p transport (its puts read the "
+                         f"caller's tensors, which a {target} queue cannot send from); this World compiles for "
+                         f"{target}: pass normal_direct=False or None")
+    return normal_direct
+
+
 class Buffer(NormalMode):
     """Expert-parallel dispatch and combine over Aboleth (see the module docstring)."""
 
     def __init__(self, group: Any = None, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
                  low_latency_mode: bool = False, num_qps_per_rank: int = 1,
                  allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
-                 explicitly_destroy: bool = False, *, world: Any = None, transport: str = "auto") -> None:
+                 explicitly_destroy: bool = False, *, world: Any = None, transport: str = "auto",
+                 normal_direct: Optional[bool] = None) -> None:
         torch = _torch()
         import aboleth
         if world is None:
@@ -117,10 +137,7 @@ class Buffer(NormalMode):
         p2p = world.compilation_target() == "p2p"
         self.parts = P2P_PARTS if p2p else 1
         self.normal_parts = P2P_NORMAL_PARTS if p2p else 1
-        # The normal mode's rows go straight from the caller's tensors into the peers' pools on
-        # p2p (a put is the program's loads and stores); the queue transports need registered
-        # sources: the rows are staged in the pool first (normal_kernels.py).
-        self.normal_direct = p2p
+        self.normal_direct = normal_direct_choice(normal_direct, world.compilation_target())
 
     def _check_pool_sizes(self) -> None:
         """Every rank's pool must be as large as this one's: the normal mode derives its blocks

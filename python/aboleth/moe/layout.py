@@ -166,10 +166,12 @@ WORST_ERROR_WORD = 3
 class NormalLayout:
     """The pool layout of the normal (throughput) mode for one configuration.
 
-    A token goes once to each rank that holds one of its experts, as one row: its hidden state
-    (``hidden * element_bytes``), its top-k expert ids as that rank's local ids (int64, -1 for
-    another rank's), its weights (f32, 0 where the id is -1) and, for FP8, its ``scales`` f32
-    words. A combine row is the expert output (BF16) and the k weights (f32). The parts:
+    A token goes once to each other rank that holds one of its experts, as one row: its hidden
+    state (``hidden * element_bytes``), its top-k expert ids as the caller gave them (int64: the
+    receiver makes them its local ids), its weights (f32) and, for FP8, its ``scales`` f32 words.
+    A combine row is the expert output (BF16) and the k weights (f32). A rank's own tokens are
+    never copied into the pool: its receive and reduce read them from the caller's tensors. The
+    parts:
 
     - ``errors``, ``epochs`` (dispatch, combine), ``dispatch_flags`` / ``combine_flags`` (one
       counter per source): as in :class:`LowLatencyLayout`;
@@ -177,11 +179,11 @@ class NormalLayout:
       tokens, its tokens per local expert, its configuration's fingerprint;
     - ``send_counts``: the same rows, this rank's, per destination;
     - ``recv``: ``ranks`` blocks of ``capacity`` rows, block ``s`` the rows source ``s`` sent
-      (this rank's own tokens are packed straight into block ``rank``), which the combine then
-      packs the expert outputs into, row for row (each phase at its own stride:
-      ``dispatch_stride``, ``combine_stride``);
-    - ``send``: ``ranks`` blocks, block ``r`` this rank's tokens for rank ``r`` in token order,
-      where rank ``r``'s combine puts their outputs back.
+      (block ``rank`` unused), which the staged combine then packs the expert outputs into, row
+      for row (each phase at its own stride: ``dispatch_stride``, ``combine_stride``);
+    - ``send``: ``ranks`` blocks, block ``r`` this rank's tokens for rank ``r`` in token order
+      (packed by the staged dispatch; the p2p direct dispatch puts from the caller's tensors and
+      leaves them empty), where rank ``r``'s combine puts their outputs back.
 
     ``capacity`` (tokens one source may send to one rank) is the largest that fits the pool:
     every rank derives it from the same pool size, and it is part of the fingerprint.
