@@ -258,6 +258,33 @@ def test_a_lowering_that_signals_before_the_data_is_caught(kernel, target):
     assert "data-not-visible" in result.stdout or "not visible" in result.stdout, result.stdout[-3000:]
 
 
+@pytest.mark.parametrize("send_tokens", ["*i64", "*u8"])
+def test_the_direct_dispatch_compiles_with_what_the_buffer_passes_for_no_tokens(send_tokens):
+    """With no tokens the Buffer passes the pool (u8) for ``send_tokens``: the tokens loaded from
+    it must still index the caller's tensors (a u8 token times the row's words did not compile:
+    "Scalar 1024 is out of range for type uint8", seen on the GPU)."""
+    import aboleth
+    import triton
+    from triton.compiler.compiler import ASTSource
+    from aboleth.moe import normal_kernels
+    from helpers import TARGET
+    layout = NormalLayout(2, 16, 2048, 4, NormalLayout.size_hint(256, 2048, 2, 4, 16))
+    parts = layout.parts()
+    signature = {"endpoints": "*i64", "regions": "*i64", "x_words": "*i32", "scale_words": "*i32",
+                 "topk_idx": "*i64", "topk_weights": "*fp32", "send_tokens": send_tokens, "pool": "*u8",
+                 "pool_key": "i32", "tokens": "i32"}
+    constexprs = {"RANK": 1, "RANKS": 2, "ROW_WORDS": layout.row_words, "CAPACITY": layout.capacity, "K": 4,
+                  "X_WORDS": layout.x_bytes // 4, "SCALE_WORDS": 0, "ROW_STRIDE": layout.dispatch_stride,
+                  "BLOCK_BYTES": layout.block_bytes, "PARTS": 16, "DISPATCH_FLAGS": parts["dispatch_flags"][0],
+                  "DISPATCH_COUNTS": parts["dispatch_counts"][0], "SEND_COUNTS": parts["send_counts"][0],
+                  "RECV": parts["recv"][0], "HAS_TOPK": True}
+    signature.update({name: "constexpr" for name in constexprs})
+    with aboleth.compilation(target="p2p"):
+        compiled = triton.compile(ASTSource(normal_kernels.normal_dispatch_direct, signature, constexprs),
+                                  target=TARGET)
+    assert "st.global" in compiled.asm["ptx"]
+
+
 @pytest.mark.parametrize("fp8", [False, True])
 def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
     """The plain-Triton kernels of the normal mode (never simulated: they move data, they do
@@ -281,7 +308,9 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
           "INFO_WORDS": ranks + 1 + layout.local_experts + 8, "INFO_POW2": 256, "BLOCK_TOKENS": 1024}),
         (normal_kernels.normal_pack, "x_words=*i32,scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,in_rank=*u8,"
          "positions=*i64,pool=*u8", {**shared, **copies, "RANK": 1, "SEND": parts["send"][0]}),
-        (normal_kernels.normal_dispatch_receive, "pool=*u8,recv_info=*i64,send_tokens=*i64,x_words=*i32,"
+        # FP8: send_tokens as the pool stands in for it on a rank with no tokens (u8).
+        (normal_kernels.normal_dispatch_receive, f"pool=*u8,recv_info=*i64,send_tokens={'*u8' if fp8 else '*i64'},"
+         "x_words=*i32,"
          "scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,recv_x_words=*i32,recv_scale_words=*i32,"
          "recv_topk_idx=*i64,recv_topk_weights=*fp32,tokens=i32",
          {**shared, **copies, "RANK": 1, "RANKS_POW2": ranks, "LOCAL_EXPERTS": layout.local_experts}),

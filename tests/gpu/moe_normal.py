@@ -124,16 +124,17 @@ def step_cases(buffer: Buffer) -> Dict[str, Any]:
     for fp8 in (False, True):
         for name, route in ROUTES.items():
             for hidden in HIDDENS:
-                for layer in range(3):
+                for layer in range(4):
+                    # The last layer: rank 0 has no tokens but receives rank 1's.
                     def tokens_of(r: int, layer: int = layer) -> int:
-                        return [200 + 9 * r, 1, 0][layer]
+                        return [200 + 9 * r, 1, 0, 5 * r][layer]
 
                     entry = {"dtype": "fp8" if fp8 else "bf16", "route": name, "hidden": hidden, "layer": layer,
                              "tokens": tokens_of(buffer.rank)}
                     try:
                         # The combine's bias: one tensor in the first layer, a pair in the second.
                         errors = check_layer(buffer, 300 + layer, route, hidden, tokens_of, fp8, 1 + 3 * (layer == 0),
-                                             biases=(1, 2, 0)[layer])
+                                             biases=(1, 2, 0, 1)[layer])
                     except RuntimeError as error:
                         results.append({**entry, "passed": False, "errors": [str(error)[:600]]})
                         return {"passed": False, "checked": len(results), "failed": failed + 1, "results": results}

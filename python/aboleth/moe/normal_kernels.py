@@ -178,7 +178,8 @@ def normal_dispatch_direct(endpoints, regions, x_words, scale_words, topk_idx, t
     last = (count * (part + 1) // PARTS).to(tl.int64)
     block = RECV + RANK * BLOCK_BYTES
     for position in range(first, last):
-        token = tl.load(send_tokens + peer.to(tl.int64) * tokens + position)
+        # int64 whatever stands in for send_tokens (with no tokens, the pool: never read here).
+        token = tl.load(send_tokens + peer.to(tl.int64) * tokens + position).to(tl.int64)
         _put_row(ep, peer_pool, pool_key, block + position * ROW_STRIDE, x_words, scale_words, topk_idx,
                  topk_weights, token, K, X_WORDS, SCALE_WORDS, HAS_TOPK)
     counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (ROW_WORDS * 8)
@@ -292,7 +293,7 @@ def normal_dispatch_receive(pool, recv_info, send_tokens, x_words, scale_words, 
         source, place = _received_source(recv_info, row, RANKS, RANKS_POW2)
         own = source == RANK
         offset = RECV + source.to(tl.int64) * BLOCK_BYTES + place * ROW_STRIDE
-        token = tl.load(send_tokens + RANK * tokens + place, mask=own, other=0)
+        token = tl.load(send_tokens + RANK * tokens + place, mask=own, other=0).to(tl.int64)
         received = pool.to(tl.pointer_type(tl.int32)) + offset // 4
         _copy_words(recv_x_words + row * X_WORDS, tl.where(own, x_words + token * X_WORDS, received), X_WORDS,
                     BLOCK_WORDS)
