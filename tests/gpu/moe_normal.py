@@ -9,8 +9,8 @@ receive):
 1. ``cases``: for each routing case (random top-k; every token to rank 0's experts, so other
    ranks receive nothing; only this rank's experts; a third of the entries -1; several top-k
    experts on one rank in all of them), hidden size (2048, 4096, 7168) and dtype (BF16; FP8 e4m3
-   with one scale per 128 channels), three consecutive layers on one buffer (about 200 tokens,
-   1, 0): the layout against torch, dispatch (recv_x, scales, recv_topk_idx, recv_topk_weights,
+   with one scale per 128 channels), four consecutive layers on one buffer (about 200 tokens,
+   1, 0, then none on rank 0 and 5 on rank 1: a rank with no tokens that receives): the layout against torch, dispatch (recv_x, scales, recv_topk_idx, recv_topk_weights,
    the per-expert counts aligned to 1 or 4), the tests' expert on the received rows, combine
    (output and summed weights; with one bias tensor in the first layer, a pair in the second),
    all exact.
