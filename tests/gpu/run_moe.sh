@@ -23,7 +23,7 @@ if [ "${MOE_MODE:-low_latency}" = normal ]; then
 fi
 run_dir="$out_dir/moe"
 mkdir -p "$run_dir"
-command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ABOLETH_TRANSPORT=$transport ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port $script $run_dir"
+command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ${MOE_NORMAL_DIRECT:+MOE_NORMAL_DIRECT=$MOE_NORMAL_DIRECT }ABOLETH_TRANSPORT=$transport ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port $script $run_dir"
 echo "+ $command"
 started=$(date +%s.%N)
 ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node "$nproc" --master-addr 127.0.0.1 --master-port "$port" \
