@@ -157,6 +157,13 @@ def _put_row(ep, peer_pool, pool_key, destination, x_words, scale_words, topk_id
 
 
 @triton.jit
+def _send_count(pool, peer, ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, SEND_COUNTS: tl.constexpr):
+    """The tokens this rank sends ``peer`` (its counts row's first word), clamped to a block."""
+    words = pool.to(tl.pointer_type(tl.int64))
+    return tl.minimum(tl.maximum(tl.load(words + SEND_COUNTS // 8 + peer * ROW_WORDS), 0), CAPACITY)
+
+
+@triton.jit
 def normal_dispatch_direct(endpoints, regions, x_words, scale_words, topk_idx, topk_weights, send_tokens, pool,
                            pool_key, tokens, RANK: tl.constexpr, RANKS: tl.constexpr, ROW_WORDS: tl.constexpr,
                            CAPACITY: tl.constexpr, K: tl.constexpr, X_WORDS: tl.constexpr,
@@ -172,8 +179,7 @@ def normal_dispatch_direct(endpoints, regions, x_words, scale_words, topk_idx, t
     ep = aboleth.endpoint(endpoints, peer)
     peer_pool = aboleth.remote(regions, peer)
     peer_words = aboleth.remote(regions, peer, tl.int64)
-    words = pool.to(tl.pointer_type(tl.int64))
-    count = tl.minimum(tl.maximum(tl.load(words + SEND_COUNTS // 8 + peer * ROW_WORDS), 0), CAPACITY)
+    count = _send_count(pool, peer, ROW_WORDS, CAPACITY, SEND_COUNTS)
     first = (count * part // PARTS).to(tl.int64)
     last = (count * (part + 1) // PARTS).to(tl.int64)
     block = RECV + RANK * BLOCK_BYTES
@@ -209,8 +215,7 @@ def normal_dispatch_send(endpoints, regions, pool, pool_key, RANK: tl.constexpr,
     ep = aboleth.endpoint(endpoints, peer)
     peer_pool = aboleth.remote(regions, peer)
     peer_words = aboleth.remote(regions, peer, tl.int64)
-    words = pool.to(tl.pointer_type(tl.int64))
-    count = tl.minimum(tl.maximum(tl.load(words + SEND_COUNTS // 8 + peer * ROW_WORDS), 0), CAPACITY)
+    count = _send_count(pool, peer, ROW_WORDS, CAPACITY, SEND_COUNTS)
     _send_rows(ep, peer_pool, pool, pool_key, count, part, SEND + peer.to(tl.int64) * BLOCK_BYTES,
                RECV + RANK * BLOCK_BYTES, ROW_STRIDE, PARTS)
     counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (ROW_WORDS * 8)
