@@ -75,8 +75,8 @@ def normal_direct_choice(normal_direct: Optional[bool], target: str) -> bool:
     copy (a p2p put is the program's own loads and stores, which may read any memory of the GPU),
     or staged in the pool first (``normal_pack``), which every transport can send (the queue
     transports put from registered memory only). ``None`` is staged: the direct kernels pass the
-    simulator's checks and DeepEP's settings on the GPU, but not yet every case of
-    ``tests/gpu/moe_normal.py`` (docs/COMPILED_MOE.md)."""
+    simulator's checks and DeepEP's settings on the GPU, but have not yet passed every case of
+    ``tests/gpu/moe_normal.py`` there (docs/COMPILED_MOE.md)."""
     if normal_direct is None:
         return False
     if not isinstance(normal_direct, bool):
@@ -134,10 +134,10 @@ class Buffer(NormalMode):
         # Sending programs per peer: on p2p a program's threads copy the data, so more programs
         # move it faster (each adds 1 to the peer's counter); a queue transport's NIC or proxy
         # moves it, and one program per peer keeps one doorbell per peer and the queue its own.
-        p2p = world.compilation_target() == "p2p"
-        self.parts = P2P_PARTS if p2p else 1
-        self.normal_parts = P2P_NORMAL_PARTS if p2p else 1
-        self.normal_direct = normal_direct_choice(normal_direct, world.compilation_target())
+        target = world.compilation_target()
+        self.parts = P2P_PARTS if target == "p2p" else 1
+        self.normal_parts = P2P_NORMAL_PARTS if target == "p2p" else 1
+        self.normal_direct = normal_direct_choice(normal_direct, target)
 
     def _check_pool_sizes(self) -> None:
         """Every rank's pool must be as large as this one's: the normal mode derives its blocks

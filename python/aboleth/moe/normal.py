@@ -203,10 +203,12 @@ class NormalMode:
         # counts), then the error words: one copy to the host reads both.
         info_words = ranks + 1 + local_experts
         recv_info = torch.empty(info_words + ERROR_WORDS, dtype=torch.int64, device=x_data.device)
-        # With no tokens the scan reads nothing: the pool stands in for the empty tensors.
+        # With no tokens the scan reads nothing: the pool stands in for the empty tensors (the
+        # kernels load send_tokens' entries as int64 whatever its type).
+        send_tokens_argument = send_tokens if tokens else self.pool
         self._launcher(normal_kernels.normal_prepare)[(ranks,)](
             is_token_in_rank if tokens else self.pool, positions if tokens else self.pool,
-            send_tokens if tokens else self.pool, num_tokens_per_expert, self.pool, recv_info, tokens, RANK=rank,
+            send_tokens_argument, num_tokens_per_expert, self.pool, recv_info, tokens, RANK=rank,
             RANKS=ranks, LOCAL_EXPERTS=local_experts, LOCAL_POW2=_next_power_of_2(local_experts),
             ROW_WORDS=layout.row_words, FINGERPRINT=layout.fingerprint, EPOCHS=epochs,
             SEND_COUNTS=parts["send_counts"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
@@ -233,7 +235,7 @@ class NormalMode:
             if self.normal_direct:
                 self._launcher(normal_kernels.normal_dispatch_direct)[((ranks - 1) * self.normal_parts,)](
                     self.endpoints, self.regions, x_words, scale_view, topk_source, weights_source,
-                    send_tokens if tokens else self.pool, self.pool, self.pool_key, tokens, **counters, **row)
+                    send_tokens_argument, self.pool, self.pool_key, tokens, **counters, **row)
             else:
                 self._launcher(normal_kernels.normal_dispatch_send)[((ranks - 1) * self.normal_parts,)](
                     self.endpoints, self.regions, self.pool, self.pool_key, SEND=parts["send"][0], **counters)
@@ -263,7 +265,7 @@ class NormalMode:
         if num_rows:
             recv_x_words = recv_x.view(torch.int32)
             self._launcher(normal_kernels.normal_dispatch_receive)[(num_rows,)](
-                self.pool, recv_info, send_tokens if tokens else self.pool, x_words, scale_view, topk_source,
+                self.pool, recv_info, send_tokens_argument, x_words, scale_view, topk_source,
                 weights_source, recv_x_words, recv_scales.view(torch.int32) if fp8 else recv_x_words,
                 recv_topk_idx if has_topk else recv_info, recv_topk_weights if has_topk else recv_x_words, tokens,
                 K_POW2=_next_power_of_2(max(topk, 1)), RANK=rank, RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks),
