@@ -93,6 +93,72 @@ def test_the_normal_direct_choice_is_staged_by_default_and_direct_only_on_p2p():
         normal_direct_choice(1, "p2p")
 
 
+class FailedWaitsWorld:
+    """What ``Buffer`` asks a World after a wait gave up: the failed waits' records."""
+
+    def __init__(self, records):
+        self.records = records
+
+    def wait_failures(self):
+        return self.records
+
+
+class PoolAt:
+    """A pool tensor's address, all ``_describe_wait_failures`` reads of it."""
+
+    def __init__(self, address):
+        self.address = address
+
+    def data_ptr(self):
+        return self.address
+
+
+def buffer_without_a_gpu(layout, rank=1, records=()):
+    """A ``Buffer`` with only the state its failure handling reads (no GPU, no World)."""
+    from aboleth.moe.buffer import Buffer
+    buffer = Buffer.__new__(Buffer)
+    buffer.rank, buffer.group_size, buffer.parts, buffer.normal_parts = rank, RANKS, 16, 128
+    buffer._layout, buffer._last_call, buffer._sending, buffer._stopped = layout, None, None, None
+    buffer.pool, buffer.world = PoolAt(1 << 30), FailedWaitsWorld(list(records))
+    return buffer
+
+
+def test_a_call_that_raised_before_its_send_stops_the_buffer_until_restart():
+    buffer = buffer_without_a_gpu(NORMAL)
+    buffer._begin("normal", "dispatch", NORMAL)  # the first call: nothing to order after
+    assert buffer._sending == "normal dispatch"
+    buffer._sent()
+    buffer._begin("normal", "combine", NORMAL)
+    # The combine raised before its send (say, its kernel failed to compile): the peers' waits
+    # for it give up, and every later call on this rank would wait on counters out of step.
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="this Buffer stopped on rank 1: its normal combine raised after "
+                                               "advancing its epoch and before launching its send .* call "
+                                               "restart\\(\\) on this Buffer on every rank"):
+            buffer._begin("normal", "dispatch", NORMAL)
+
+
+def test_a_wait_that_gave_up_is_named_by_peer_call_epoch_and_experts():
+    parts = NORMAL.parts()
+    flag = (1 << 30) + parts["dispatch_flags"][0] + 8 * 3  # rank 3's dispatch counter on rank 1
+    combine_flag = (1 << 30) + parts["combine_flags"][0] + 8 * 5
+    record = dict(flag_address=flag, expected_value=4 * 128, observed_value=3 * 128, waited_nanoseconds=20_000_000_000)
+    records = [record, dict(record, expected_value=5 * 128), dict(record, flag_address=combine_flag),
+               dict(record, flag_address=1 << 20)]  # another flag of the World: not described here
+    buffer = buffer_without_a_gpu(NORMAL, records=records)
+    message = buffer._describe_wait_failures()
+    assert message == (
+        "rank 1 gave up after 20000 ms waiting for rank 3's normal dispatch of epoch 4 (the rows of its tokens "
+        "routed to this rank's experts 2..3): the last that arrived whole was epoch 3 (counter 384, 128 adds per "
+        "call); is rank 3 alive and calling dispatch with the same configuration?; "
+        "rank 1 gave up after 20000 ms waiting for rank 5's normal combine of epoch 4 (the outputs of its experts "
+        "10..11 for this rank's tokens): the last that arrived whole was epoch 3 (counter 384, 128 adds per call); "
+        "is rank 5 alive and calling combine with the same configuration?")
+    low_latency = buffer_without_a_gpu(LAYOUT, records=[dict(record, expected_value=2 * 16, observed_value=16)])
+    assert "rank 3's low-latency dispatch of epoch 2" in low_latency._describe_wait_failures()
+    assert buffer_without_a_gpu(NORMAL, records=records[3:])._describe_wait_failures() is None
+
+
 def simulate(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
     if kernel.startswith("normal_"):
         return simulate_normal(kernel, target, parts, *extra)

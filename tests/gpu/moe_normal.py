@@ -18,10 +18,14 @@ receive):
    order: the buffer synchronizes the ranks between two dispatches), then the combine.
 3. ``graph``: layout, dispatch with ``num_worst_tokens``, expert and combine captured in one CUDA
    graph, replayed 3 times with new inputs copied in, each replay checked (padding rows: id -1).
-4. ``too_small``: more tokens than a small pool holds gives ValueError before anything is sent;
+4. ``restart``: rank 1's sending kernel fails (injected) after its epoch moved; every rank's
+   dispatch raises (rank 1 the failure, the others their wait for rank 1's dispatch of that
+   epoch), the next call raises at once naming the stop, and after ``Buffer.restart()`` a layer
+   is exact again.
+5. ``too_small``: more tokens than a small pool holds gives ValueError before anything is sent;
    more received rows than ``num_worst_tokens`` is reported by check_errors; a pool of another
    size on one rank is refused when the Buffer is made.
-5. ``timing``: DeepEP's settings (4096 tokens, hidden 7168, top-8, 256 experts), BF16 and FP8
+6. ``timing``: DeepEP's settings (4096 tokens, hidden 7168, top-8, 256 experts), BF16 and FP8
    dispatch, BF16 combine: medians of 30 calls after 5 warm-up calls, each between barriers,
    the layout outside the timed region as in DeepEP's tests; the kernels' grids.
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any, Callable, Dict, List
 
 import torch
@@ -218,6 +223,57 @@ def step_graph(buffer: Buffer) -> Dict[str, Any]:
             errors.append(f"replay {replay}: recv_topk_idx differs or its padding rows are not -1")
     buffer.check_errors()
     return {"passed": not errors, "replays": 3, "num_worst_tokens": worst, "errors": errors}
+
+
+def step_restart(buffer: Buffer) -> Dict[str, Any]:
+    """Rank 1's sending kernel fails (injected: its launcher raises) after its dispatch advanced
+    the epoch: rank 1's dispatch raises that, the others' name rank 1, the call and the epoch
+    once their waits give up; the next call raises at once on every rank, naming the stop; after
+    ``restart()`` on every rank a layer is exact again."""
+    from aboleth.moe import normal_kernels
+    rank = buffer.rank
+    senders = (normal_kernels.normal_dispatch_send, normal_kernels.normal_dispatch_direct)
+    launcher = buffer._launcher
+
+    def failing(kernel: Any) -> Any:
+        if kernel in senders:
+            raise RuntimeError("injected: the sending kernel did not compile")
+        return launcher(kernel)
+
+    def layer(seed: int) -> List[str]:
+        return check_layer(buffer, seed, ROUTES["random"], 2048, lambda r: 64 + r, False, 1)
+
+    errors: List[str] = []
+    result: Dict[str, Any] = {}
+    if rank == 1:
+        buffer._launcher = failing  # type: ignore[method-assign]
+    started = time.monotonic()
+    try:
+        layer(91)
+        errors.append("the dispatch whose send failed raised nothing")
+    except RuntimeError as error:
+        result["failed_call"] = message = str(error)
+        expected = "injected" if rank == 1 else "waiting for rank 1's normal dispatch of epoch"
+        if expected not in message:
+            errors.append(f"the failed dispatch's error does not say {expected!r}: {message[:600]}")
+    finally:
+        if rank == 1:
+            del buffer._launcher
+    result["failed_call_seconds"] = round(time.monotonic() - started, 2)
+    started = time.monotonic()
+    try:
+        layer(92)
+        errors.append("the call after the failure raised nothing")
+    except RuntimeError as error:
+        result["next_call"] = message = str(error)
+        if f"this Buffer stopped on rank {rank}" not in message or "restart()" not in message:
+            errors.append(f"the call after the failure does not name the stop and restart(): {message[:600]}")
+    result["next_call_seconds"] = round(time.monotonic() - started, 2)
+    if result["next_call_seconds"] > 1:
+        errors.append(f"the call after the failure took {result['next_call_seconds']} s to raise")
+    buffer.restart()
+    errors += [f"after restart(): {error}" for error in layer(93)]
+    return {"passed": not errors, "errors": errors, **result}
 
 
 def step_too_small(world: Any) -> Dict[str, Any]:
@@ -415,7 +471,8 @@ def main() -> int:
     size = Buffer.get_normal_size_hint(MAX_TOKENS, max(HIDDENS), ranks, 4, EXPERTS)
     buffer = Buffer(None, size, 0, world=world, normal_direct=DIRECT)
     steps = [("cases", lambda: step_cases(buffer)), ("cached", lambda: step_cached(buffer)),
-             ("graph", lambda: step_graph(buffer)), ("too_small", lambda: step_too_small(world)),
+             ("graph", lambda: step_graph(buffer)), ("restart", lambda: step_restart(buffer)),
+             ("too_small", lambda: step_too_small(world)),
              ("timing", lambda: step_timing(world))]
     os._exit(run_steps(world, report, steps, os.path.join(out_dir, f"moe-normal-rank{rank}.json")))
 

@@ -11,7 +11,10 @@ low_latency_mode=True, ...)``, ``Buffer.get_low_latency_rdma_size_hint(...)``,
 One pool per rank (``aboleth/moe/layout.py``) is registered with an :class:`aboleth.World` and
 exchanged once as the region ``pool``. Every call runs on the current stream with no host
 synchronization: the epochs live in the pool and are incremented on the device, so a CUDA graph
-that captured a dispatch and a combine advances them on every replay.
+that captured a dispatch and a combine advances them on every replay. A wait that gave up, or a
+call that raised between advancing its epoch and launching its send, stops the Buffer: its
+calls raise at once until ``restart()`` on every rank (``_begin``). Failed waits on the pool's
+counters are reported in MoE terms (peer, call, epoch, experts), others as the World reports them.
 """
 
 from __future__ import annotations
@@ -130,6 +133,10 @@ class Buffer(NormalMode):
         self._normal_layouts: Dict[Tuple[int, ...], NormalLayout] = {}  # per configuration (normal.py)
         self._low_latency_layouts: Dict[Tuple[int, ...], LowLatencyLayout] = {}
         self._last_call: Optional[Tuple[str, str, Any]] = None  # (mode, "dispatch" or "combine", layout)
+        # The call whose send is not launched yet ("normal dispatch", ...; _begin to _sent), and
+        # why this Buffer stopped (None while it runs): see _begin and restart.
+        self._sending: Optional[str] = None
+        self._stopped: Optional[str] = None
         self.num_sms = DEFAULT_NUM_SMS
         # Sending programs per peer: on p2p a program's threads copy the data, so more programs
         # move it faster (each adds 1 to the peer's counter); a queue transport's NIC or proxy
@@ -204,6 +211,59 @@ class Buffer(NormalMode):
         return launcher
 
     def _begin(self, mode: str, call: str, layout: Any) -> None:
+        """Refuses a call on a stopped Buffer, orders the call after the previous one
+        (``_order_after``), and records that its send is not launched yet (until ``_sent``).
+
+        Every rank's signal counters only grow, and each call waits for the peers' counters to
+        reach its epoch: a rank that advanced its epoch and raised before launching its send
+        (a kernel that failed to compile, an interrupt), or whose wait gave up, leaves its
+        counters and its peers' out of step for every later call, whose waits would all give
+        up in turn. Such a Buffer stops instead: its calls raise at once, naming the first
+        failure, until ``restart()`` (collective) starts the counters again."""
+        if self._sending is not None and self._stopped is None:
+            self._stopped = (f"its {self._sending} raised after advancing its epoch and before launching its send "
+                             "(the other ranks' waits for it give up)")
+        if self._stopped is not None:
+            raise RuntimeError(f"aboleth.moe: this Buffer stopped on rank {self.rank}: {self._stopped}. Its signal "
+                               "counters are out of step with the other ranks': call restart() on this Buffer on "
+                               "every rank (collective), or make a new Buffer")
+        self._order_after(mode, call, layout)
+        self._sending = f"{mode.replace('_', '-')} {call}"
+
+    def _sent(self) -> None:
+        """The call's send is launched: the peers will see its counter adds."""
+        self._sending = None
+
+    def _stop(self, reason: str) -> None:
+        """Stops this Buffer (see ``_begin``), keeping the first reason."""
+        if self._stopped is None:
+            self._stopped = reason
+
+    def restart(self) -> None:
+        """Starts a stopped Buffer again (see ``_begin``): every rank synchronizes its device (its
+        bounded waits end), meets the others at a host barrier, zeroes the error words, epochs
+        and counters, forgets the World's failed waits, and meets them again. Collective: every
+        rank must call it, also a rank whose calls raised nothing. A rank that died cannot: then
+        make a new World and new Buffers. Not in a CUDA graph capture."""
+        torch = _torch()
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("aboleth.moe.Buffer.restart: needs host barriers, which a CUDA graph cannot hold; "
+                               "call it outside the capture")
+        try:
+            self.world.check_proxy()
+        except RuntimeError as error:
+            raise RuntimeError(f"aboleth.moe.Buffer.restart: the proxy stopped on rank {self.rank} ({error}) and "
+                               "does not restart: make a new World and new Buffers") from None
+        torch.cuda.synchronize()
+        self.world.barrier()
+        _, end = counters_span(self.group_size)
+        self.pool[:end].zero_()
+        torch.cuda.synchronize()
+        self.world.clear_waits()
+        self.world.barrier()
+        self._stopped = self._sending = self._last_call = None
+
+    def _order_after(self, mode: str, call: str, layout: Any) -> None:
         """Orders this call after the previous one. A dispatch then its combine (or a combine
         then the next dispatch) of one mode need nothing: each waits for what the peers' previous
         call had to finish reading. Two dispatches in a row (DeepEP's cached dispatch before the
@@ -319,6 +379,7 @@ class Buffer(NormalMode):
                 PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
                 DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
                 DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0])
+        self._sent()
         slots = ranks * layout.max_tokens
         groups = layout.scale_groups
         x_words = hidden * layout.element_bytes // 4  # the rows move as int32 words
@@ -401,6 +462,7 @@ class Buffer(NormalMode):
                 LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.combine_row_bytes,
                 PARTS=self.parts, COMBINE_FLAGS=parts["combine_flags"][0],
                 COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0])
+        self._sent()
         tokens, k = handle.topk_idx.shape
         combined = out if out is not None else torch.empty(tokens, layout.hidden, dtype=torch.bfloat16,
                                                            device=x.device)
@@ -446,11 +508,15 @@ class Buffer(NormalMode):
         try:
             self.world.check_proxy()  # a stopped proxy ring is why a wait then gives up
         except RuntimeError as error:
+            self._stop(f"the proxy stopped ({error})")
             raise RuntimeError(f"aboleth.moe: the proxy stopped on rank {self.rank}: {error}") from None
         try:
             self.world.check_waits()
         except RuntimeError as error:
-            raise RuntimeError(f"aboleth.moe: a MoE wait gave up on rank {self.rank}: {error}") from None
+            described = self._describe_wait_failures()
+            message = described or f"a MoE wait gave up on rank {self.rank}: {error}"
+            self._stop(message)
+            raise RuntimeError(f"aboleth.moe: {message}") from None
         if errors is None or not any(errors):
             return
         error_words = self._view("errors", _torch().int64, (ERROR_WORDS,))
@@ -476,6 +542,43 @@ class Buffer(NormalMode):
                                f"but num_worst_tokens={bound}: the rows past {bound} were dropped; raise "
                                "num_worst_tokens (at most ranks * tokens per rank)")
 
+    def _describe_wait_failures(self) -> Optional[str]:
+        """The World's failed waits on this Buffer's counters, each (phase, peer) once, in MoE
+        terms (oldest first): the peer, the call and its epoch, the experts whose rows or outputs it carries,
+        the last epoch that arrived whole; None when none of them is on this pool's counters
+        (the World's own report is raised then)."""
+        layout = self._layout
+        if layout is None:
+            return None
+        parts = layout.parts()
+        normal = isinstance(layout, NormalLayout)
+        per_call = self.normal_parts if normal else self.parts  # counter adds per peer and call
+        base = self.pool.data_ptr()
+        local = layout.experts // self.group_size
+
+        def experts_of(rank: int) -> str:
+            return f"experts {rank * local}..{(rank + 1) * local - 1}"
+
+        described: Dict[Tuple[str, int], str] = {}
+        for record in self.world.wait_failures():
+            offset = record["flag_address"] - base
+            for call, part in (("dispatch", "dispatch_flags"), ("combine", "combine_flags")):
+                first, length = parts[part]
+                if not (first <= offset < first + length):
+                    continue
+                peer = (offset - first) // 8
+                epoch = record["expected_value"] // per_call
+                carries = (f"the rows of its tokens routed to this rank's {experts_of(self.rank)}" if call == "dispatch"
+                           else f"the outputs of its {experts_of(peer)} for this rank's tokens")
+                described.setdefault((call, peer), (
+                    f"rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms waiting for rank "
+                    f"{peer}'s {'normal' if normal else 'low-latency'} {call} of epoch {epoch} ({carries}): the "
+                    f"last that arrived whole was epoch {record['observed_value'] // per_call} (counter "
+                    f"{record['observed_value']}, {per_call} adds per call); is rank {peer} alive and calling "
+                    f"{call} with the same configuration?"))
+        if not described:
+            return None
+        return "; ".join(described.values())  # oldest first
     def destroy(self) -> None:
         if self._owns_world:
             self.world.close()

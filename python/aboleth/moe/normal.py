@@ -239,6 +239,7 @@ class NormalMode:
             else:
                 self._launcher(normal_kernels.normal_dispatch_send)[((ranks - 1) * self.normal_parts,)](
                     self.endpoints, self.regions, self.pool, self.pool_key, SEND=parts["send"][0], **counters)
+            self._sent()
             self._launcher(normal_kernels.normal_dispatch_wait)[(1,)](
                 self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
                 RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
@@ -344,6 +345,7 @@ class NormalMode:
                 self._launcher(normal_kernels.normal_combine_send)[((ranks - 1) * self.normal_parts,)](
                     self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RECV=parts["recv"][0],
                     **sending)
+            self._sent()
             self._launcher(normal_kernels.normal_combine_wait)[(1,)](
                 self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
                 COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.normal_parts)
