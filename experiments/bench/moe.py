@@ -15,8 +15,9 @@ the baselines: a combine of the identity experts' outputs must give ``x`` times 
 ranks the token went to). ``sms`` is what the system's kernels occupy: DeepEP's ``num_sms``,
 Aboleth's grids (its copy kernels are plain Triton grids that finish and leave; only the waits
 spin, one program each), NCCL's channels are its own. On p2p the normal mode runs twice, each
-with its own Buffer: ``aboleth`` (staged, the default) and ``aboleth-direct``
-(``Buffer(normal_direct=True)``: the rows put from the caller's tensors, no staging copy).
+with its own Buffer: ``aboleth`` (the default there: direct, the rows put from the caller's
+tensors) and ``aboleth-staged`` (``Buffer(normal_direct=False)``: every row packed into the pool
+first, as on the queue transports).
 
 The baselines and why one may not run: NCCL refuses two ranks on one GPU, so the
 ``all_to_all_single`` rows need a GPU per rank; DeepEP (``--deepep-source``, a checkout of tag
@@ -113,10 +114,12 @@ def bench_aboleth(world: Any, rows: Rows, inputs: Dict[str, Any], low_latency_in
     from aboleth.moe.reference import normal_combine_reference, normal_dispatch_reference, normal_expert
     rank, ranks = world.rank, world.world_size
     size = Buffer.get_normal_size_hint(TOKENS, HIDDEN, ranks, TOP_K, EXPERTS)
-    # The normal mode staged (the default), and on p2p also direct (Buffer(normal_direct=True):
-    # the rows put from the caller's tensors, no staging copy), each its own Buffer and kernels.
-    for direct in ((False, True) if world.compilation_target() == "p2p" else (False,)):
-        system = "aboleth-direct" if direct else "aboleth"
+    # The normal mode as a user gets it (the default: direct on p2p, staged on the queue
+    # transports), and on p2p also staged (Buffer(normal_direct=False): every row packed into the
+    # pool first), each its own Buffer and kernels.
+    p2p = world.compilation_target() == "p2p"
+    for direct in ((True, False) if p2p else (False,)):
+        system = "aboleth" if direct == p2p else "aboleth-staged"
         buffer = Buffer(None, size, 0, world=world, normal_direct=direct)
         per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(inputs["topk"], EXPERTS)
         arguments = dict(num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,

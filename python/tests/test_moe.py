@@ -83,9 +83,9 @@ def test_the_normal_layout_fits_its_size_hint_and_names_a_pool_too_small():
         NormalLayout(RANKS, 16, 32, 2, 4096)
 
 
-def test_the_normal_direct_choice_is_staged_by_default_and_direct_only_on_p2p():
+def test_the_normal_direct_choice_is_direct_by_default_on_p2p_and_only_there():
     from aboleth.moe.buffer import normal_direct_choice
-    assert normal_direct_choice(None, "p2p") is False and normal_direct_choice(None, "proxy") is False
+    assert normal_direct_choice(None, "p2p") is True and normal_direct_choice(None, "proxy") is False
     assert normal_direct_choice(True, "p2p") is True and normal_direct_choice(False, "mlx5") is False
     with pytest.raises(ValueError, match="normal_direct=True needs the p2p transport .* compiles for proxy"):
         normal_direct_choice(True, "proxy")

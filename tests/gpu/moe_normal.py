@@ -48,8 +48,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from moe import EXPERTS, ROUTES, run_steps  # noqa: E402  (the low-latency test's routing cases, its step loop)
 
 HIDDENS = [2048, 4096, 7168]
-# MOE_NORMAL_DIRECT=1: the p2p direct sending kernels (Buffer(normal_direct=True)), else staged.
-DIRECT = True if os.environ.get("MOE_NORMAL_DIRECT") == "1" else None
+# MOE_NORMAL_DIRECT=1: the direct sending kernels (Buffer(normal_direct=True), p2p only); 0: the
+# staged ones (normal_direct=False); unset: the Buffer's default (direct on p2p, else staged).
+DIRECT = {"1": True, "0": False}.get(os.environ.get("MOE_NORMAL_DIRECT", ""))
 MAX_TOKENS = 256
 
 
@@ -373,17 +374,15 @@ def step_timing(world: Any) -> Dict[str, Any]:
     # Launches through the cached kernels of aboleth/moe/launch.py, and through Triton.
     launches = {getattr(kernel, "__name__", str(kernel)): {"cached": launcher.launches, "through_triton": launcher.misses}
                 for kernel, launcher in buffer._launchers.items()}
+    sending = (ranks - 1) * buffer.normal_parts
+    grids = {"normal_prepare": ranks, "normal_pack": tokens, "normal_dispatch_send": sending,
+             "normal_dispatch_direct": sending, "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
+             "normal_combine_pack": "received rows", "normal_combine_send": sending, "normal_combine_direct": sending,
+             "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"}
     return {"passed": True, "kernels_us": kernels_us, "host_profile": host, "launches": launches,
             "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
-            "grids": {"normal_prepare": ranks,
-                      **({"normal_dispatch_direct": (ranks - 1) * buffer.normal_parts,
-                          "normal_combine_direct": (ranks - 1) * buffer.normal_parts} if buffer.normal_direct else
-                         {"normal_pack": tokens, "normal_dispatch_send": (ranks - 1) * buffer.normal_parts,
-                          "normal_combine_pack": "received rows",
-                          "normal_combine_send": (ranks - 1) * buffer.normal_parts}),
-                      "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
-                      "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"},
+            "grids": {name: grids[name] for name in launches if name in grids},
             "note": "each call between host barriers; dispatch includes its host synchronization (the output "
                     "size) and the prepare kernel (positions, counts rows), not get_dispatch_layout"}
 
@@ -467,7 +466,8 @@ def main() -> int:
     world = aboleth.World(rank, ranks, device=torch.cuda.current_device(), bootstrap=boot)
     world.connect_all(os.environ.get("ABOLETH_TRANSPORT", "p2p"))
     report: Dict[str, Any] = {"rank": rank, "ranks": ranks, "transport": os.environ.get("ABOLETH_TRANSPORT", "p2p"),
-                              "normal_direct": bool(DIRECT), "steps": {}}
+                              "normal_direct": {True: "direct", False: "staged", None: "default"}[DIRECT],
+                              "steps": {}}
     size = Buffer.get_normal_size_hint(MAX_TOKENS, max(HIDDENS), ranks, 4, EXPERTS)
     buffer = Buffer(None, size, 0, world=world, normal_direct=DIRECT)
     steps = [("cases", lambda: step_cases(buffer)), ("cached", lambda: step_cached(buffer)),

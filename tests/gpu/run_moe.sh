@@ -4,7 +4,7 @@
 # fewer GPUs than ranks they share one under CUDA MPS. The dead-peer step waits for
 # ABOLETH_WAIT_TIMEOUT_MS (5000 here) before its wait gives up.
 #
-#   [MOE_MODE=normal [MOE_NORMAL_DIRECT=1]] tests/gpu/run_moe.sh [OUT_DIR]    (from the repository root, on the GPU machine)
+#   [MOE_MODE=normal [MOE_NORMAL_DIRECT=1|0]] tests/gpu/run_moe.sh [OUT_DIR]    (from the repository root, on the GPU machine)
 #
 # Writes OUT_DIR/moe/<date>-moe[-normal]-<machine>.json (the merged per-rank reports).
 set -u
@@ -17,8 +17,10 @@ if [ "${MOE_MODE:-low_latency}" = normal ]; then
     # of its kernels and of the pool's copies), past the 5 s bound when the ranks start apart.
     export ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-20000}
     script=tests/gpu/moe_normal.py stem=moe-normal prefix=moe-normal
-    # MOE_NORMAL_DIRECT=1: the p2p direct sending kernels (Buffer(normal_direct=True)).
+    # MOE_NORMAL_DIRECT=1: the direct sending kernels (Buffer(normal_direct=True), p2p only); 0:
+    # the staged ones (normal_direct=False); unset: the Buffer's default (direct on p2p).
     [ "${MOE_NORMAL_DIRECT:-}" = 1 ] && stem=moe-normal-direct
+    [ "${MOE_NORMAL_DIRECT:-}" = 0 ] && stem=moe-normal-staged
     description="tests/gpu/moe_normal.py: aboleth.moe normal-mode layout, dispatch (BF16 and FP8) and combine, every routing case and hidden size over consecutive layers bit-exact against aboleth.moe.reference, a cached dispatch, CUDA-graph replay with num_worst_tokens, too-small buffers reported, a timing at DeepEP's normal-mode settings"
 fi
 run_dir="$out_dir/moe"

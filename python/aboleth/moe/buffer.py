@@ -76,12 +76,12 @@ def normal_direct_choice(normal_direct: Optional[bool], target: str) -> bool:
     """Whether the normal mode's rows go direct (``Buffer(normal_direct=...)``): put by the
     p2p sending kernels straight from the caller's tensors into the peers' pools, with no staging
     copy (a p2p put is the program's own loads and stores, which may read any memory of the GPU),
-    or staged in the pool first (``normal_pack``), which every transport can send (the queue
-    transports put from registered memory only). ``None`` is staged: the direct kernels pass the
-    simulator's checks and DeepEP's settings on the GPU, but have not yet passed every case of
-    ``tests/gpu/moe_normal.py`` there (docs/COMPILED_MOE.md)."""
+    or staged in the pool first (``normal_pack``, ``normal_combine_pack``), which every transport
+    can send (the queue transports put from registered memory only). ``None`` (the default) is
+    direct on p2p and staged elsewhere: on p2p direct was as fast or faster at DeepEP's settings
+    in the same runs (docs/COMPILED_MOE.md), and both pass every case of tests/gpu/moe_normal.py."""
     if normal_direct is None:
-        return False
+        return target == "p2p"
     if not isinstance(normal_direct, bool):
         raise ValueError(f"aboleth.moe.Buffer: normal_direct must be True, False or None, got {normal_direct!r}")
     if normal_direct and target != "p2p":
