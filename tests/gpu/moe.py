@@ -22,8 +22,9 @@ receive):
 5. ``timing`` / ``timing_fp8``: DeepEP's low-latency settings (128 tokens, hidden 7168, top-8,
    256 experts), BF16 and FP8 dispatch: dispatch and combine, 20 warm-up and 100 timed calls
    each (CUDA events), and the grids.
-6. ``dead_peer`` (last: it leaves the buffers out of step): rank 1 skips a dispatch; rank 0's
-   bounded wait gives up and check_errors names the wait.
+6. ``dead_peer`` (last): rank 1 skips a dispatch; rank 0's bounded wait gives up and
+   check_errors names rank 1's dispatch and its epoch; rank 0's next call raises at once (the
+   Buffer stopped), and after ``restart()`` on both ranks a layer is exact again.
 
 Writes OUT_DIR/moe-rank{R}.json; exit status 0 when every step passed on this rank.
 """
@@ -358,16 +359,29 @@ def step_dead_peer(buffer: Buffer) -> Dict[str, Any]:
     # Hidden 4096, the hook step's: a call with another layout meets the other ranks at a host
     # barrier first, which the rank that skips would not reach.
     x, topk, _ = inputs(9, rank, 16, 4096, ROUTES["random"], ranks)
-    if rank == 1:
-        return {"passed": True, "role": "skipped the dispatch"}
-    started = time.monotonic()
-    buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS, use_fp8=False)
-    try:
-        buffer.check_errors()
-        return {"passed": False, "errors": ["check_errors() raised nothing"]}
-    except RuntimeError as error:
-        return {"passed": "gave up" in str(error), "message": str(error)[:2000],
-                "seconds": time.monotonic() - started}
+    result: Dict[str, Any] = {"role": "skipped the dispatch"} if rank == 1 else {}
+    errors: List[str] = []
+    if rank != 1:
+        started = time.monotonic()
+        buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS, use_fp8=False)
+        try:
+            buffer.check_errors()
+            errors.append("check_errors() raised nothing")
+        except RuntimeError as error:
+            result.update(message=str(error)[:2000], seconds=time.monotonic() - started)
+            if "gave up" not in str(error) or "rank 1's low-latency dispatch of epoch" not in str(error):
+                errors.append("the error does not name rank 1's dispatch and its epoch")
+        try:
+            buffer.low_latency_dispatch(x, topk, MAX_TOKENS, EXPERTS, use_fp8=False)
+            errors.append("the call after the failed wait raised nothing")
+        except RuntimeError as error:
+            result["next_call"] = str(error)[:600]
+            if "this Buffer stopped" not in str(error):
+                errors.append("the call after the failed wait does not say the Buffer stopped")
+    buffer.restart()
+    errors += [f"after restart(): {error}" for error in check_layer(buffer, 78, ROUTES["random"], 4096, MAX_TOKENS,
+                                                                    zero_copy=True)]
+    return {"passed": not errors, "errors": errors, **result}
 
 
 WORLD: Dict[str, Any] = {}
