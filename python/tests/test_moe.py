@@ -159,6 +159,30 @@ def test_a_wait_that_gave_up_is_named_by_peer_call_epoch_and_experts():
     assert buffer_without_a_gpu(NORMAL, records=records[3:])._describe_wait_failures() is None
 
 
+def test_deepeps_static_helpers_work_on_the_class_and_the_config_names_the_size_hint():
+    from aboleth.moe import Buffer, Config
+    one, other = Buffer.__new__(Buffer), Buffer.__new__(Buffer)
+    default = Buffer.num_sms
+    try:
+        Buffer.set_num_sms(32)  # DeepEP's static form: every Buffer without its own setting
+        one.set_num_sms(8)  # this Buffer only
+        assert (Buffer.num_sms, one.num_sms, other.num_sms) == (32, 8, 32)
+        for bad in (0, -2, 3.0, True):
+            with pytest.raises(ValueError, match="set_num_sms: a positive integer, got"):
+                Buffer.set_num_sms(bad)
+        config = Buffer.get_dispatch_config(2)
+        assert isinstance(config, Config) and config.num_sms == 32 and "not read" in repr(config)
+        assert isinstance(Buffer.get_combine_config(144), Config)
+    finally:
+        Buffer.num_sms = default
+    with pytest.raises(ValueError, match="get_combine_config: num_ranks must be a positive integer, got 0"):
+        Buffer.get_combine_config(0)
+    with pytest.raises(ValueError, match="pass num_nvl_bytes=Buffer.get_normal_size_hint\\(num_max_tokens_per_rank"):
+        config.get_nvl_buffer_size_hint(7168 * 2, 8)
+    with pytest.raises(ValueError, match="one pool .* Buffer.get_normal_size_hint"):
+        config.get_rdma_buffer_size_hint(7168 * 2, 8)
+
+
 def simulate(kernel: str, target: str, parts: int, *extra: str) -> subprocess.CompletedProcess:
     if kernel.startswith("normal_"):
         return simulate_normal(kernel, target, parts, *extra)

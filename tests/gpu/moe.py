@@ -19,10 +19,12 @@ receive):
 3. ``hook``: ``return_recv_hook=True`` for both, with compute between send and hook.
 4. ``mismatch``: a buffer whose rank 1 uses another num_max_dispatch_tokens_per_rank: check_errors
    names the peer, the epoch and the settings (no hang).
-5. ``timing`` / ``timing_fp8``: DeepEP's low-latency settings (128 tokens, hidden 7168, top-8,
+5. ``helpers``: DeepEP's helpers that move no data (``capture``, ``get_comm_stream``,
+   ``is_sm90_compiled``, ``get_local_buffer_tensor``, ``clean_low_latency_buffer``), and their errors.
+6. ``timing`` / ``timing_fp8``: DeepEP's low-latency settings (128 tokens, hidden 7168, top-8,
    256 experts), BF16 and FP8 dispatch: dispatch and combine, 20 warm-up and 100 timed calls
    each (CUDA events), and the grids.
-6. ``dead_peer`` (last): rank 1 skips a dispatch; rank 0's bounded wait gives up and
+7. ``dead_peer`` (last): rank 1 skips a dispatch; rank 0's bounded wait gives up and
    check_errors names rank 1's dispatch and its epoch; rank 0's next call raises at once (the
    Buffer stopped), and after ``restart()`` on both ranks a layer is exact again.
 
@@ -251,6 +253,39 @@ def step_mismatch(buffer_bytes: int) -> Dict[str, Any]:
         return {"passed": ok, "message": message}
 
 
+def step_helpers(buffer: Buffer) -> Dict[str, Any]:
+    """DeepEP's helpers that move no data (aboleth/moe/compat.py), on a real Buffer."""
+    errors: List[str] = []
+    event = Buffer.capture()
+    event.current_stream_wait()
+    if event.event is None:
+        errors.append("Buffer.capture() holds no event")
+    if buffer.get_comm_stream() != torch.cuda.current_stream():
+        errors.append("get_comm_stream() is not the current stream")
+    if Buffer.is_sm90_compiled() != (torch.cuda.get_device_capability() >= (9, 0)):
+        errors.append("is_sm90_compiled() differs from the GPU's compute capability")
+    words = buffer.get_local_buffer_tensor(torch.int64, torch.Size([4, 2]), offset=3)
+    if tuple(words.shape) != (4, 2) or words.data_ptr() != buffer.pool.data_ptr() + 3 * 8:
+        errors.append(f"get_local_buffer_tensor(int64, [4, 2], offset=3): {tuple(words.shape)} at "
+                      f"{words.data_ptr() - buffer.pool.data_ptr()} bytes")
+    if buffer.get_local_buffer_tensor(torch.bfloat16, use_rdma_buffer=True).numel() != buffer.pool.numel() // 2:
+        errors.append("get_local_buffer_tensor(bfloat16, use_rdma_buffer=True) is not the whole pool")
+    try:
+        buffer.get_local_buffer_tensor(torch.int32, (buffer.pool.numel(),))
+        errors.append("a view larger than the pool was given")
+    except ValueError as error:
+        if "the pool has" not in str(error):
+            errors.append(f"the too-large view's message: {error}")
+    buffer.clean_low_latency_buffer(MAX_TOKENS, max(HIDDENS), EXPERTS)
+    try:
+        buffer.clean_low_latency_buffer(MAX_TOKENS * 64, max(HIDDENS), EXPERTS)
+        errors.append("clean_low_latency_buffer accepted a configuration the pool cannot hold")
+    except ValueError as error:
+        if "get_low_latency_rdma_size_hint" not in str(error):
+            errors.append(f"the configuration too large's message: {error}")
+    return {"passed": not errors, "errors": errors}
+
+
 def step_timing(world: Any, use_fp8: bool) -> Dict[str, Any]:
     rank, ranks = world.rank, world.world_size
     experts, tokens, hidden, k = 256, 128, 7168, 8
@@ -404,7 +439,8 @@ def main() -> int:
     buffer = Buffer(None, 0, buffer_bytes, low_latency_mode=True, world=world)
     steps = [("cases", lambda: step_cases(buffer)), ("graph", lambda: step_graph(buffer, False)),
              ("graph_fp8", lambda: step_graph(buffer, True)), ("hook", lambda: step_hook(buffer)),
-             ("mismatch", lambda: step_mismatch(buffer_bytes)), ("timing", lambda: step_timing(world, False)),
+             ("mismatch", lambda: step_mismatch(buffer_bytes)), ("helpers", lambda: step_helpers(buffer)),
+             ("timing", lambda: step_timing(world, False)),
              ("timing_fp8", lambda: step_timing(world, True)), ("dead_peer", lambda: step_dead_peer(buffer))]
 
     def after(name: str) -> None:

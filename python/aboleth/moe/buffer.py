@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from .compat import DeepEPExtras
 from .launch import Launcher
 from .layout import (ERROR_WORDS, FP8_GROUP_CHANNELS, WORST_ERROR_WORD, LowLatencyLayout, NormalLayout,
                      counters_span)
@@ -91,8 +92,12 @@ def normal_direct_choice(normal_direct: Optional[bool], target: str) -> bool:
     return normal_direct
 
 
-class Buffer(NormalMode):
+class Buffer(NormalMode, DeepEPExtras):
     """Expert-parallel dispatch and combine over Aboleth (see the module docstring)."""
+
+    #: The low-latency receiving kernels' programs: every Buffer's (``Buffer.set_num_sms(n)``)
+    #: unless set on one (``buffer.set_num_sms(n)``).
+    num_sms = DEFAULT_NUM_SMS
 
     def __init__(self, group: Any = None, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
                  low_latency_mode: bool = False, num_qps_per_rank: int = 1,
@@ -137,7 +142,6 @@ class Buffer(NormalMode):
         # why this Buffer stopped (None while it runs): see _begin and restart.
         self._sending: Optional[str] = None
         self._stopped: Optional[str] = None
-        self.num_sms = DEFAULT_NUM_SMS
         # Sending programs per peer: on p2p a program's threads copy the data, so more programs
         # move it faster (each adds 1 to the peer's counter); a queue transport's NIC or proxy
         # moves it, and one program per peer keeps one doorbell per peer and the queue its own.
@@ -168,12 +172,6 @@ class Buffer(NormalMode):
         """Bytes of pool the low-latency mode needs for this configuration (BF16 rows)."""
         return LowLatencyLayout(num_ranks, num_experts, num_max_dispatch_tokens_per_rank, hidden).pool_bytes
 
-    def set_num_sms(self, num_sms: int) -> None:
-        """How many programs (one CTA each) the receiving kernels use (default 24)."""
-        if not isinstance(num_sms, int) or num_sms <= 0:
-            raise ValueError(f"aboleth.moe.Buffer.set_num_sms: a positive integer, got {num_sms!r}")
-        self.num_sms = num_sms
-
     def _low_latency_layout(self, num_max_dispatch_tokens_per_rank: int, hidden: int,
                             num_experts: int, element_bytes: int = 2) -> LowLatencyLayout:
         # The configuration may change between calls (as in DeepEP, the pool must hold the
@@ -190,7 +188,6 @@ class Buffer(NormalMode):
                              f"num_max_dispatch_tokens_per_rank={layout.max_tokens}, hidden={layout.hidden}, "
                              f"num_ranks={layout.ranks}, num_experts={layout.experts} need {layout.pool_bytes}; "
                              "pass num_rdma_bytes=Buffer.get_low_latency_rdma_size_hint(...)")
-        self._layout = layout
         return layout
 
     def _view(self, part: str, dtype: Any, shape: Tuple[int, ...], layout: Any = None) -> Any:
@@ -338,6 +335,7 @@ class Buffer(NormalMode):
                              f"int32 tensor [{num_experts // self.group_size}] (one count per local expert), got "
                              f"{tuple(stats.shape)} {stats.dtype} on {stats.device}")
         layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts, 1 if use_fp8 else 2)
+        self._layout = layout
         self._begin("low_latency", "dispatch", layout)
         topk_idx = topk_idx.contiguous()
         k = topk_idx.shape[1]
