@@ -246,30 +246,28 @@ def step_restart(buffer: Buffer) -> Dict[str, Any]:
 
     errors: List[str] = []
     result: Dict[str, Any] = {}
+
+    def must_raise(key: str, seed: int, needles: List[str]) -> None:
+        """A layer that must raise a RuntimeError naming every needle; its message and seconds
+        go into the result under ``key``."""
+        started = time.monotonic()
+        try:
+            layer(seed)
+            errors.append(f"{key}: raised nothing")
+        except RuntimeError as error:
+            result[key] = message = str(error)
+            errors.extend(f"{key}: the error does not say {needle!r}: {message[:600]}" for needle in needles
+                          if needle not in message)
+        result[f"{key}_seconds"] = round(time.monotonic() - started, 2)
+
     if rank == 1:
         buffer._launcher = failing  # type: ignore[method-assign]
-    started = time.monotonic()
     try:
-        layer(91)
-        errors.append("the dispatch whose send failed raised nothing")
-    except RuntimeError as error:
-        result["failed_call"] = message = str(error)
-        expected = "injected" if rank == 1 else "waiting for rank 1's normal dispatch of epoch"
-        if expected not in message:
-            errors.append(f"the failed dispatch's error does not say {expected!r}: {message[:600]}")
+        must_raise("failed_call", 91, ["injected" if rank == 1 else "waiting for rank 1's normal dispatch of epoch"])
     finally:
         if rank == 1:
             del buffer._launcher
-    result["failed_call_seconds"] = round(time.monotonic() - started, 2)
-    started = time.monotonic()
-    try:
-        layer(92)
-        errors.append("the call after the failure raised nothing")
-    except RuntimeError as error:
-        result["next_call"] = message = str(error)
-        if f"this Buffer stopped on rank {rank}" not in message or "restart()" not in message:
-            errors.append(f"the call after the failure does not name the stop and restart(): {message[:600]}")
-    result["next_call_seconds"] = round(time.monotonic() - started, 2)
+    must_raise("next_call", 92, [f"this Buffer stopped on rank {rank}", "restart()"])
     if result["next_call_seconds"] > 1:
         errors.append(f"the call after the failure took {result['next_call_seconds']} s to raise")
     buffer.restart()
