@@ -252,12 +252,14 @@ class Buffer(NormalMode, DeepEPExtras):
             raise RuntimeError(f"aboleth.moe.Buffer.restart: the proxy stopped on rank {self.rank} ({error}) and "
                                "does not restart: make a new World and new Buffers") from None
         torch.cuda.synchronize()
-        self.world.barrier()
+        # Barriers of their own name: a rank still in another collective (a call's ordering
+        # barrier) gets the bootstrap's mismatch error naming both, not a wrong pairing.
+        self.world.barrier("aboleth.moe/restart")
         _, end = counters_span(self.group_size)
         self.pool[:end].zero_()
         torch.cuda.synchronize()
         self.world.clear_waits()
-        self.world.barrier()
+        self.world.barrier("aboleth.moe/restarted")
         self._stopped = self._sending = self._last_call = None
 
     def _order_after(self, mode: str, call: str, layout: Any) -> None:
