@@ -21,11 +21,13 @@ if [ "${MOE_MODE:-low_latency}" = normal ]; then
     # the staged ones (normal_direct=False); unset: the Buffer's default (direct on p2p).
     [ "${MOE_NORMAL_DIRECT:-}" = 1 ] && stem=moe-normal-direct
     [ "${MOE_NORMAL_DIRECT:-}" = 0 ] && stem=moe-normal-staged
+    # ABOLETH_MOE_BLOCKING_HOST_WAIT=1: the host's waits block, as before the polling (to compare).
+    [ "${ABOLETH_MOE_BLOCKING_HOST_WAIT:-}" = 1 ] && stem=$stem-blocking-host-wait
     description="tests/gpu/moe_normal.py: aboleth.moe normal-mode layout, dispatch (BF16 and FP8) and combine, every routing case and hidden size over consecutive layers bit-exact against aboleth.moe.reference, a cached dispatch, CUDA-graph replay with num_worst_tokens, too-small buffers reported, a timing at DeepEP's normal-mode settings"
 fi
 run_dir="$out_dir/moe"
 mkdir -p "$run_dir"
-command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ${MOE_NORMAL_DIRECT:+MOE_NORMAL_DIRECT=$MOE_NORMAL_DIRECT }ABOLETH_TRANSPORT=$transport ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port $script $run_dir"
+command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ${MOE_NORMAL_DIRECT:+MOE_NORMAL_DIRECT=$MOE_NORMAL_DIRECT }${ABOLETH_MOE_BLOCKING_HOST_WAIT:+ABOLETH_MOE_BLOCKING_HOST_WAIT=$ABOLETH_MOE_BLOCKING_HOST_WAIT }ABOLETH_TRANSPORT=$transport ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node $nproc --master-addr 127.0.0.1 --master-port $port $script $run_dir"
 echo "+ $command"
 started=$(date +%s.%N)
 ABOLETH_WAIT_TIMEOUT_MS=${ABOLETH_WAIT_TIMEOUT_MS:-5000} timeout 500 $launcher --nproc-per-node "$nproc" --master-addr 127.0.0.1 --master-port "$port" \

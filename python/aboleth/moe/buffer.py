@@ -20,6 +20,7 @@ counters are reported in MoE terms (peer, call, epoch, experts), others as the W
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .compat import DeepEPExtras
@@ -149,6 +150,8 @@ class Buffer(NormalMode, DeepEPExtras):
         self.parts = P2P_PARTS if target == "p2p" else 1
         self.normal_parts = P2P_NORMAL_PARTS if target == "p2p" else 1
         self.normal_direct = normal_direct_choice(normal_direct, target)
+        # See _wait_for_stream: poll where a host thread moves the data.
+        self._poll_host_waits = target != "p2p" and os.environ.get("ABOLETH_MOE_BLOCKING_HOST_WAIT") != "1"
 
     def _check_pool_sizes(self) -> None:
         """Every rank's pool must be as large as this one's: the normal mode derives its blocks
@@ -236,6 +239,30 @@ class Buffer(NormalMode, DeepEPExtras):
         if self._stopped is None:
             self._stopped = reason
 
+    def _synchronize(self) -> None:
+        """``torch.cuda.synchronize()``, after ``_wait_for_stream``."""
+        self._wait_for_stream()
+        _torch().cuda.synchronize()
+
+    def _wait_for_stream(self) -> None:
+        """Returns once the current stream ran what was queued on it, by polling an event on a
+        transport whose data a host thread moves (the proxy, the software NIC). Why: a blocking
+        wait (a synchronize, a copy to the host) queued behind a wait kernel holds this thread in
+        the driver while the kernel spins for a peer, and if the driver makes this process's
+        proxy thread wait for it (the proxy's copies go through the same context), the peer's
+        kernel never gets this rank's data, and the peer may be blocked the same way: a cycle
+        only the wait bound ends. Suspected cause of the normal mode's 4096-token stall on the
+        proxy (docs/COMPILED_MOE.md), not yet confirmed on the GPU;
+        ``ABOLETH_MOE_BLOCKING_HOST_WAIT=1`` turns the polling off, to compare. On p2p the GPU
+        moves the data and the wait stays blocking."""
+        if not self._poll_host_waits:
+            return
+        torch = _torch()
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream())
+        while not done.query():
+            time.sleep(0)
+
     def restart(self) -> None:
         """Starts a stopped Buffer again (see ``_begin``): every rank synchronizes its device (its
         bounded waits end), meets the others at a host barrier, zeroes the error words, epochs
@@ -251,13 +278,13 @@ class Buffer(NormalMode, DeepEPExtras):
         except RuntimeError as error:
             raise RuntimeError(f"aboleth.moe.Buffer.restart: the proxy stopped on rank {self.rank} ({error}) and "
                                "does not restart: make a new World and new Buffers") from None
-        torch.cuda.synchronize()
+        self._synchronize()
         # Barriers of their own name: a rank still in another collective (a call's ordering
         # barrier) gets the bootstrap's mismatch error naming both, not a wrong pairing.
         self.world.barrier("aboleth.moe/restart")
         _, end = counters_span(self.group_size)
         self.pool[:end].zero_()
-        torch.cuda.synchronize()
+        self._synchronize()
         self.world.clear_waits()
         self.world.barrier("aboleth.moe/restarted")
         self._stopped = self._sending = self._last_call = None
@@ -282,14 +309,14 @@ class Buffer(NormalMode, DeepEPExtras):
             raise RuntimeError(f"aboleth.moe: a {mode} {call} right after a {previous[0].replace('_', '-')} "
                                f"{previous[1]} (or with another layout) needs a host barrier, which a CUDA graph "
                                "cannot hold; capture dispatch and combine alternating, in one mode and configuration")
-        torch.cuda.synchronize()
+        self._synchronize()
         self.world.barrier()
         if previous[0] != mode:
             # The modes add another number of parts to the same counters: restart them (no
             # kernel runs anywhere between the barriers).
             first, end = counters_span(self.group_size)
             self.pool[first:end].zero_()
-            torch.cuda.synchronize()
+            self._synchronize()
             self.world.barrier()
 
     # ---- low-latency dispatch -----------------------------------------------------------------
@@ -496,7 +523,7 @@ class Buffer(NormalMode, DeepEPExtras):
         fingerprint, or a normal dispatch that brought more rows than its ``num_worst_tokens``.
         Each is raised once. Synchronizes the device."""
         torch = _torch()
-        torch.cuda.synchronize()
+        self._synchronize()
         if self._layout is None:
             self._raise_recorded(None)
             return

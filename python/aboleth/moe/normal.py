@@ -255,6 +255,7 @@ class NormalMode:
         else:
             # The one host synchronization: the outputs' size. A wait that gave up, or a peer
             # with another configuration, is raised here rather than returned as rows.
+            self._wait_for_stream()  # before a blocking copy to the host (see Buffer._wait_for_stream)
             info = recv_info.tolist()
             self._raise_recorded(info[info_words:])
             num_rows, per_expert = info[ranks], info[ranks + 1:info_words]
