@@ -102,6 +102,10 @@ class FailedWaitsWorld:
     def wait_failures(self):
         return self.records
 
+    def check_waits(self):
+        if self.records:
+            raise RuntimeError(f"{len(self.records)} GPU wait(s) timed out or gave up")
+
 
 class PoolAt:
     """A pool tensor's address, all ``_describe_wait_failures`` reads of it."""
@@ -132,10 +136,25 @@ def test_a_call_that_raised_before_its_send_stops_the_buffer_until_restart():
     # The combine raised before its send (say, its kernel failed to compile): the peers' waits
     # for it give up, and every later call on this rank would wait on counters out of step.
     for _ in range(2):
-        with pytest.raises(RuntimeError, match="this Buffer stopped on rank 1: its normal combine raised after "
-                                               "advancing its epoch and before launching its send .* call "
-                                               "restart\\(\\) on this Buffer on every rank"):
+        with pytest.raises(RuntimeError, match="this Buffer stopped on rank 1, after: its normal combine raised "
+                                               "after advancing its epoch and before launching its send .*give up\\)"
+                                               "\\. Its signal counters .* call restart\\(\\) on this Buffer on "
+                                               "every rank"):
             buffer._begin("normal", "dispatch", NORMAL)
+
+
+def test_a_wait_that_gave_up_on_the_pool_stops_the_buffer_at_its_next_call_and_another_pools_does_not():
+    parts = NORMAL.parts()
+    mine = dict(flag_address=(1 << 30) + parts["dispatch_flags"][0], expected_value=2 * 128, observed_value=128,
+                waited_nanoseconds=5_000_000_000)
+    foreign = dict(mine, flag_address=1 << 20)
+    healthy = buffer_without_a_gpu(NORMAL, records=[foreign])
+    healthy._begin("normal", "dispatch", NORMAL)  # another pool's wait: this Buffer goes on
+    assert healthy._stopped is None
+    stopped = buffer_without_a_gpu(NORMAL, records=[foreign, mine])
+    with pytest.raises(RuntimeError, match="stopped on rank 1, after: rank 1 gave up after 5000 ms waiting for rank "
+                                           "0's normal dispatch of epoch 2 .* Its signal counters"):
+        stopped._begin("normal", "dispatch", NORMAL)
 
 
 def test_a_wait_that_gave_up_is_named_by_peer_call_epoch_and_experts():

@@ -262,8 +262,8 @@ def step_helpers(buffer: Buffer) -> Dict[str, Any]:
         errors.append("Buffer.capture() holds no event")
     if buffer.get_comm_stream() != torch.cuda.current_stream():
         errors.append("get_comm_stream() is not the current stream")
-    if Buffer.is_sm90_compiled() != (torch.cuda.get_device_capability() >= (9, 0)):
-        errors.append("is_sm90_compiled() differs from the GPU's compute capability")
+    if not Buffer.is_sm90_compiled():  # the GPU machines are Hopper (H100, H200)
+        errors.append(f"is_sm90_compiled() is False on compute capability {torch.cuda.get_device_capability()}")
     words = buffer.get_local_buffer_tensor(torch.int64, torch.Size([4, 2]), offset=3)
     if tuple(words.shape) != (4, 2) or words.data_ptr() != buffer.pool.data_ptr() + 3 * 8:
         errors.append(f"get_local_buffer_tensor(int64, [4, 2], offset=3): {tuple(words.shape)} at "

@@ -19,7 +19,7 @@ receive):
 3. ``graph``: layout, dispatch with ``num_worst_tokens``, expert and combine captured in one CUDA
    graph, replayed 3 times with new inputs copied in, each replay checked (padding rows: id -1).
 4. ``restart``: rank 1's sending kernel fails (injected) after its epoch moved; every rank's
-   dispatch raises (rank 1 the failure, the others their wait for rank 1's dispatch of that
+   dispatch raises (rank 1 the failure, the others their wait for rank 1's dispatch of an
    epoch), the next call raises at once naming the stop, and after ``Buffer.restart()`` a layer
    is exact again.
 5. ``too_small``: more tokens than a small pool holds gives ValueError before anything is sent;
@@ -228,7 +228,7 @@ def step_graph(buffer: Buffer) -> Dict[str, Any]:
 
 def step_restart(buffer: Buffer) -> Dict[str, Any]:
     """Rank 1's sending kernel fails (injected: its launcher raises) after its dispatch advanced
-    the epoch: rank 1's dispatch raises that, the others' name rank 1, the call and the epoch
+    the epoch: rank 1's dispatch raises that, the others' name rank 1's dispatch and an epoch
     once their waits give up; the next call raises at once on every rank, naming the stop; after
     ``restart()`` on every rank a layer is exact again."""
     from aboleth.moe import normal_kernels

@@ -219,14 +219,26 @@ class Buffer(NormalMode, DeepEPExtras):
         (a kernel that failed to compile, an interrupt), or whose wait gave up, leaves its
         counters and its peers' out of step for every later call, whose waits would all give
         up in turn. Such a Buffer stops instead: its calls raise at once, naming the first
-        failure, until ``restart()`` (collective) starts the counters again."""
+        failure, until ``restart()`` (collective) starts the counters again. A wait that gave
+        up is seen here once the World has its record (the device writes it to host memory
+        when the wait ends; no synchronization here), or earlier by ``check_errors`` or a
+        normal dispatch's host synchronization; only waits on this pool's counters stop this
+        Buffer (the World's other users report their own). Replays of a captured graph do not
+        pass here and are never refused."""
         if self._sending is not None and self._stopped is None:
             self._stopped = (f"its {self._sending} raised after advancing its epoch and before launching its send "
-                             "(the other ranks' waits for it give up)")
+                             "(the other ranks' waits for it give up).")
+        if self._stopped is None:
+            try:
+                self.world.check_waits()  # a host read of the failure count when none failed
+            except RuntimeError:
+                described = self._describe_wait_failures()
+                if described is not None:
+                    self._stopped = described
         if self._stopped is not None:
-            raise RuntimeError(f"aboleth.moe: this Buffer stopped on rank {self.rank}: {self._stopped}. Its signal "
-                               "counters are out of step with the other ranks': call restart() on this Buffer on "
-                               "every rank (collective), or make a new Buffer")
+            raise RuntimeError(f"aboleth.moe: this Buffer stopped on rank {self.rank}, after: {self._stopped} Its "
+                               "signal counters are out of step with the other ranks': call restart() on this Buffer "
+                               "on every rank (collective), or make a new Buffer")
         self._order_after(mode, call, layout)
         self._sending = f"{mode.replace('_', '-')} {call}"
 
@@ -260,14 +272,18 @@ class Buffer(NormalMode, DeepEPExtras):
         torch = _torch()
         done = torch.cuda.Event()
         done.record(torch.cuda.current_stream())
+        started = time.monotonic()
         while not done.query():
-            time.sleep(0)
+            # Yield for the first 200 us (a dispatch's wait usually ends by then), then sleep
+            # briefly, leaving the core to the proxy thread this waits for.
+            time.sleep(0 if time.monotonic() - started < 200e-6 else 50e-6)
 
     def restart(self) -> None:
         """Starts a stopped Buffer again (see ``_begin``): every rank synchronizes its device (its
         bounded waits end), meets the others at a host barrier, zeroes the error words, epochs
-        and counters, forgets the World's failed waits, and meets them again. Collective: every
-        rank must call it, also a rank whose calls raised nothing. A rank that died cannot: then
+        and counters, forgets the World's failed waits (all of them: restart every stopped Buffer
+        of the World), and meets them again. Collective: every rank must call it, also a rank
+        whose calls raised nothing. A rank that died cannot: then
         make a new World and new Buffers. Not in a CUDA graph capture."""
         torch = _torch()
         if torch.cuda.is_current_stream_capturing():
@@ -364,8 +380,8 @@ class Buffer(NormalMode, DeepEPExtras):
                              f"int32 tensor [{num_experts // self.group_size}] (one count per local expert), got "
                              f"{tuple(stats.shape)} {stats.dtype} on {stats.device}")
         layout = self._low_latency_layout(num_max_dispatch_tokens_per_rank, hidden, num_experts, 1 if use_fp8 else 2)
-        self._layout = layout
         self._begin("low_latency", "dispatch", layout)
+        self._layout = layout
         topk_idx = topk_idx.contiguous()
         k = topk_idx.shape[1]
         ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
@@ -466,7 +482,6 @@ class Buffer(NormalMode, DeepEPExtras):
         torch = _torch()
         from . import kernels
         layout = handle.layout
-        self._layout = layout
         expected = (layout.local_experts, layout.ranks * layout.max_tokens, layout.hidden)
         if tuple(x.shape) != expected or x.dtype != torch.bfloat16:
             raise ValueError(f"aboleth.moe.low_latency_combine: x must be bfloat16 {list(expected)} (dispatch's "
@@ -477,6 +492,7 @@ class Buffer(NormalMode, DeepEPExtras):
         if use_logfmt:
             raise NotImplementedError("aboleth.moe: LogFMT combine is not built; pass use_logfmt=False")
         self._begin("low_latency", "combine", layout)
+        self._layout = layout
         combine_buffer = self.get_next_low_latency_combine_buffer(handle)
         if x.data_ptr() != combine_buffer.data_ptr():
             combine_buffer.copy_(x)
@@ -521,7 +537,9 @@ class Buffer(NormalMode, DeepEPExtras):
         reason), a wait that gave up (a peer that died or never sent: ``World.check_waits``'
         report, with the phase), a peer whose signal carried another configuration's
         fingerprint, or a normal dispatch that brought more rows than its ``num_worst_tokens``.
-        Each is raised once. Synchronizes the device."""
+        The configuration and row-count errors are raised once; a stopped proxy or a wait that
+        gave up also stops the Buffer (``_begin``), and is raised again until ``restart()``.
+        Synchronizes the device."""
         torch = _torch()
         self._synchronize()
         if self._layout is None:
@@ -535,14 +553,14 @@ class Buffer(NormalMode, DeepEPExtras):
         try:
             self.world.check_proxy()  # a stopped proxy ring is why a wait then gives up
         except RuntimeError as error:
-            self._stop(f"the proxy stopped ({error})")
+            self._stop(f"the proxy stopped ({error}).")
             raise RuntimeError(f"aboleth.moe: the proxy stopped on rank {self.rank}: {error}") from None
         try:
             self.world.check_waits()
         except RuntimeError as error:
             described = self._describe_wait_failures()
             message = described or f"a MoE wait gave up on rank {self.rank}: {error}"
-            self._stop(message)
+            self._stop(message if message.endswith((".", "?")) else message + ".")
             raise RuntimeError(f"aboleth.moe: {message}") from None
         if errors is None or not any(errors):
             return
@@ -606,6 +624,7 @@ class Buffer(NormalMode, DeepEPExtras):
         if not described:
             return None
         return "; ".join(described.values())  # oldest first
+
     def destroy(self) -> None:
         if self._owns_world:
             self.world.close()
