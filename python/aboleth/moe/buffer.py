@@ -225,16 +225,16 @@ class Buffer(NormalMode, DeepEPExtras):
         normal dispatch's host synchronization; only waits on this pool's counters stop this
         Buffer (the World's other users report their own). Replays of a captured graph do not
         pass here and are never refused."""
-        if self._sending is not None and self._stopped is None:
-            self._stopped = (f"its {self._sending} raised after advancing its epoch and before launching its send "
-                             "(the other ranks' waits for it give up).")
+        if self._sending is not None:
+            self._stop(f"its {self._sending} raised after advancing its epoch and before launching its send "
+                       "(the other ranks' waits for it give up)")
         if self._stopped is None:
             try:
                 self.world.check_waits()  # a host read of the failure count when none failed
             except RuntimeError:
                 described = self._describe_wait_failures()
                 if described is not None:
-                    self._stopped = described
+                    self._stop(described)
         if self._stopped is not None:
             raise RuntimeError(f"aboleth.moe: this Buffer stopped on rank {self.rank}, after: {self._stopped} Its "
                                "signal counters are out of step with the other ranks': call restart() on this Buffer "
@@ -247,9 +247,10 @@ class Buffer(NormalMode, DeepEPExtras):
         self._sending = None
 
     def _stop(self, reason: str) -> None:
-        """Stops this Buffer (see ``_begin``), keeping the first reason."""
+        """Stops this Buffer (see ``_begin``), keeping the first reason (as a sentence: the
+        refusal's next sentence follows it)."""
         if self._stopped is None:
-            self._stopped = reason
+            self._stopped = reason if reason.endswith((".", "?")) else reason + "."
 
     def _synchronize(self) -> None:
         """``torch.cuda.synchronize()``, after ``_wait_for_stream``."""
@@ -283,8 +284,8 @@ class Buffer(NormalMode, DeepEPExtras):
         bounded waits end), meets the others at a host barrier, zeroes the error words, epochs
         and counters, forgets the World's failed waits (all of them: restart every stopped Buffer
         of the World), and meets them again. Collective: every rank must call it, also a rank
-        whose calls raised nothing. A rank that died cannot: then
-        make a new World and new Buffers. Not in a CUDA graph capture."""
+        whose calls raised nothing. A rank that died cannot: then make a new World and new
+        Buffers. Not in a CUDA graph capture."""
         torch = _torch()
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("aboleth.moe.Buffer.restart: needs host barriers, which a CUDA graph cannot hold; "
@@ -553,14 +554,14 @@ class Buffer(NormalMode, DeepEPExtras):
         try:
             self.world.check_proxy()  # a stopped proxy ring is why a wait then gives up
         except RuntimeError as error:
-            self._stop(f"the proxy stopped ({error}).")
+            self._stop(f"the proxy stopped ({error})")
             raise RuntimeError(f"aboleth.moe: the proxy stopped on rank {self.rank}: {error}") from None
         try:
             self.world.check_waits()
         except RuntimeError as error:
             described = self._describe_wait_failures()
             message = described or f"a MoE wait gave up on rank {self.rank}: {error}"
-            self._stop(message if message.endswith((".", "?")) else message + ".")
+            self._stop(message)
             raise RuntimeError(f"aboleth.moe: {message}") from None
         if errors is None or not any(errors):
             return
@@ -589,9 +590,9 @@ class Buffer(NormalMode, DeepEPExtras):
 
     def _describe_wait_failures(self) -> Optional[str]:
         """The World's failed waits on this Buffer's counters, each (phase, peer) once, in MoE
-        terms (oldest first): the peer, the call and its epoch, the experts whose rows or outputs it carries,
-        the last epoch that arrived whole; None when none of them is on this pool's counters
-        (the World's own report is raised then)."""
+        terms (oldest first): the peer, the call and its epoch, the experts whose rows or outputs
+        it carries, the last epoch that arrived whole; None when none of them is on this pool's
+        counters (the World's own report is raised then)."""
         layout = self._layout
         if layout is None:
             return None
@@ -613,8 +614,8 @@ class Buffer(NormalMode, DeepEPExtras):
                     continue
                 peer = (offset - first) // 8
                 epoch = record["expected_value"] // per_call
-                carries = (f"the rows of its tokens routed to this rank's {experts_of(self.rank)}" if call == "dispatch"
-                           else f"the outputs of its {experts_of(peer)} for this rank's tokens")
+                carries = (f"the rows of its tokens routed to this rank's {experts_of(self.rank)}"
+                           if call == "dispatch" else f"the outputs of its {experts_of(peer)} for this rank's tokens")
                 described.setdefault((call, peer), (
                     f"rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms waiting for rank "
                     f"{peer}'s {'normal' if normal else 'low-latency'} {call} of epoch {epoch} ({carries}): the "

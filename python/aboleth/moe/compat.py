@@ -17,6 +17,7 @@ itself (``Buffer._order_after``). This module launches no kernel.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 #: DeepEP's default ``num_sms`` for its normal-mode kernels, what ``Config`` says when not told.
@@ -146,9 +147,7 @@ class DeepEPExtras:
         tensor = self.pool[:elements * element_bytes].view(dtype)[offset:]
         if size is None:
             return tensor
-        wanted = 1
-        for extent in size:
-            wanted *= int(extent)
+        wanted = math.prod(int(extent) for extent in size)
         if wanted > tensor.numel():
             raise ValueError(f"aboleth.moe.Buffer.get_local_buffer_tensor: {tuple(size)} needs {wanted} elements of "
                              f"{dtype}, the pool has {tensor.numel()} from element {offset}")
