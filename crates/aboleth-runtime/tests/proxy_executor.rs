@@ -711,10 +711,14 @@ fn the_proxy_thread_accounts_its_time_by_phase() {
             producer.wait_for_completion(ticket);
         }
         // The totals are published by the turn that executed the last command, before or
-        // after its completion; wait until they cover every command and completion.
+        // after its completion, and idle turns every few of them: wait until they cover every
+        // command and completion and an idle turn (on a loaded machine the producer's next
+        // command can arrive before the thread ever finds its ring empty), for at most 10 s.
+        let deadline = Instant::now() + Duration::from_secs(10);
         let statistics = loop {
             let statistics = thread.statistics();
-            if statistics.completions_published == rounds {
+            let idled = statistics.idle_turns >= 1;
+            if (statistics.completions_published == rounds && idled) || Instant::now() > deadline {
                 break statistics;
             }
             std::thread::yield_now();
