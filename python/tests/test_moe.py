@@ -176,6 +176,10 @@ def test_a_wait_that_gave_up_is_named_by_peer_call_epoch_and_experts():
     low_latency = buffer_without_a_gpu(LAYOUT, records=[dict(record, expected_value=2 * 16, observed_value=16)])
     assert "rank 3's low-latency dispatch of epoch 2" in low_latency._describe_wait_failures()
     assert buffer_without_a_gpu(NORMAL, records=records[3:])._describe_wait_failures() is None
+    # vLLM's fault-tolerance mask: each peer once, sorted; another pool's waits name nobody.
+    assert buffer.failed_peers() == [3, 5]
+    assert buffer_without_a_gpu(NORMAL, records=records[3:]).failed_peers() == []
+    assert buffer_without_a_gpu(None, records=records).failed_peers() == []  # before the first call
 
 
 def test_deepeps_static_helpers_work_on_the_class_and_the_config_names_the_size_hint():

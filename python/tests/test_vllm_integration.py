@@ -38,6 +38,7 @@ PATCHED = [
     "vllm/distributed/device_communicators/cuda_communicator.py",
     "vllm/model_executor/layers/fused_moe/config.py",
     "vllm/model_executor/layers/fused_moe/all2all_utils.py",
+    "vllm/v1/worker/sentinel/gpu_worker_sentinel.py",
 ]
 INTERFACES = [
     "vllm/distributed/device_communicators/base_device_communicator.py",
@@ -134,15 +135,21 @@ def test_the_patch_applies_to_the_pinned_vllm_and_the_patched_files_compile(vllm
     backends = ast.literal_eval(next(node for node in ast.walk(parse(os.path.join(PACKAGE, "manager.py")))
                                      if isinstance(node, ast.Assign)
                                      and getattr(node.targets[0], "id", None) == "BACKENDS").value)
+    with open(os.path.join(vllm_source, "vllm/v1/worker/sentinel/gpu_worker_sentinel.py")) as file:
+        sentinel = file.read()
+    fault_tolerant = sentinel[sentinel.index("FT_BACKEND_SET = frozenset("):]
+    fault_tolerant = fault_tolerant[:fault_tolerant.index(")")]
     for name in backends:
         assert f'"{name}"' in literal, name
+        assert f'"{name}"' in fault_tolerant, name  # the manager's fault-tolerance hooks are built
 
 
 def test_the_manager_defines_what_all2allmanagerbase_leaves_abstract(vllm_source):
     base = parse(os.path.join(vllm_source, INTERFACES[0]))
     required = abstract_members(base, "All2AllManagerBase", not_implemented=True)
     # What vLLM 0.33.0 leaves to subclasses; a release that adds one must be looked at.
-    assert {"get_handle", "dispatch", "combine", "dispatch_router_logits"} <= required, required
+    assert {"get_handle", "dispatch", "combine", "dispatch_router_logits", "query_active_mask", "query_fault",
+            "clean_buffers"} <= required, required
     assert missing_members(required, package_class("manager.py", "AbolethAll2AllManager")) == []
 
 

@@ -22,7 +22,11 @@ Steps (each rank writes OUT_DIR/vllm-contract-rank<r>.json):
 - ``batched``: ``AbolethLowLatencyPrepareAndFinalize`` (low-latency mode, BatchedExperts),
   finalize with ``TopKWeightAndReduceDelegate`` (the combine applies the weights);
 - ``manager``: ``AbolethAll2AllManager``'s handles cached per configuration and its
-  ``make_prepare_finalize`` picks the class of its mode; every unbuilt member raises saying so.
+  ``make_prepare_finalize`` picks the class of its mode; every unbuilt member raises saying so;
+- ``fault_tolerance``: the manager's ``query_active_mask``/``query_fault``/``clean_buffers`` on
+  a low-latency handle: nobody marked after a healthy layer; rank 1 skips a dispatch and rank
+  0's mask marks rank 1 once its wait gave up (ABOLETH_WAIT_TIMEOUT_MS, 10 s here), rank 1's
+  marks nobody; after ``clean_buffers`` on every rank the masks are clear and a layer is right.
 
 Tolerance: the expert outputs are rounded to BF16 and weighted in BF16 before the reduction (as
 vLLM does), the reference is FP32: max |out - ref| <= 2e-2 * max |ref|.
@@ -174,15 +178,21 @@ def step_batched(v: Dict[str, Any], buffer: Any, rank: int, ranks: int, w: torch
     return {"passed": all(layer["matches"] for layer in layers), "layers": layers}
 
 
-def step_manager(v: Dict[str, Any], cpu_group: Any, rank: int, ranks: int) -> Dict[str, Any]:
+def bare_manager(v: Dict[str, Any], cpu_group: Any, rank: int, ranks: int, mode: str) -> Any:
     """The manager without vLLM's parallel state: its base class reads vLLM's DP/TP groups, so
     the fields it sets are given here and only the manager's own methods run."""
+    import threading
     integration = v["integration"]
     manager = integration.AbolethAll2AllManager.__new__(integration.AbolethAll2AllManager)
     manager.cpu_group, manager.rank, manager.world_size = cpu_group, rank, ranks
-    manager.mode, manager._world, manager._buffers, manager.num_sms = "normal", None, {}, None
-    import threading
-    manager._lock = threading.RLock()
+    manager.mode, manager._world, manager._buffers, manager.num_sms = mode, None, {}, None
+    manager._mask, manager.support_fault_tolerance, manager._lock = None, True, threading.RLock()
+    return manager
+
+
+def step_manager(v: Dict[str, Any], cpu_group: Any, rank: int, ranks: int) -> Dict[str, Any]:
+    integration = v["integration"]
+    manager = bare_manager(v, cpu_group, rank, ranks, "normal")
     arguments = dict(max_num_tokens_per_rank=TOKENS, hidden=HIDDEN, num_topk=TOP_K, num_experts=EXPERTS)
     first = manager.get_handle(arguments)
     cached = manager.get_handle(dict(arguments)) is first
@@ -194,16 +204,46 @@ def step_manager(v: Dict[str, Any], cpu_group: Any, rank: int, ranks: int) -> Di
     made = integration.make_prepare_finalize(Moe, None, manager)
     refused = []
     for name, call in (("dispatch", lambda: manager.dispatch(None, None, None)),
-                       ("combine", lambda: manager.combine(None)),
-                       ("query_fault", manager.query_fault)):
+                       ("combine", lambda: manager.combine(None))):
         try:
             call()
         except NotImplementedError as error:
             refused.append(name if "not built" in str(error) else f"{name}: {error}")
     manager.destroy()
     return {"passed": cached and type(made).__name__ == "AbolethPrepareAndFinalize" and made.buffer is first
-            and refused == ["dispatch", "combine", "query_fault"], "handle_cached": cached,
+            and refused == ["dispatch", "combine"], "handle_cached": cached,
             "made": type(made).__name__, "refused": refused}
+
+
+def step_fault_tolerance(v: Dict[str, Any], cpu_group: Any, rank: int, ranks: int, w: torch.Tensor) -> Dict[str, Any]:
+    """vLLM's fault-tolerance hooks on a low-latency manager: a healthy layer marks nobody; rank
+    1 skips a dispatch, rank 0's wait gives up (ABOLETH_WAIT_TIMEOUT_MS) and rank 0's mask marks
+    rank 1 (rank 1's marks nobody); clean_buffers on every rank clears the masks and a layer
+    after it is right again."""
+    manager = bare_manager(v, cpu_group, rank, ranks, "low_latency")
+    buffer = manager.get_handle(dict(max_num_tokens_per_rank=MAX_TOKENS, hidden=HIDDEN, num_topk=TOP_K,
+                                     num_experts=EXPERTS))
+
+    def state() -> List[Any]:
+        return [manager.query_active_mask().tolist(), bool(manager.query_fault())]
+
+    healthy = step_batched(v, buffer, rank, ranks, w)
+    before = state()
+    if rank == 0:
+        inputs = tokens_of(rank, 40, TOKENS)
+        buffer.low_latency_dispatch(inputs["x"], inputs["ids"], MAX_TOKENS, EXPERTS, use_fp8=False)
+        torch.cuda.synchronize()  # the dispatch's wait for rank 1 gives up
+    dist.barrier(group=cpu_group)
+    after_fault = state()
+    manager.clean_buffers()
+    cleaned = state()
+    again = step_batched(v, buffer, rank, ranks, w)
+    manager.destroy()
+    clear = [[0] * ranks, False]
+    expected = [[0, 1] + [0] * (ranks - 2), True] if rank == 0 else clear
+    return {"passed": healthy["passed"] and before == clear and after_fault == expected and cleaned == clear
+            and again["passed"], "before": before, "after_fault": after_fault, "expected_after_fault": expected,
+            "after_clean_buffers": cleaned, "healthy_layers": healthy["layers"], "layers_after": again["layers"]}
 
 
 def main() -> int:
@@ -245,7 +285,8 @@ def main() -> int:
     steps = [("standard", lambda: step_standard(v, normal, rank, ranks, w)),
              ("standard_offset_caught", lambda: step_standard_offset_caught(v, normal, rank, ranks, w)),
              ("batched", lambda: step_batched(v, low, rank, ranks, w)),
-             ("manager", lambda: step_manager(v, dist.group.WORLD, rank, ranks))]
+             ("manager", lambda: step_manager(v, dist.group.WORLD, rank, ranks)),
+             ("fault_tolerance", lambda: step_fault_tolerance(v, dist.group.WORLD, rank, ranks, w))]
     os._exit(run_steps(world, report, steps, path))
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .compat import DeepEPExtras
 from .launch import Launcher
@@ -588,40 +588,54 @@ class Buffer(NormalMode, DeepEPExtras):
                                f"but num_worst_tokens={bound}: the rows past {bound} were dropped; raise "
                                "num_worst_tokens (at most ranks * tokens per rank)")
 
+    def failed_peers(self) -> List[int]:
+        """The ranks whose sends one of this rank's waits on this Buffer gave up on (sorted,
+        each once): the peers that died, hung or never called, as far as this rank can tell.
+        A host read of the World's failure records (``World.wait_failures``), no device
+        synchronization: a wait that is still running is not in it yet. Empty again after
+        ``restart()``. vLLM's fault-tolerance mask is made of it
+        (``AbolethAll2AllManager.query_active_mask``)."""
+        return sorted({peer for _, peer, _ in self._failed_waits()})
+
+    def _failed_waits(self) -> Iterator[Tuple[str, int, Dict[str, Any]]]:
+        """(call, peer, record) for each of the World's failed waits on this Buffer's counters,
+        oldest first; nothing before the first call (no layout) or for another pool's waits."""
+        layout = self._layout
+        if layout is None:
+            return
+        parts = layout.parts()
+        base = self.pool.data_ptr()
+        for record in self.world.wait_failures():
+            offset = record["flag_address"] - base
+            for call, part in (("dispatch", "dispatch_flags"), ("combine", "combine_flags")):
+                first, length = parts[part]
+                if first <= offset < first + length:
+                    yield call, (offset - first) // 8, record
+
     def _describe_wait_failures(self) -> Optional[str]:
         """The World's failed waits on this Buffer's counters, each (phase, peer) once, in MoE
         terms (oldest first): the peer, the call and its epoch, the experts whose rows or outputs
         it carries, the last epoch that arrived whole; None when none of them is on this pool's
         counters (the World's own report is raised then)."""
         layout = self._layout
-        if layout is None:
-            return None
-        parts = layout.parts()
         normal = isinstance(layout, NormalLayout)
         per_call = self.normal_parts if normal else self.parts  # counter adds per peer and call
-        base = self.pool.data_ptr()
-        local = layout.experts // self.group_size
+        local = layout.experts // self.group_size if layout is not None else 0
 
         def experts_of(rank: int) -> str:
             return f"experts {rank * local}..{(rank + 1) * local - 1}"
 
         described: Dict[Tuple[str, int], str] = {}
-        for record in self.world.wait_failures():
-            offset = record["flag_address"] - base
-            for call, part in (("dispatch", "dispatch_flags"), ("combine", "combine_flags")):
-                first, length = parts[part]
-                if not (first <= offset < first + length):
-                    continue
-                peer = (offset - first) // 8
-                epoch = record["expected_value"] // per_call
-                carries = (f"the rows of its tokens routed to this rank's {experts_of(self.rank)}"
-                           if call == "dispatch" else f"the outputs of its {experts_of(peer)} for this rank's tokens")
-                described.setdefault((call, peer), (
-                    f"rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms waiting for rank "
-                    f"{peer}'s {'normal' if normal else 'low-latency'} {call} of epoch {epoch} ({carries}): the "
-                    f"last that arrived whole was epoch {record['observed_value'] // per_call} (counter "
-                    f"{record['observed_value']}, {per_call} adds per call); is rank {peer} alive and calling "
-                    f"{call} with the same configuration?"))
+        for call, peer, record in self._failed_waits():
+            epoch = record["expected_value"] // per_call
+            carries = (f"the rows of its tokens routed to this rank's {experts_of(self.rank)}"
+                       if call == "dispatch" else f"the outputs of its {experts_of(peer)} for this rank's tokens")
+            described.setdefault((call, peer), (
+                f"rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms waiting for rank "
+                f"{peer}'s {'normal' if normal else 'low-latency'} {call} of epoch {epoch} ({carries}): the "
+                f"last that arrived whole was epoch {record['observed_value'] // per_call} (counter "
+                f"{record['observed_value']}, {per_call} adds per call); is rank {peer} alive and calling "
+                f"{call} with the same configuration?"))
         if not described:
             return None
         return "; ".join(described.values())  # oldest first

@@ -6,7 +6,17 @@ layer configuration, for a handle (``get_handle``): here an ``aboleth.moe.Buffer
 sized for that configuration, cached, all of them over one ``World`` (each Buffer exchanges its
 own pool region). The dispatch and combine themselves run in the prepare/finalize classes
 (``aboleth/integrations/vllm/prepare_finalize.py``); the manager's own ``dispatch``/``combine``
-(vLLM's naive all-gather path) and the fault-tolerance queries are not built and raise saying so.
+(vLLM's naive all-gather path) are not built and raise saying so.
+
+Fault tolerance (``--enable-fault-tolerance``; the patch adds both backends to vLLM's
+fault-tolerant set): ``query_active_mask`` marks the ranks this rank's bounded waits gave up on
+(``Buffer.failed_peers`` over every Buffer of the manager), ``query_fault`` says whether any
+is marked, and ``clean_buffers`` restarts every Buffer (``Buffer.restart``: collective, as
+vLLM's retry calls it on every worker). What differs from DeepEP's masked low-latency mode: a
+marked rank is not skipped by later calls; a Buffer whose wait gave up stops, and its next
+eager call raises naming the peer, epoch and experts (a replayed CUDA graph does not raise:
+vLLM's per-step fault check is what stops it). Elastic EP (``stage_ep_size``,
+``commit_ep_size``, ``mask_remote_ranks``) is not built: the base class's no-ops stay.
 
 The World's rendezvous: vLLM's workers have no MASTER_ADDR/MASTER_PORT of their own for the EP
 group, so rank 0 of the group picks a free port on its address (``ABOLETH_VLLM_HOST`` overrides
@@ -49,6 +59,16 @@ def _node_address() -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
+def _fault_tolerance_enabled() -> bool:
+    """vLLM's ``parallel_config.enable_fault_tolerance`` of the current configuration (False
+    outside one, as in a bare test)."""
+    try:
+        from vllm.config import get_current_vllm_config
+        return bool(get_current_vllm_config().parallel_config.enable_fault_tolerance)
+    except Exception:  # noqa: BLE001 - no configuration set: vLLM's default is off
+        return False
+
+
 def world_for_group(cpu_group: Any, transport: Optional[str] = None) -> Any:
     """A connected ``aboleth.World`` whose ranks are ``cpu_group``'s (a torch.distributed CPU
     process group, as vLLM's communicators hold): rank 0 publishes a rendezvous address over
@@ -79,6 +99,8 @@ class AbolethAll2AllManager(All2AllManagerBase):
         self._buffers: Dict[Tuple[Tuple[str, Any], ...], Buffer] = {}
         self._lock = threading.RLock()
         self.num_sms: Optional[int] = None
+        self._mask: Any = None  # query_active_mask's device tensor, made on first use
+        self.support_fault_tolerance = _fault_tolerance_enabled()
 
     @property
     def world(self) -> Any:
@@ -135,7 +157,7 @@ class AbolethAll2AllManager(All2AllManagerBase):
         return NotImplementedError(
             f"aboleth: AbolethAll2AllManager.{what} is not built: the aboleth backends dispatch and combine "
             "through their prepare/finalize (maybe_make_prepare_finalize); use another --all2all-backend for "
-            "vLLM's naive all-gather path or fault tolerance")
+            "vLLM's naive all-gather path")
 
     def dispatch_router_logits(self, hidden_states: Any, router_logits: Any, is_sequence_parallel: bool = False,
                                extra_tensors: Any = None) -> Any:
@@ -149,13 +171,39 @@ class AbolethAll2AllManager(All2AllManagerBase):
         raise self._not_built("combine")
 
     def query_active_mask(self) -> Any:
-        raise self._not_built("query_active_mask (fault tolerance)")
+        """vLLM's liveness mask: an int32 tensor of one word per EP rank on this rank's device, 1
+        for a rank one of this rank's waits (in any of the manager's Buffers) gave up on, 0 for
+        the others. A host read of the World's failure records and one small copy to the device
+        on the current stream; no synchronization, so a wait still running is not counted yet."""
+        with self._lock:
+            failed = set()
+            for buffer in self._buffers.values():
+                failed.update(buffer.failed_peers())
+            values = torch.tensor([int(rank in failed) for rank in range(self.world_size)], dtype=torch.int32)
+            if self._mask is None:
+                self._mask = torch.zeros(self.world_size, dtype=torch.int32,
+                                         device=torch.device("cuda", torch.cuda.current_device()))
+            self._mask.copy_(values)
+            return self._mask
 
     def query_fault(self) -> Any:
-        raise self._not_built("query_fault (fault tolerance)")
+        """A scalar bool tensor on the device: whether any rank is marked in
+        ``query_active_mask``. The baseline vLLM compares against, the mask at the last recovery
+        point, is all zeros here: ``clean_buffers`` clears every record."""
+        return self.query_active_mask().ne(0).any()
 
     def clean_buffers(self) -> None:
-        raise self._not_built("clean_buffers (fault tolerance)")
+        """After a fault: restarts every Buffer of the manager (``Buffer.restart``: synchronize,
+        barrier, zero the error words, epochs and counters, forget the World's failed waits,
+        barrier), in the same order on every rank. Collective over the EP group, unlike
+        DeepEP's rank-local clean: every rank's counters start again together (vLLM's retry
+        calls it on every worker). A rank that died cannot join: its barriers then give up with
+        the bootstrap's error."""
+        with self._lock:
+            for _, buffer in sorted(self._buffers.items(), key=lambda item: repr(item[0])):
+                buffer.restart()
+            if self._mask is not None:
+                self._mask.zero_()
 
     def destroy(self) -> None:
         with self._lock:
