@@ -8,7 +8,15 @@ out_dir=${1:-${OUT:-/tmp/aboleth-gpu}}
 wheel_dir=${WHEEL_DIR:-target-carry/wheels}
 site=${ABOLETH_SITE:-/tmp/aboleth-site}
 nproc=${NPROC:-2}
-machine=${MACHINE:-nvidia-h200-x$nproc}
+# The machine's name in the reports' file names: the GPU model nvidia-smi reports (an H100 or an
+# H200 can answer for either 1-GPU kind), unless MACHINE names it.
+gpu_model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$gpu_model" in
+    *H100*) gpu_model=nvidia-h100 ;;
+    *H200*) gpu_model=nvidia-h200 ;;
+    *) gpu_model=nvidia-gpu ;;
+esac
+machine=${MACHINE:-$gpu_model-x$nproc}
 transport=${ABOLETH_TRANSPORT:-p2p}
 export ABOLETH_TRANSPORT=$transport
 port=${MASTER_PORT:-29633}
@@ -40,6 +48,6 @@ start_mps_if_ranks_share_gpus() {
     [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && control=/usr/local/nvidia/bin/nvidia-cuda-mps-control
     "$control" -d && trap "echo quit | $control" EXIT
     mps_note=" ($nproc ranks on $gpus GPU(s) under CUDA MPS: not NVLink)"
-    machine=${MACHINE:-nvidia-h200-${nproc}ranks-mps}
+    machine=${MACHINE:-$gpu_model-${nproc}ranks-mps}
     echo "started CUDA MPS: $nproc ranks share $gpus GPU(s)"
 }

@@ -264,8 +264,8 @@ class Buffer(NormalMode, DeepEPExtras):
         the driver while the kernel spins for a peer, and if the driver makes this process's
         proxy thread wait for it (the proxy's copies go through the same context), the peer's
         kernel never gets this rank's data, and the peer may be blocked the same way: a cycle
-        only the wait bound ends. Suspected cause of the normal mode's 4096-token stall on the
-        proxy (docs/COMPILED_MOE.md), not yet confirmed on the GPU;
+        only the wait bound ends. That was the normal mode's 4096-token stall on the proxy
+        (docs/COMPILED_MOE.md: gone with the polling, back without it, in one A/B on the GPU);
         ``ABOLETH_MOE_BLOCKING_HOST_WAIT=1`` turns the polling off, to compare. On p2p the GPU
         moves the data and the wait stays blocking."""
         if not self._poll_host_waits:
