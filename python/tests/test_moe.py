@@ -28,11 +28,10 @@ NORMAL_FP8 = NormalLayout(RANKS, 16, 128, 2, NormalLayout.size_hint(5, 128, RANK
 def test_the_layout_keeps_the_configuration_independent_parts_first_and_aligned():
     parts = LAYOUT.parts()
     names = list(parts)
-    assert names[:7] == ["errors", "epochs", "dispatch_flags", "combine_flags", "counts_flags", "dispatch_counts",
-                         "send_counts"]
+    assert names[:6] == ["errors", "epochs", "dispatch_flags", "combine_flags", "dispatch_counts", "send_counts"]
     assert all(offset % 256 == 0 for offset, _ in parts.values())
     other = LowLatencyLayout(RANKS, 16, 8, 4096)
-    for name in names[:7]:
+    for name in names[:6]:
         assert other.parts()[name] == parts[name], name
     assert other.fingerprint != LAYOUT.fingerprint
     assert LAYOUT.pool_bytes >= parts["combine_send"][0] + parts["combine_send"][1]
@@ -70,10 +69,10 @@ def test_the_normal_layout_fits_its_size_hint_and_names_a_pool_too_small():
     parts = NORMAL.parts()
     assert all(offset % 256 == 0 for offset, _ in parts.values())
     assert parts["send"][0] + parts["send"][1] <= NORMAL.pool_bytes
-    for name in ("errors", "epochs", "dispatch_flags", "combine_flags", "counts_flags"):
+    for name in ("errors", "epochs", "dispatch_flags", "combine_flags"):
         assert parts[name] == LAYOUT.parts()[name], name  # shared with the low-latency mode
     first, end = counters_span(RANKS)
-    assert first == parts["epochs"][0] and end == parts["counts_flags"][0] + parts["counts_flags"][1]
+    assert first == parts["epochs"][0] and end == parts["combine_flags"][0] + parts["combine_flags"][1]
     fp8 = NormalLayout(RANKS, 16, 256, 8, 1 << 20, 1, 2)
     assert fp8.dispatch_row_bytes == 256 + 8 * 12 + 2 * 4 and fp8.row_stride >= 2 * 256 + 8 * 4
     # Each phase moves rows at its own stride; a block holds capacity rows of the larger.
@@ -177,15 +176,6 @@ def test_a_wait_that_gave_up_is_named_by_peer_call_epoch_and_experts():
     low_latency = buffer_without_a_gpu(LAYOUT, records=[dict(record, expected_value=2 * 16, observed_value=16)])
     assert "rank 3's low-latency dispatch of epoch 2" in low_latency._describe_wait_failures()
     assert buffer_without_a_gpu(NORMAL, records=records[3:])._describe_wait_failures() is None
-    # The normal dispatch's counts go ahead of its rows, one add per peer and call.
-    counts_flag = (1 << 30) + parts["counts_flags"][0] + 8 * 2
-    counts = buffer_without_a_gpu(NORMAL, records=[dict(record, flag_address=counts_flag, expected_value=7,
-                                                        observed_value=6)])
-    assert counts._describe_wait_failures() == (
-        "rank 1 gave up after 20000 ms waiting for rank 2's normal dispatch of epoch 7 (its counts of tokens for "
-        "this rank's experts 2..3, sent ahead of the rows): the last that arrived whole was epoch 6 (counter 6, 1 "
-        "add per call); is rank 2 alive and calling dispatch with the same configuration?")
-    assert counts.failed_peers() == [2]
     # vLLM's fault-tolerance mask: each peer once, sorted; another pool's waits name nobody.
     assert buffer.failed_peers() == [3, 5]
     assert buffer_without_a_gpu(NORMAL, records=records[3:]).failed_peers() == []
@@ -266,8 +256,7 @@ def simulate_normal(kernel: str, target: str, parts: int, *extra: str) -> subpro
     constexprs = {"RANKS": RANKS, "CAPACITY": NORMAL.capacity,
                   "ROW_STRIDE": NORMAL.dispatch_stride if dispatch else NORMAL.combine_stride,
                   "BLOCK_BYTES": NORMAL.block_bytes, "PARTS": parts}
-    names = ["recv", "send"] + (["dispatch_flags", "counts_flags", "dispatch_counts", "send_counts"] if dispatch
-                                else ["combine_flags"])
+    names = ["recv", "send"] + (["dispatch_flags", "dispatch_counts", "send_counts"] if dispatch else ["combine_flags"])
     for name in names:
         constexprs[name.upper()] = offsets[name][0]
     signature = "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32,epoch=i64"
@@ -302,7 +291,7 @@ def simulate_normal_direct(kernel: str, target: str, parts: int, *extra: str) ->
     if kernel == "normal_dispatch_direct_round":
         constexprs.update(ROW_WORDS=layout.row_words, X_WORDS=layout.x_bytes // 4, SCALE_WORDS=layout.scales,
                           ROW_STRIDE=layout.dispatch_stride, HAS_TOPK=True)
-        for name in ("dispatch_flags", "counts_flags", "dispatch_counts", "send_counts", "recv"):
+        for name in ("dispatch_flags", "dispatch_counts", "send_counts", "recv"):
             constexprs[name.upper()] = offsets[name][0]
         signature = ("endpoints=*i64,regions=*i64,x_words=*i32,scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,"
                      "send_tokens=*i64,pool=*u8,pool_key=i32,tokens=i32,epoch=i64")
@@ -366,43 +355,10 @@ def test_the_moe_communication_validates_at_8_ranks(kernel, target, parts):
         if target == "p2p":
             continue
         # One batch per sending program: its puts (per expert, or its share of the rows), the
-        # counts row, the add; the normal dispatch's counts go in a batch of their own, ahead.
-        batches = 2 if kernel == "normal_dispatch_round" else 1
-        assert counts["reservations"] == batches * programs, counts
-        assert counts["doorbells"] == batches * programs, counts
-        if kernel != "normal_dispatch_round":
-            # Each program owns its queue. The normal dispatch's round takes the peer's
-            # endpoint twice (the counts kernel's and the send's, one kernel each in the
-            # Buffer): a shared queue to the compiler. The Buffer's own kernels are checked in
-            # test_the_normal_dispatch_kernels_are_one_batch_each_on_the_queue_transports.
-            assert counts["atomics"] == 0, counts
-
-
-@pytest.mark.parametrize("target", ["mlx5", "proxy"])
-@pytest.mark.parametrize("kernel", ["normal_dispatch_counts", "normal_dispatch_send"])
-def test_the_normal_dispatch_kernels_are_one_batch_each_on_the_queue_transports(kernel, target):
-    """What the Buffer launches on the queue transports, compiled at 8 ranks, 256 experts,
-    hidden 7168, top-8: the counts kernel is one batch (the counts row, the add) and the send
-    one batch (the rows, the add), each one reservation and one doorbell, no atomics (each
-    program owns its queue): the figures of docs/COMPILED_MOE.md."""
-    layout = NormalLayout(8, 256, 7168, 8, NormalLayout.size_hint(4096, 7168, 8, 8, 256))
-    parts = layout.parts()
-    constexprs = {"RANK": 3, "RANKS": 8, "ROW_WORDS": layout.row_words, "PARTS": 1,
-                  "SEND_COUNTS": parts["send_counts"][0]}
-    if kernel == "normal_dispatch_counts":
-        constexprs.update(COUNTS_FLAGS=parts["counts_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0])
-    else:
-        constexprs.update(CAPACITY=layout.capacity, ROW_STRIDE=layout.dispatch_stride, BLOCK_BYTES=layout.block_bytes,
-                          DISPATCH_FLAGS=parts["dispatch_flags"][0], RECV=parts["recv"][0], SEND=parts["send"][0])
-    source = pathlib.Path(__file__).resolve().parents[1] / "aboleth" / "moe" / "normal_kernels.py"
-    arguments = [sys.executable, "-m", "aboleth", "compile", str(source), "--kernel", kernel, "--emit", "stats",
-                 "--target", target, "--signature", "endpoints=*i64,regions=*i64,pool=*u8,pool_key=i32"]
-    result = run(arguments, constexprs)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout[result.stdout.index("{"):])
-    (compiled,) = report["kernels"]
-    counts = compiled["counts"]
-    assert (counts["reservations"], counts["doorbells"], counts["wqes"], counts["atomics"]) == (1, 1, 2, 0), counts
+        # counts row, the add.
+        assert counts["reservations"] == programs, counts
+        assert counts["doorbells"] == programs, counts
+        assert counts["atomics"] == 0, counts  # each program owns its queue
 
 
 @pytest.mark.parametrize("kernel, target", [("dispatch_round", "p2p"), ("dispatch_round", "proxy"),
@@ -433,7 +389,8 @@ def test_the_direct_dispatch_compiles_with_what_the_buffer_passes_for_no_tokens(
     constexprs = {"RANK": 1, "RANKS": 2, "ROW_WORDS": layout.row_words, "CAPACITY": layout.capacity, "K": 4,
                   "X_WORDS": layout.x_bytes // 4, "SCALE_WORDS": 0, "ROW_STRIDE": layout.dispatch_stride,
                   "BLOCK_BYTES": layout.block_bytes, "PARTS": 16, "DISPATCH_FLAGS": parts["dispatch_flags"][0],
-                  "SEND_COUNTS": parts["send_counts"][0], "RECV": parts["recv"][0], "HAS_TOPK": True}
+                  "DISPATCH_COUNTS": parts["dispatch_counts"][0], "SEND_COUNTS": parts["send_counts"][0],
+                  "RECV": parts["recv"][0], "HAS_TOPK": True}
     signature.update({name: "constexpr" for name in constexprs})
     with aboleth.compilation(target="p2p"):
         compiled = triton.compile(ASTSource(normal_kernels.normal_dispatch_direct, signature, constexprs),
@@ -461,7 +418,7 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
          {"RANK": 1, "RANKS": ranks, "LOCAL_EXPERTS": layout.local_experts, "LOCAL_POW2": layout.local_experts,
           "ROW_WORDS": layout.row_words, "FINGERPRINT": layout.fingerprint, "EPOCHS": parts["epochs"][0],
           "SEND_COUNTS": parts["send_counts"][0], "DISPATCH_COUNTS": parts["dispatch_counts"][0],
-          "INFO_WORDS": ranks + 1 + layout.local_experts + 8 + 1, "INFO_POW2": 256, "BLOCK_TOKENS": 1024}),
+          "INFO_WORDS": ranks + 1 + layout.local_experts + 8, "INFO_POW2": 256, "BLOCK_TOKENS": 1024}),
         (normal_kernels.normal_pack, "x_words=*i32,scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,in_rank=*u8,"
          "positions=*i64,pool=*u8", {**shared, **copies, "RANK": 1, "SEND": parts["send"][0]}),
         # FP8: send_tokens as the pool stands in for it on a rank with no tokens (u8).
@@ -469,8 +426,7 @@ def test_the_normal_mode_copy_kernels_compile_at_deepseeks_settings(fp8):
          "x_words=*i32,"
          "scale_words=*i32,topk_idx=*i64,topk_weights=*fp32,recv_x_words=*i32,recv_scale_words=*i32,"
          "recv_topk_idx=*i64,recv_topk_weights=*fp32,tokens=i32",
-         {**shared, **copies, "RANK": 1, "RANKS_POW2": ranks, "LOCAL_EXPERTS": layout.local_experts,
-          "ARRIVED": ranks + 1 + layout.local_experts + 8}),
+         {**shared, **copies, "RANK": 1, "RANKS_POW2": ranks, "LOCAL_EXPERTS": layout.local_experts}),
         (normal_kernels.normal_combine_pack, "pool=*u8,recv_info=*i64,x_words=*i32,topk_weights=*fp32",
          {**shared, "RANK": 0, "RANKS_POW2": ranks, "HIDDEN_WORDS": hidden // 2, "HAS_WEIGHTS": True,
           "BLOCK_WORDS": 1024}),

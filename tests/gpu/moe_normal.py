@@ -228,10 +228,9 @@ def step_graph(buffer: Buffer) -> Dict[str, Any]:
 
 def step_restart(buffer: Buffer) -> Dict[str, Any]:
     """Rank 1's sending kernel fails (injected: its launcher raises) after its dispatch advanced
-    the epoch and sent its counts: rank 1's dispatch raises that; the others' dispatch returns
-    padding rows (no expert, weight 0) and their ``check_errors`` names rank 1's dispatch and an
-    epoch once their waits give up; the next call raises at once on every rank, naming the stop;
-    after ``restart()`` on every rank a layer is exact again."""
+    the epoch: rank 1's dispatch raises that, the others' name rank 1's dispatch and an epoch
+    once their waits give up; the next call raises at once on every rank, naming the stop; after
+    ``restart()`` on every rank a layer is exact again."""
     from aboleth.moe import normal_kernels
     rank = buffer.rank
     senders = (normal_kernels.normal_dispatch_send, normal_kernels.normal_dispatch_direct)
@@ -248,12 +247,12 @@ def step_restart(buffer: Buffer) -> Dict[str, Any]:
     errors: List[str] = []
     result: Dict[str, Any] = {}
 
-    def must_raise(key: str, call: Callable[[], Any], needles: List[str]) -> None:
-        """``call`` must raise a RuntimeError naming every needle; its message and seconds go
-        into the result under ``key``."""
+    def must_raise(key: str, seed: int, needles: List[str]) -> None:
+        """A layer that must raise a RuntimeError naming every needle; its message and seconds
+        go into the result under ``key``."""
         started = time.monotonic()
         try:
-            call()
+            layer(seed)
             errors.append(f"{key}: raised nothing")
         except RuntimeError as error:
             result[key] = message = str(error)
@@ -261,32 +260,14 @@ def step_restart(buffer: Buffer) -> Dict[str, Any]:
                           if needle not in message)
         result[f"{key}_seconds"] = round(time.monotonic() - started, 2)
 
-    def dispatch_then_check_errors(seed: int) -> List[str]:
-        """Rank 1's dispatch raises (its send did not launch); rank 0's returns once rank 1's
-        counts arrived (they go ahead of the rows), with padding rows where rank 1's rows did
-        not arrive, and ``check_errors`` raises once its wait for them gave up."""
-        x, topk, weights = inputs(seed, rank, 64 + rank, 2048, ROUTES["random"], buffer.group_size, False)
-        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk, EXPERTS)
-        _, recv_topk, recv_weights, _, _, _ = buffer.dispatch(
-            x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
-            topk_idx=topk, topk_weights=weights)
-        try:
-            buffer.check_errors()
-        finally:
-            padding = bool((recv_topk == -1).all()) and bool((recv_weights == 0).all())
-            result["rows_padding_after_the_failure"] = padding
-            if not padding:
-                errors.append("rows reached the experts from a dispatch whose rows did not arrive")
-
     if rank == 1:
         buffer._launcher = failing  # type: ignore[method-assign]
     try:
-        must_raise("failed_call", lambda: dispatch_then_check_errors(91),
-                   ["injected" if rank == 1 else "waiting for rank 1's normal dispatch of epoch"])
+        must_raise("failed_call", 91, ["injected" if rank == 1 else "waiting for rank 1's normal dispatch of epoch"])
     finally:
         if rank == 1:
             del buffer._launcher
-    must_raise("next_call", lambda: layer(92), [f"this Buffer stopped on rank {rank}", "restart()"])
+    must_raise("next_call", 92, [f"this Buffer stopped on rank {rank}", "restart()"])
     if result["next_call_seconds"] > 1:
         errors.append(f"the call after the failure took {result['next_call_seconds']} s to raise")
     buffer.restart()
@@ -387,23 +368,23 @@ def step_timing(world: Any) -> Dict[str, Any]:
     kernels_us = {name: profile_kernels(world, buffer, data, arguments, hidden)
                   for name, data in (("bf16", x), ("fp8", x_fp8))} if transport == "p2p" else \
         "not profiled on the proxy (CUPTI tracing stalls the proxy thread's copies)"
+    timeline = dispatch_timeline(world, buffer, x, arguments) if transport == "p2p" else None
     host = host_profile(world, buffer, x, arguments, hidden)
     # Launches through the cached kernels of aboleth/moe/launch.py, and through Triton.
     launches = {getattr(kernel, "__name__", str(kernel)): {"cached": launcher.launches, "through_triton": launcher.misses}
                 for kernel, launcher in buffer._launchers.items()}
     sending = (ranks - 1) * buffer.normal_parts
     grids = {"normal_prepare": ranks, "normal_pack": tokens, "normal_dispatch_send": sending,
-             "normal_dispatch_direct": sending, "normal_dispatch_counts": ranks - 1, "normal_dispatch_counts_wait": 1,
-             "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
+             "normal_dispatch_direct": sending, "normal_dispatch_wait": 1, "normal_dispatch_receive": "received rows",
              "normal_combine_pack": "received rows", "normal_combine_send": sending, "normal_combine_direct": sending,
              "normal_combine_wait": 1, "normal_combine_reduce": "tokens x hidden / 1024"}
-    return {"passed": True, "kernels_us": kernels_us, "host_profile": host, "launches": launches,
+    return {"passed": True, "kernels_us": kernels_us, "dispatch_timeline_us": timeline, "host_profile": host,
+            "launches": launches,
             "settings": {"tokens": tokens, "hidden": hidden, "top_k": k, "experts": experts,
                                          "ranks": ranks, "pool_bytes": size}, "results": results,
             "grids": {name: grids[name] for name in launches if name in grids},
             "note": "each call between host barriers; dispatch includes its host synchronization (the output "
-                    "size, from the counts sent ahead of the rows) and the prepare kernel (positions, counts rows), "
-                    "not get_dispatch_layout"}
+                    "size) and the prepare kernel (positions, counts rows), not get_dispatch_layout"}
 
 
 def profile_kernels(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any], hidden: int) -> Dict[str, float]:
@@ -427,6 +408,35 @@ def profile_kernels(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any
         if event.count and device_us:
             means[event.key[:60]] = round(device_us / event.count, 1)
     return dict(sorted(means.items(), key=lambda item: -item[1])[:20])
+
+
+def dispatch_timeline(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any]) -> Dict[str, Any]:
+    """One BF16 dispatch under torch.profiler (after two unprofiled ones), between barriers: when
+    each of its kernels and copies ran on the device, and when the host call returned, in us
+    from the host call's start (torch.profiler puts both on one clock): where the device waits
+    for the host, and the host for the device."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    for index in range(3):
+        torch.cuda.synchronize()
+        world.barrier()
+        if index < 2:
+            buffer.dispatch(x, **arguments)
+            continue
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+            with record_function("aboleth.dispatch"):
+                buffer.dispatch(x, **arguments)
+            torch.cuda.synchronize()
+    world.barrier()
+    events = list(profiler.events())
+    # The host's range (torch.profiler also puts the label on the device's timeline).
+    (call,) = [event for event in events if event.name == "aboleth.dispatch" and str(event.device_type).endswith("CPU")]
+    origin = call.time_range.start
+    device = sorted((event for event in events if str(event.device_type).endswith("CUDA")
+                     and event.name != "aboleth.dispatch" and event.time_range.elapsed_us() > 0),
+                    key=lambda event: event.time_range.start)
+    return {"host_call": [0.0, round(call.time_range.end - origin, 1)],
+            "device": [[event.name[:40], round(event.time_range.start - origin, 1), round(event.time_range.end - origin, 1)]
+                       for event in device]}
 
 
 def host_profile(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any], hidden: int) -> Dict[str, Any]:

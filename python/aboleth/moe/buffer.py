@@ -138,7 +138,6 @@ class Buffer(NormalMode, DeepEPExtras):
         self._launchers: Dict[Any, Launcher] = {}  # per kernel (_launcher)
         self._normal_layouts: Dict[Tuple[int, ...], NormalLayout] = {}  # per configuration (normal.py)
         self._low_latency_layouts: Dict[Tuple[int, ...], LowLatencyLayout] = {}
-        self._host_infos: Dict[int, Any] = {}  # pinned, per size (_host_info)
         self._last_call: Optional[Tuple[str, str, Any]] = None  # (mode, "dispatch" or "combine", layout)
         # The call whose send is not launched yet ("normal dispatch", ...; _begin to _sent), and
         # why this Buffer stopped (None while it runs): see _begin and restart.
@@ -258,29 +257,6 @@ class Buffer(NormalMode, DeepEPExtras):
         self._wait_for_stream()
         _torch().cuda.synchronize()
 
-    def _host_info(self, words: int) -> Any:
-        """This Buffer's pinned host tensor of ``words`` int64, which a normal dispatch copies its
-        received layout into (asynchronously: pinned memory, so that the copy does not wait for
-        the kernels queued after it). One per size, reused: each dispatch reads it before the
-        next can write it."""
-        host = self._host_infos.get(words)
-        if host is None:
-            torch = _torch()
-            host = self._host_infos[words] = torch.zeros(words, dtype=torch.int64, pin_memory=True)
-        return host
-
-    def _wait_for_event(self, event: Any) -> None:
-        """Returns once ``event`` completed: blocking on p2p, polling it on the transports whose
-        data a host thread moves (see ``_wait_for_stream``)."""
-        if not self._poll_host_waits:
-            event.synchronize()
-            return
-        started = time.monotonic()
-        while not event.query():
-            # Yield for the first 200 us (a dispatch's wait usually ends by then), then sleep
-            # briefly, leaving the core to the proxy thread this waits for.
-            time.sleep(0 if time.monotonic() - started < 200e-6 else 50e-6)
-
     def _wait_for_stream(self) -> None:
         """Returns once the current stream ran what was queued on it, by polling an event on a
         transport whose data a host thread moves (the proxy, the software NIC). Why: a blocking
@@ -297,7 +273,11 @@ class Buffer(NormalMode, DeepEPExtras):
         torch = _torch()
         done = torch.cuda.Event()
         done.record(torch.cuda.current_stream())
-        self._wait_for_event(done)
+        started = time.monotonic()
+        while not done.query():
+            # Yield for the first 200 us (a dispatch's wait usually ends by then), then sleep
+            # briefly, leaving the core to the proxy thread this waits for.
+            time.sleep(0 if time.monotonic() - started < 200e-6 else 50e-6)
 
     def restart(self) -> None:
         """Starts a stopped Buffer again (see ``_begin``): every rank synchronizes its device (its
@@ -618,10 +598,8 @@ class Buffer(NormalMode, DeepEPExtras):
         return sorted({peer for _, peer, _ in self._failed_waits()})
 
     def _failed_waits(self) -> Iterator[Tuple[str, int, Dict[str, Any]]]:
-        """(counter, peer, record) for each of the World's failed waits on this Buffer's
-        counters (``dispatch_flags``, ``combine_flags``, the normal dispatch's
-        ``counts_flags``), oldest first; nothing before the first call (no layout) or for
-        another pool's waits."""
+        """(call, peer, record) for each of the World's failed waits on this Buffer's counters,
+        oldest first; nothing before the first call (no layout) or for another pool's waits."""
         layout = self._layout
         if layout is None:
             return
@@ -629,10 +607,10 @@ class Buffer(NormalMode, DeepEPExtras):
         base = self.pool.data_ptr()
         for record in self.world.wait_failures():
             offset = record["flag_address"] - base
-            for part in ("dispatch_flags", "combine_flags", "counts_flags"):
+            for call, part in (("dispatch", "dispatch_flags"), ("combine", "combine_flags")):
                 first, length = parts[part]
                 if first <= offset < first + length:
-                    yield part, (offset - first) // 8, record
+                    yield call, (offset - first) // 8, record
 
     def _describe_wait_failures(self) -> Optional[str]:
         """The World's failed waits on this Buffer's counters, each (phase, peer) once, in MoE
@@ -641,27 +619,22 @@ class Buffer(NormalMode, DeepEPExtras):
         counters (the World's own report is raised then)."""
         layout = self._layout
         normal = isinstance(layout, NormalLayout)
-        per_call_of_rows = self.normal_parts if normal else self.parts  # counter adds per peer and call
+        per_call = self.normal_parts if normal else self.parts  # counter adds per peer and call
         local = layout.experts // self.group_size if layout is not None else 0
 
         def experts_of(rank: int) -> str:
             return f"experts {rank * local}..{(rank + 1) * local - 1}"
 
         described: Dict[Tuple[str, int], str] = {}
-        for counter, peer, record in self._failed_waits():
-            call = "combine" if counter == "combine_flags" else "dispatch"
-            carries = {"dispatch_flags": f"the rows of its tokens routed to this rank's {experts_of(self.rank)}",
-                       "counts_flags": f"its counts of tokens for this rank's {experts_of(self.rank)}, sent "
-                                       "ahead of the rows",
-                       "combine_flags": f"the outputs of its {experts_of(peer)} for this rank's tokens"}[counter]
-            # The normal dispatch's counts: one add per peer and call.
-            per_call = 1 if counter == "counts_flags" else per_call_of_rows
+        for call, peer, record in self._failed_waits():
             epoch = record["expected_value"] // per_call
-            described.setdefault((counter, peer), (
+            carries = (f"the rows of its tokens routed to this rank's {experts_of(self.rank)}"
+                       if call == "dispatch" else f"the outputs of its {experts_of(peer)} for this rank's tokens")
+            described.setdefault((call, peer), (
                 f"rank {self.rank} gave up after {record['waited_nanoseconds'] / 1e6:.0f} ms waiting for rank "
                 f"{peer}'s {'normal' if normal else 'low-latency'} {call} of epoch {epoch} ({carries}): the "
                 f"last that arrived whole was epoch {record['observed_value'] // per_call} (counter "
-                f"{record['observed_value']}, {per_call} add{'s' if per_call != 1 else ''} per call); is rank {peer} alive and calling "
+                f"{record['observed_value']}, {per_call} adds per call); is rank {peer} alive and calling "
                 f"{call} with the same configuration?"))
         if not described:
             return None

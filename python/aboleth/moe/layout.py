@@ -20,9 +20,6 @@ channels) and ``combine_row_bytes`` per combined row (BF16):
 - ``dispatch_flags`` / ``combine_flags``: one int64 per source rank, a counter each of the
   source's sending programs adds 1 to (``parts`` per call: the receiver waits for
   ``epoch * parts``);
-- ``counts_flags``: one int64 per source rank, the normal mode's counter of counts rows (unused
-  by the low-latency mode, whose counts travel with its rows: here so that both modes' counters
-  sit at the same offsets);
 - ``dispatch_counts``: ``[ranks, local_experts + 1]`` int64, how many tokens each source sent to
   each local expert, then the source's configuration fingerprint (the source puts its row
   before its signal; the receiver checks the fingerprint);
@@ -64,8 +61,7 @@ def counters_span(ranks: int) -> Tuple[int, int]:
     epochs = _align(ERROR_WORDS * 8)
     dispatch_flags = _align(epochs + 2 * 8)
     combine_flags = _align(dispatch_flags + ranks * 8)
-    counts_flags = _align(combine_flags + ranks * 8)
-    return epochs, counts_flags + ranks * 8
+    return epochs, combine_flags + ranks * 8
 
 
 @dataclass(frozen=True)
@@ -136,7 +132,6 @@ class LowLatencyLayout:
             ("epochs", 2 * 8),
             ("dispatch_flags", self.ranks * 8),
             ("combine_flags", self.ranks * 8),
-            ("counts_flags", self.ranks * 8),  # the normal mode's (see the module docstring)
             ("dispatch_counts", self.ranks * (self.local_experts + 1) * 8),
             ("send_counts", self.ranks * (self.local_experts + 1) * 8),
             # From here on the places depend on max_tokens and hidden too.
@@ -180,9 +175,6 @@ class NormalLayout:
 
     - ``errors``, ``epochs`` (dispatch, combine), ``dispatch_flags`` / ``combine_flags`` (one
       counter per source): as in :class:`LowLatencyLayout`;
-    - ``counts_flags``: one counter per source, which the source's counts program adds 1 to
-      once it has put its counts row (a dispatch sends its counts ahead of its rows, so that
-      the host can size the outputs while the rows are in flight);
     - ``dispatch_counts``: ``[ranks, local_experts + 2]`` int64, what each source sent here: its
       tokens, its tokens per local expert, its configuration's fingerprint;
     - ``send_counts``: the same rows, this rank's, per destination;
@@ -268,7 +260,6 @@ class NormalLayout:
             ("epochs", 2 * 8),
             ("dispatch_flags", self.ranks * 8),
             ("combine_flags", self.ranks * 8),
-            ("counts_flags", self.ranks * 8),
             ("dispatch_counts", self.ranks * self.row_words * 8),
             ("send_counts", self.ranks * self.row_words * 8),
         ]

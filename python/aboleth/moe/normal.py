@@ -5,14 +5,10 @@ graphs) and ``combine``, as a mixin the ``Buffer`` class inherits.
 Each call is the kernels of ``aboleth/moe/normal_kernels.py`` (the first computes each token's
 place among a destination's tokens and the counts rows) and a few torch allocations.
 ``num_tokens_per_rank`` is required as in DeepEP but not read: the counts come from
-``is_token_in_rank``, which defines them. A dispatch waits on the host once to size its
-outputs (as DeepEP's does), for the counts only: they go to the peers ahead of the rows, and the
-received layout is copied to pinned host memory behind their wait, so the host reads it, sizes
-the outputs and queues the receive while the rows are still in flight. With ``num_worst_tokens``
-(or a cached dispatch) nothing waits on the host: the outputs have that many rows, so a dispatch
-and a combine can be captured in a CUDA graph. A wait for the rows that gives up leaves padding
-rows (no expert, weight 0) and is raised by the next call or ``check_errors()``. What the pool
-holds is ``NormalLayout`` in ``aboleth/moe/layout.py``.
+``is_token_in_rank``, which defines them. A dispatch synchronizes the
+host once to size its outputs (as DeepEP's does), except with ``num_worst_tokens``: then the
+outputs have that many rows and nothing waits on the host, so a dispatch and a combine can be
+captured in a CUDA graph. What the pool holds is ``NormalLayout`` in ``aboleth/moe/layout.py``.
 """
 
 from __future__ import annotations
@@ -204,11 +200,9 @@ class NormalMode:
             send_tokens = torch.empty(ranks, tokens, dtype=torch.int64, device=x_data.device)
             num_tokens_per_expert = num_tokens_per_expert.contiguous()
         # The received layout (each source's first row, the total, the aligned per-expert
-        # counts), then the error words: one copy to the host reads both; then the word that
-        # says the rows arrived (written later, by the wait for the rows).
+        # counts), then the error words: one copy to the host reads both.
         info_words = ranks + 1 + local_experts
-        arrived_word = info_words + ERROR_WORDS
-        recv_info = torch.empty(arrived_word + 1, dtype=torch.int64, device=x_data.device)
+        recv_info = torch.empty(info_words + ERROR_WORDS, dtype=torch.int64, device=x_data.device)
         # With no tokens the scan reads nothing: the pool stands in for the empty tensors (the
         # kernels load send_tokens' entries as int64 whatever its type).
         send_tokens_argument = send_tokens if tokens else self.pool
@@ -218,7 +212,7 @@ class NormalMode:
             RANKS=ranks, LOCAL_EXPERTS=local_experts, LOCAL_POW2=_next_power_of_2(local_experts),
             ROW_WORDS=layout.row_words, FINGERPRINT=layout.fingerprint, EPOCHS=epochs,
             SEND_COUNTS=parts["send_counts"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
-            INFO_WORDS=arrived_word + 1, INFO_POW2=_next_power_of_2(arrived_word + 1),
+            INFO_WORDS=info_words + ERROR_WORDS, INFO_POW2=_next_power_of_2(info_words + ERROR_WORDS),
             BLOCK_TOKENS=BLOCK_TOKENS)
         x_words = x_data.view(torch.int32)
         scale_view = scales.view(torch.int32) if fp8 else x_words
@@ -231,35 +225,13 @@ class NormalMode:
                       BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(layout.x_bytes // 4)))
         counters = dict(RANK=rank, RANKS=ranks, ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
                         ROW_STRIDE=layout.dispatch_stride, BLOCK_BYTES=layout.block_bytes, PARTS=self.normal_parts,
-                        DISPATCH_FLAGS=parts["dispatch_flags"][0], SEND_COUNTS=parts["send_counts"][0],
-                        RECV=parts["recv"][0])
-        # The host sizes the outputs from the counts alone: they go ahead of the rows, and the
-        # layout's copy to the host is queued before the rows' send, so the host waits for the
-        # counts while the rows are in flight.
-        host_sized = not cached and not num_worst_tokens
-        with self._compile():
-            self._launcher(normal_kernels.normal_dispatch_counts)[(ranks - 1,)](
-                self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
-                ROW_WORDS=layout.row_words, PARTS=1, COUNTS_FLAGS=parts["counts_flags"][0],
-                DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0])
+                        DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+                        SEND_COUNTS=parts["send_counts"][0], RECV=parts["recv"][0])
         if tokens and not self.normal_direct:
             self._launcher(normal_kernels.normal_pack)[(tokens,)](
                 x_words, scale_view, topk_source, weights_source, is_token_in_rank, positions, self.pool, RANK=rank,
                 RANKS=ranks, SEND=parts["send"][0], **row, **copies)
         with self._compile():
-            self._launcher(normal_kernels.normal_dispatch_counts_wait)[(1,)](
-                self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
-                RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
-                LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
-                FINGERPRINT=layout.fingerprint, EXPERT_ALIGNMENT=expert_alignment,
-                NUM_WORST=handle.num_worst_tokens if cached else num_worst_tokens, ERRORS=parts["errors"][0],
-                EPOCHS=epochs, COUNTS_FLAGS=parts["counts_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
-                PARTS=1, WORST_ERROR_WORD=WORST_ERROR_WORD, ERROR_WORDS=ERROR_WORDS)
-            if host_sized:
-                host_info = self._host_info(arrived_word)
-                host_info.copy_(recv_info[:arrived_word], non_blocking=True)
-                counts_arrived = torch.cuda.Event()
-                counts_arrived.record()
             if self.normal_direct:
                 self._launcher(normal_kernels.normal_dispatch_direct)[((ranks - 1) * self.normal_parts,)](
                     self.endpoints, self.regions, x_words, scale_view, topk_source, weights_source,
@@ -269,18 +241,22 @@ class NormalMode:
                     self.endpoints, self.regions, self.pool, self.pool_key, SEND=parts["send"][0], **counters)
             self._sent()
             self._launcher(normal_kernels.normal_dispatch_wait)[(1,)](
-                self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks, EPOCHS=epochs,
-                DISPATCH_FLAGS=parts["dispatch_flags"][0], PARTS=self.normal_parts, ARRIVED=arrived_word)
+                self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
+                RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
+                LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
+                FINGERPRINT=layout.fingerprint, EXPERT_ALIGNMENT=expert_alignment,
+                NUM_WORST=handle.num_worst_tokens if cached else num_worst_tokens, ERRORS=parts["errors"][0],
+                EPOCHS=epochs, DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+                PARTS=self.normal_parts, WORST_ERROR_WORD=WORST_ERROR_WORD, ERROR_WORDS=ERROR_WORDS)
         if cached:
             num_rows, per_expert = handle.num_rows, handle.num_recv_tokens_per_expert_list
         elif num_worst_tokens:
             num_rows, per_expert = num_worst_tokens, []
         else:
-            # The one host synchronization: the outputs' size, from the counts. A wait that gave
-            # up, or a peer with another configuration, is raised here rather than returned as
-            # rows.
-            self._wait_for_event(counts_arrived)
-            info = host_info.tolist()
+            # The one host synchronization: the outputs' size. A wait that gave up, or a peer
+            # with another configuration, is raised here rather than returned as rows.
+            self._wait_for_stream()  # before a blocking copy to the host (see Buffer._wait_for_stream)
+            info = recv_info.tolist()
             self._raise_recorded(info[info_words:])
             num_rows, per_expert = info[ranks], info[ranks + 1:info_words]
         device = x_data.device
@@ -295,7 +271,7 @@ class NormalMode:
                 weights_source, recv_x_words, recv_scales.view(torch.int32) if fp8 else recv_x_words,
                 recv_topk_idx if has_topk else recv_info, recv_topk_weights if has_topk else recv_x_words, tokens,
                 K_POW2=_next_power_of_2(max(topk, 1)), RANK=rank, RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks),
-                LOCAL_EXPERTS=local_experts, RECV=parts["recv"][0], ARRIVED=arrived_word, **row, **copies)
+                LOCAL_EXPERTS=local_experts, RECV=parts["recv"][0], **row, **copies)
         received = (recv_x, recv_scales) if fp8 else recv_x
         if cached:
             return received, None, None, None, None, EventOverlap()

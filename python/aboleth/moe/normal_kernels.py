@@ -11,29 +11,24 @@ the reduce read them from the caller's tensors. Dispatch:
 - :func:`normal_prepare` (plain Triton, one program per rank): each token's place among a
   destination's tokens and its inverse (``send_tokens``: the destination's tokens in place
   order, compacted), the counts rows, the epoch;
-- :func:`normal_dispatch_counts` (one program per peer): the counts row for the peer, one add
-  to its ``counts_flags`` counter: the counts go ahead of the rows;
-- :func:`normal_dispatch_counts_wait` (one program): bounded waits for every peer's counts,
-  the fingerprint check, then the received layout (``recv_info``: each source's first row, the
-  total, the per-expert counts rounded up to the expert alignment), the ``num_worst_tokens``
-  overflow check. The host copies the layout out behind it and sizes the outputs while the
-  rows below are in flight. One program, so that spinning leaves the GPU to the peers;
 - p2p: :func:`normal_dispatch_direct` (``parts`` programs per peer): the program's share of
   the peer's tokens, each row's puts (hidden state, top-k ids and weights, FP8 scales) from
-  the caller's tensors into the peer's ``recv`` block, one counter add;
+  the caller's tensors into the peer's ``recv`` block, the counts row (one program), one
+  counter add;
 - staged: :func:`normal_pack` (plain, one program per token) copies the token's row to this
   rank's ``send`` block of each peer it goes to, at its place; then
   :func:`normal_dispatch_send` (``parts`` programs per peer): one put of the program's share of
-  the peer's rows (their number loaded from memory), one counter add. The compiler sees a put
-  and an add on one endpoint: one batch, one doorbell per program on the queue transports;
-- :func:`normal_dispatch_wait` (one program): bounded waits for every peer's rows, then the
-  word that says they arrived (``recv_info[ARRIVED]``);
+  the peer's rows (their number loaded from memory), the counts row, one counter add. The
+  compiler sees one put, a predicated put and an add on one endpoint: one batch, one doorbell
+  per program on the queue transports;
+- :func:`normal_dispatch_wait` (one program): bounded waits for every peer's counter, the
+  fingerprint check, then the received layout (``recv_info``: each source's first row, the
+  total, the per-expert counts rounded up to the expert alignment), the ``num_worst_tokens``
+  overflow check. One program, so that spinning leaves the GPU to the peers;
 - :func:`normal_dispatch_receive` (plain, one program per received row): copies row ``i`` out
   of the block of its source (sources in rank order, each source's rows in its token order),
   or this rank's own from the caller's tensors, making the top-k ids local (-1 and weight 0
-  for another rank's expert), or marks a padding row (``num_worst_tokens``). When the rows did
-  not arrive (a wait that gave up: the next call raises) every row is a padding row: no
-  stale rows reach the experts.
+  for another rank's expert), or marks a padding row (``num_worst_tokens``).
 
 The tokens are compacted before anything is sent (``send_tokens``, or the staged blocks): no
 put for a token that does not go to the peer.
@@ -169,35 +164,15 @@ def _send_count(pool, peer, ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, SEN
 
 
 @triton.jit
-def normal_dispatch_counts(endpoints, regions, pool, pool_key, RANK: tl.constexpr, RANKS: tl.constexpr,
-                           ROW_WORDS: tl.constexpr, PARTS: tl.constexpr, COUNTS_FLAGS: tl.constexpr,
-                           DISPATCH_COUNTS: tl.constexpr, SEND_COUNTS: tl.constexpr):
-    """The counts ahead of the rows (``parts`` programs per peer; the Buffer launches one): the
-    counts row ``normal_prepare`` wrote for the peer, put into the peer's ``dispatch_counts`` row
-    of this rank (by part 0), then one add per part to the peer's ``counts_flags`` counter of
-    this rank: the receiver waits for ``epoch * parts``."""
-    peer, part = _peer_and_part(RANK, PARTS)
-    ep = aboleth.endpoint(endpoints, peer)
-    peer_pool = aboleth.remote(regions, peer)
-    peer_words = aboleth.remote(regions, peer, tl.int64)
-    counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (ROW_WORDS * 8)
-    aboleth.put(ep, peer_pool.at(DISPATCH_COUNTS + RANK * (ROW_WORDS * 8)), counts_source, ROW_WORDS * 8,
-                source_key=pool_key, predicate=part == 0)
-    aboleth.signal(ep, peer_words.at(COUNTS_FLAGS // 8 + RANK), 1, op="add")
-    aboleth.drain(ep)  # the counts row is rewritten by the next dispatch's prepare
-
-
-@triton.jit
 def normal_dispatch_direct(endpoints, regions, x_words, scale_words, topk_idx, topk_weights, send_tokens, pool,
                            pool_key, tokens, RANK: tl.constexpr, RANKS: tl.constexpr, ROW_WORDS: tl.constexpr,
                            CAPACITY: tl.constexpr, K: tl.constexpr, X_WORDS: tl.constexpr,
                            SCALE_WORDS: tl.constexpr, ROW_STRIDE: tl.constexpr, BLOCK_BYTES: tl.constexpr,
-                           PARTS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr, SEND_COUNTS: tl.constexpr,
-                           RECV: tl.constexpr, HAS_TOPK: tl.constexpr):
+                           PARTS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr, DISPATCH_COUNTS: tl.constexpr,
+                           SEND_COUNTS: tl.constexpr, RECV: tl.constexpr, HAS_TOPK: tl.constexpr):
     """The p2p dispatch (``parts`` programs per peer): the program's share of the peer's tokens
     (``send_tokens``, in place order), each row put straight from the caller's tensors into the
-    peer's ``recv`` block of this rank, then one counter add (the counts went ahead:
-    ``normal_dispatch_counts``).
+    peer's ``recv`` block of this rank, then the counts row (one program) and one counter add.
     Nothing is staged: on p2p a put is the program's own loads and stores, which may read any
     memory of this GPU; the queue transports need registered sources (``normal_pack``)."""
     peer, part = _peer_and_part(RANK, PARTS)
@@ -213,8 +188,11 @@ def normal_dispatch_direct(endpoints, regions, x_words, scale_words, topk_idx, t
         token = tl.load(send_tokens + peer.to(tl.int64) * tokens + position).to(tl.int64)
         _put_row(ep, peer_pool, pool_key, block + position * ROW_STRIDE, x_words, scale_words, topk_idx,
                  topk_weights, token, K, X_WORDS, SCALE_WORDS, HAS_TOPK)
+    counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (ROW_WORDS * 8)
+    aboleth.put(ep, peer_pool.at(DISPATCH_COUNTS + RANK * (ROW_WORDS * 8)), counts_source, ROW_WORDS * 8,
+                source_key=pool_key, predicate=part == 0)
     aboleth.signal(ep, peer_words.at(DISPATCH_FLAGS // 8 + RANK), 1, op="add")
-    aboleth.drain(ep)  # the caller may rewrite x once the dispatch returns
+    aboleth.drain(ep)  # the caller may rewrite x and the counts row once the dispatch returns
 
 
 @triton.jit
@@ -231,7 +209,8 @@ def _send_rows(ep, peer_pool, pool, pool_key, count, part, source_block, destina
 def normal_dispatch_send(endpoints, regions, pool, pool_key, RANK: tl.constexpr, RANKS: tl.constexpr,
                          ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, ROW_STRIDE: tl.constexpr,
                          BLOCK_BYTES: tl.constexpr, PARTS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr,
-                         SEND_COUNTS: tl.constexpr, RECV: tl.constexpr, SEND: tl.constexpr):
+                         DISPATCH_COUNTS: tl.constexpr, SEND_COUNTS: tl.constexpr, RECV: tl.constexpr,
+                         SEND: tl.constexpr):
     peer, part = _peer_and_part(RANK, PARTS)
     ep = aboleth.endpoint(endpoints, peer)
     peer_pool = aboleth.remote(regions, peer)
@@ -239,25 +218,24 @@ def normal_dispatch_send(endpoints, regions, pool, pool_key, RANK: tl.constexpr,
     count = _send_count(pool, peer, ROW_WORDS, CAPACITY, SEND_COUNTS)
     _send_rows(ep, peer_pool, pool, pool_key, count, part, SEND + peer.to(tl.int64) * BLOCK_BYTES,
                RECV + RANK * BLOCK_BYTES, ROW_STRIDE, PARTS)
+    counts_source = pool + SEND_COUNTS + peer.to(tl.int64) * (ROW_WORDS * 8)
+    aboleth.put(ep, peer_pool.at(DISPATCH_COUNTS + RANK * (ROW_WORDS * 8)), counts_source, ROW_WORDS * 8,
+                source_key=pool_key, predicate=part == 0)
     # One add per part: the receiver waits for epoch * PARTS.
     aboleth.signal(ep, peer_words.at(DISPATCH_FLAGS // 8 + RANK), 1, op="add")
-    aboleth.drain(ep)  # the send block is rewritten by the next dispatch
+    aboleth.drain(ep)  # the send block and counts row are rewritten by the next dispatch
 
 
 @triton.jit
-def normal_dispatch_counts_wait(endpoints, pool, recv_info, RANK: tl.constexpr, RANKS: tl.constexpr,
-                                RANKS_POW2: tl.constexpr, LOCAL_EXPERTS: tl.constexpr, LOCAL_POW2: tl.constexpr,
-                                ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, FINGERPRINT: tl.constexpr,
-                                EXPERT_ALIGNMENT: tl.constexpr, NUM_WORST: tl.constexpr, ERRORS: tl.constexpr,
-                                EPOCHS: tl.constexpr, COUNTS_FLAGS: tl.constexpr, DISPATCH_COUNTS: tl.constexpr,
-                                PARTS: tl.constexpr, WORST_ERROR_WORD: tl.constexpr, ERROR_WORDS: tl.constexpr):
-    """Bounded waits for every peer's counts row (``PARTS`` adds per call: the counts kernel's
-    programs per peer), the fingerprint check, the received layout and the error words into
-    ``recv_info``. A wait that gives up ends the kernel: ``recv_info`` stays as the prepare
-    zeroed it, and the host's read raises."""
+def normal_dispatch_wait(endpoints, pool, recv_info, RANK: tl.constexpr, RANKS: tl.constexpr,
+                         RANKS_POW2: tl.constexpr, LOCAL_EXPERTS: tl.constexpr, LOCAL_POW2: tl.constexpr,
+                         ROW_WORDS: tl.constexpr, CAPACITY: tl.constexpr, FINGERPRINT: tl.constexpr,
+                         EXPERT_ALIGNMENT: tl.constexpr, NUM_WORST: tl.constexpr, ERRORS: tl.constexpr,
+                         EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr, DISPATCH_COUNTS: tl.constexpr,
+                         PARTS: tl.constexpr, WORST_ERROR_WORD: tl.constexpr, ERROR_WORDS: tl.constexpr):
     words = pool.to(tl.pointer_type(tl.int64))
     epoch = tl.load(words + EPOCHS // 8)
-    _wait_for_every_peer(endpoints, words, COUNTS_FLAGS // 8, epoch * PARTS, DISPATCH_COUNTS // 8, ERRORS // 8,
+    _wait_for_every_peer(endpoints, words, DISPATCH_FLAGS // 8, epoch * PARTS, DISPATCH_COUNTS // 8, ERRORS // 8,
                          epoch, RANK, RANKS, ROW_WORDS, FINGERPRINT, True)
     sources = tl.arange(0, RANKS_POW2)
     source_mask = sources < RANKS
@@ -291,19 +269,6 @@ def normal_dispatch_counts_wait(endpoints, pool, recv_info, RANK: tl.constexpr, 
 
 
 @triton.jit
-def normal_dispatch_wait(endpoints, pool, recv_info, RANK: tl.constexpr, RANKS: tl.constexpr,
-                         EPOCHS: tl.constexpr, DISPATCH_FLAGS: tl.constexpr, PARTS: tl.constexpr,
-                         ARRIVED: tl.constexpr):
-    """Bounded waits for every peer's rows (``PARTS`` adds per call), then ``recv_info[ARRIVED]``
-    set to 1: the receive copies rows only then. A wait that gives up ends the kernel before
-    that store, so the receive writes padding rows and the next call raises."""
-    words = pool.to(tl.pointer_type(tl.int64))
-    epoch = tl.load(words + EPOCHS // 8)
-    _wait_for_every_peer(endpoints, words, DISPATCH_FLAGS // 8, epoch * PARTS, 0, 0, epoch, RANK, RANKS, 1, 0, False)
-    tl.store(recv_info + ARRIVED, epoch * 0 + 1)
-
-
-@triton.jit
 def _received_source(recv_info, row, RANKS: tl.constexpr, RANKS_POW2: tl.constexpr):
     """Received row ``row`` (below the total): ``(source, place)``, its source the last rank whose
     first row is at most ``row`` (a source that sent nothing has the same first row as the next
@@ -321,17 +286,15 @@ def normal_dispatch_receive(pool, recv_info, send_tokens, x_words, scale_words, 
                             K: tl.constexpr, K_POW2: tl.constexpr, RANK: tl.constexpr, RANKS: tl.constexpr,
                             RANKS_POW2: tl.constexpr, LOCAL_EXPERTS: tl.constexpr, X_WORDS: tl.constexpr,
                             SCALE_WORDS: tl.constexpr, ROW_STRIDE: tl.constexpr, BLOCK_BYTES: tl.constexpr,
-                            RECV: tl.constexpr, HAS_TOPK: tl.constexpr, ARRIVED: tl.constexpr,
-                            BLOCK_WORDS: tl.constexpr):
+                            RECV: tl.constexpr, HAS_TOPK: tl.constexpr, BLOCK_WORDS: tl.constexpr):
     """Program ``row``: received row ``row`` from its source's ``recv`` block, or, for this rank's
     own tokens, from the caller's tensors (token ``send_tokens[rank, place]``); the top-k ids
     made this rank's local ids (-1 for another rank's expert, weight 0). Past the total, a
-    padding row of ``num_worst_tokens``: ids -1, weights 0; every row is one when the rows did
-    not arrive (``recv_info[ARRIVED]`` still 0: the wait gave up)."""
+    padding row of ``num_worst_tokens``: ids -1, weights 0."""
     row = tl.program_id(0).to(tl.int64)
     ks = tl.arange(0, K_POW2)
     k_mask = ks < K
-    if (row < tl.load(recv_info + RANKS)) & (tl.load(recv_info + ARRIVED) != 0):
+    if row < tl.load(recv_info + RANKS):
         source, place = _received_source(recv_info, row, RANKS, RANKS_POW2)
         own = source == RANK
         offset = RECV + source.to(tl.int64) * BLOCK_BYTES + place * ROW_STRIDE
