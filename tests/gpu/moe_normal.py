@@ -234,7 +234,7 @@ def step_restart(buffer: Buffer) -> Dict[str, Any]:
     from aboleth.moe import normal_kernels
     rank = buffer.rank
     senders = (normal_kernels.normal_dispatch_send, normal_kernels.normal_dispatch_direct)
-    launcher = buffer._launcher
+    launcher = buffer._aboleth_launcher
 
     def failing(kernel: Any) -> Any:
         if kernel in senders:
@@ -261,12 +261,12 @@ def step_restart(buffer: Buffer) -> Dict[str, Any]:
         result[f"{key}_seconds"] = round(time.monotonic() - started, 2)
 
     if rank == 1:
-        buffer._launcher = failing  # type: ignore[method-assign]
+        buffer._aboleth_launcher = failing  # type: ignore[method-assign]
     try:
         must_raise("failed_call", 91, ["injected" if rank == 1 else "waiting for rank 1's normal dispatch of epoch"])
     finally:
         if rank == 1:
-            del buffer._launcher
+            del buffer._aboleth_launcher
     must_raise("next_call", 92, [f"this Buffer stopped on rank {rank}", "restart()"])
     if result["next_call_seconds"] > 1:
         errors.append(f"the call after the failure took {result['next_call_seconds']} s to raise")

@@ -203,11 +203,21 @@ class Buffer(NormalMode, DeepEPExtras):
         return self.world.compilation()
 
     def _launcher(self, kernel: Any) -> Launcher:
-        """This Buffer's launcher of ``kernel`` (``aboleth/moe/launch.py``): its compiled kernels
-        are this Buffer's (its World's compilation target), looked up without Triton's binding."""
+        """This Buffer's launcher of the plain-Triton ``kernel`` (``aboleth/moe/launch.py``): its
+        compiled kernels looked up without Triton's binding."""
         launcher = self._launchers.get(kernel)
         if launcher is None:
             launcher = self._launchers[kernel] = Launcher(kernel)
+        return launcher
+
+    def _aboleth_launcher(self, kernel: Any) -> Launcher:
+        """The same for a kernel that communicates (``aboleth.language``): a launch that compiles
+        (the first of each specialization) goes through this World's ``compilation()`` block, for
+        its transport; the cached ones do not enter it (a block entered on every call cost a
+        dispatch microseconds it spends on the host, which bounds it)."""
+        launcher = self._launchers.get(kernel)
+        if launcher is None:
+            launcher = self._launchers[kernel] = Launcher(kernel, compilation=self._compile)
         return launcher
 
     def _begin(self, mode: str, call: str, layout: Any) -> None:
@@ -416,13 +426,12 @@ class Buffer(NormalMode, DeepEPExtras):
                 x, topk_idx, positions, self.pool, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts,
                 MAX_TOKENS=layout.max_tokens, HIDDEN=hidden, DISPATCH_TOKENS=parts["dispatch_tokens"][0],
                 DISPATCH_SEND=parts["dispatch_send"][0], BLOCK_HIDDEN=min(BLOCK_HIDDEN, triton_next_power_of_2(hidden)))
-        with self._compile():
-            self._launcher(kernels.dispatch_send)[((ranks - 1) * self.parts,)](
-                self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
-                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.dispatch_row_bytes,
-                PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
-                DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
-                DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0])
+        self._aboleth_launcher(kernels.dispatch_send)[((ranks - 1) * self.parts,)](
+            self.endpoints, self.regions, self.pool, self.pool_key, RANK=rank, RANKS=ranks,
+            LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.dispatch_row_bytes,
+            PARTS=self.parts, DISPATCH_FLAGS=parts["dispatch_flags"][0],
+            DISPATCH_COUNTS=parts["dispatch_counts"][0], SEND_COUNTS=parts["send_counts"][0],
+            DISPATCH_TOKENS=parts["dispatch_tokens"][0], DISPATCH_SEND=parts["dispatch_send"][0])
         self._sent()
         slots = ranks * layout.max_tokens
         groups = layout.scale_groups
@@ -444,16 +453,15 @@ class Buffer(NormalMode, DeepEPExtras):
 
         def receive() -> None:
             items = local_experts * ranks * triton_cdiv(layout.max_tokens, BLOCK_TOKENS)
-            with self._compile():
-                self._launcher(kernels.dispatch_receive)[(min(items, self.num_sms),)](
-                    self.endpoints, self.pool, recv_words, scale_words, recv_count, layout_range, RANK=rank,
-                    RANKS=ranks, RANKS_POW2=triton_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
-                    MAX_TOKENS=layout.max_tokens, X_WORDS=x_words, SCALE_GROUPS=groups,
-                    GROUPS_POW2=max(triton_next_power_of_2(groups), 4), UE8M0=bool(use_ue8m0),
-                    FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0], EPOCHS=parts["epochs"][0],
-                    DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
-                    DISPATCH_TOKENS=parts["dispatch_tokens"][0], BLOCK_TOKENS=BLOCK_TOKENS,
-                    BLOCK_WORDS=min(BLOCK_HIDDEN // 2, triton_next_power_of_2(x_words)), PARTS=self.parts)
+            self._aboleth_launcher(kernels.dispatch_receive)[(min(items, self.num_sms),)](
+                self.endpoints, self.pool, recv_words, scale_words, recv_count, layout_range, RANK=rank,
+                RANKS=ranks, RANKS_POW2=triton_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
+                MAX_TOKENS=layout.max_tokens, X_WORDS=x_words, SCALE_GROUPS=groups,
+                GROUPS_POW2=max(triton_next_power_of_2(groups), 4), UE8M0=bool(use_ue8m0),
+                FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0], EPOCHS=parts["epochs"][0],
+                DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+                DISPATCH_TOKENS=parts["dispatch_tokens"][0], BLOCK_TOKENS=BLOCK_TOKENS,
+                BLOCK_WORDS=min(BLOCK_HIDDEN // 2, triton_next_power_of_2(x_words)), PARTS=self.parts)
             if stats is not None:
                 stats.add_(recv_count)  # on the stream, after the receive: graph-capturable
 
@@ -500,12 +508,11 @@ class Buffer(NormalMode, DeepEPExtras):
         parts = layout.parts()
         ranks, local_experts, rank = layout.ranks, layout.local_experts, self.rank
         self.pool[parts["epochs"][0] + 8:parts["epochs"][0] + 16].view(torch.int64).add_(1)
-        with self._compile():
-            self._launcher(kernels.combine_send)[((ranks - 1) * self.parts,)](
-                self.endpoints, self.regions, self.pool, self.pool_key, handle.layout_range, RANK=rank, RANKS=ranks,
-                LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.combine_row_bytes,
-                PARTS=self.parts, COMBINE_FLAGS=parts["combine_flags"][0],
-                COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0])
+        self._aboleth_launcher(kernels.combine_send)[((ranks - 1) * self.parts,)](
+            self.endpoints, self.regions, self.pool, self.pool_key, handle.layout_range, RANK=rank, RANKS=ranks,
+            LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens, TOKEN_BYTES=layout.combine_row_bytes,
+            PARTS=self.parts, COMBINE_FLAGS=parts["combine_flags"][0],
+            COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0])
         self._sent()
         tokens, k = handle.topk_idx.shape
         combined = out if out is not None else torch.empty(tokens, layout.hidden, dtype=torch.bfloat16,
@@ -516,15 +523,14 @@ class Buffer(NormalMode, DeepEPExtras):
         def receive() -> None:
             if tokens == 0:
                 return
-            with self._compile():
-                items = tokens * triton_cdiv(layout.hidden, block)
-                self._launcher(kernels.combine_reduce)[(min(items, self.num_sms),)](
-                    self.endpoints, self.pool, handle.topk_idx, weights, handle.positions, handle.layout_range,
-                    combined, tokens, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens,
-                    HIDDEN=layout.hidden, FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0],
-                    EPOCHS=parts["epochs"][0], COMBINE_FLAGS=parts["combine_flags"][0],
-                    COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0],
-                    BLOCK_HIDDEN=block, PARTS=self.parts)
+            items = tokens * triton_cdiv(layout.hidden, block)
+            self._aboleth_launcher(kernels.combine_reduce)[(min(items, self.num_sms),)](
+                self.endpoints, self.pool, handle.topk_idx, weights, handle.positions, handle.layout_range,
+                combined, tokens, K=k, RANK=rank, RANKS=ranks, LOCAL_EXPERTS=local_experts, MAX_TOKENS=layout.max_tokens,
+                HIDDEN=layout.hidden, FINGERPRINT=layout.fingerprint, ERRORS=parts["errors"][0],
+                EPOCHS=parts["epochs"][0], COMBINE_FLAGS=parts["combine_flags"][0],
+                COMBINE_TOKENS=parts["combine_tokens"][0], COMBINE_SEND=parts["combine_send"][0],
+                BLOCK_HIDDEN=block, PARTS=self.parts)
 
         if return_recv_hook:
             return combined, EventOverlap(), receive

@@ -190,19 +190,25 @@ class NormalMode:
         parts = layout.parts()
         local_experts = layout.local_experts
         epochs = parts["epochs"][0]
-        if cached:
-            is_token_in_rank, positions = handle.is_token_in_rank, handle.positions
-            send_tokens, num_tokens_per_expert = handle.send_tokens, handle.num_tokens_per_expert
-        else:
-            # A view, no copy: the kernels read the bool bytes.
-            is_token_in_rank = is_token_in_rank.contiguous().view(torch.uint8)
-            positions = torch.empty(tokens, ranks, dtype=torch.int64, device=x_data.device)
-            send_tokens = torch.empty(ranks, tokens, dtype=torch.int64, device=x_data.device)
-            num_tokens_per_expert = num_tokens_per_expert.contiguous()
         # The received layout (each source's first row, the total, the aligned per-expert
         # counts), then the error words: one copy to the host reads both.
         info_words = ranks + 1 + local_experts
-        recv_info = torch.empty(info_words + ERROR_WORDS, dtype=torch.int64, device=x_data.device)
+        if cached:
+            is_token_in_rank, positions = handle.is_token_in_rank, handle.positions
+            send_tokens, num_tokens_per_expert = handle.send_tokens, handle.num_tokens_per_expert
+            recv_info = torch.empty(info_words + ERROR_WORDS, dtype=torch.int64, device=x_data.device)
+        else:
+            # A view, no copy: the kernels read the bool bytes.
+            is_token_in_rank = is_token_in_rank.contiguous().view(torch.uint8)
+            num_tokens_per_expert = num_tokens_per_expert.contiguous()
+            # recv_info, positions [tokens, ranks] and send_tokens [ranks, tokens] in one
+            # allocation (the host's allocations bound a dispatch), each at an even word (16 bytes).
+            info_span = (info_words + ERROR_WORDS + 1) // 2 * 2
+            table_span = (tokens * ranks + 1) // 2 * 2
+            scratch = torch.empty(info_span + 2 * table_span, dtype=torch.int64, device=x_data.device)
+            recv_info = scratch[:info_words + ERROR_WORDS]
+            positions = scratch[info_span:info_span + tokens * ranks].view(tokens, ranks)
+            send_tokens = scratch[info_span + table_span:info_span + table_span + tokens * ranks].view(ranks, tokens)
         # With no tokens the scan reads nothing: the pool stands in for the empty tensors (the
         # kernels load send_tokens' entries as int64 whatever its type).
         send_tokens_argument = send_tokens if tokens else self.pool
@@ -231,23 +237,22 @@ class NormalMode:
             self._launcher(normal_kernels.normal_pack)[(tokens,)](
                 x_words, scale_view, topk_source, weights_source, is_token_in_rank, positions, self.pool, RANK=rank,
                 RANKS=ranks, SEND=parts["send"][0], **row, **copies)
-        with self._compile():
-            if self.normal_direct:
-                self._launcher(normal_kernels.normal_dispatch_direct)[((ranks - 1) * self.normal_parts,)](
-                    self.endpoints, self.regions, x_words, scale_view, topk_source, weights_source,
-                    send_tokens_argument, self.pool, self.pool_key, tokens, **counters, **row)
-            else:
-                self._launcher(normal_kernels.normal_dispatch_send)[((ranks - 1) * self.normal_parts,)](
-                    self.endpoints, self.regions, self.pool, self.pool_key, SEND=parts["send"][0], **counters)
-            self._sent()
-            self._launcher(normal_kernels.normal_dispatch_wait)[(1,)](
-                self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
-                RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
-                LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
-                FINGERPRINT=layout.fingerprint, EXPERT_ALIGNMENT=expert_alignment,
-                NUM_WORST=handle.num_worst_tokens if cached else num_worst_tokens, ERRORS=parts["errors"][0],
-                EPOCHS=epochs, DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
-                PARTS=self.normal_parts, WORST_ERROR_WORD=WORST_ERROR_WORD, ERROR_WORDS=ERROR_WORDS)
+        if self.normal_direct:
+            self._aboleth_launcher(normal_kernels.normal_dispatch_direct)[((ranks - 1) * self.normal_parts,)](
+                self.endpoints, self.regions, x_words, scale_view, topk_source, weights_source,
+                send_tokens_argument, self.pool, self.pool_key, tokens, **counters, **row)
+        else:
+            self._aboleth_launcher(normal_kernels.normal_dispatch_send)[((ranks - 1) * self.normal_parts,)](
+                self.endpoints, self.regions, self.pool, self.pool_key, SEND=parts["send"][0], **counters)
+        self._sent()
+        self._aboleth_launcher(normal_kernels.normal_dispatch_wait)[(1,)](
+            self.endpoints, self.pool, recv_info, RANK=rank, RANKS=ranks,
+            RANKS_POW2=_next_power_of_2(ranks), LOCAL_EXPERTS=local_experts,
+            LOCAL_POW2=_next_power_of_2(local_experts), ROW_WORDS=layout.row_words, CAPACITY=layout.capacity,
+            FINGERPRINT=layout.fingerprint, EXPERT_ALIGNMENT=expert_alignment,
+            NUM_WORST=handle.num_worst_tokens if cached else num_worst_tokens, ERRORS=parts["errors"][0],
+            EPOCHS=epochs, DISPATCH_FLAGS=parts["dispatch_flags"][0], DISPATCH_COUNTS=parts["dispatch_counts"][0],
+            PARTS=self.normal_parts, WORST_ERROR_WORD=WORST_ERROR_WORD, ERROR_WORDS=ERROR_WORDS)
         if cached:
             num_rows, per_expert = handle.num_rows, handle.num_recv_tokens_per_expert_list
         elif num_worst_tokens:
@@ -323,8 +328,7 @@ class NormalMode:
         k = topk_weights.shape[1] if has_weights else 1
         x = x.contiguous()
         weights = topk_weights.to(torch.float32).contiguous() if has_weights else handle.recv_info
-        epochs = parts["epochs"][0]
-        self.pool[epochs + 8:epochs + 16].view(torch.int64).add_(1)
+        epochs = parts["epochs"][0]  # normal_combine_wait advances the combine epoch
         hidden_words = layout.hidden // 2
         x_words = x.view(torch.int32)
         sending = dict(K=k, RANK=rank, RANKS=ranks, CAPACITY=layout.capacity, ROW_STRIDE=layout.combine_stride,
@@ -336,20 +340,19 @@ class NormalMode:
                 RANKS=ranks, RANKS_POW2=_next_power_of_2(ranks), HIDDEN_WORDS=hidden_words,
                 ROW_STRIDE=layout.combine_stride, BLOCK_BYTES=layout.block_bytes, RECV=parts["recv"][0],
                 HAS_WEIGHTS=has_weights, BLOCK_WORDS=min(BLOCK_WORDS, _next_power_of_2(hidden_words)))
-        with self._compile():
-            if self.normal_direct:
-                self._launcher(normal_kernels.normal_combine_direct)[((ranks - 1) * self.normal_parts,)](
-                    self.endpoints, self.regions, x_words, weights, handle.recv_info, self.pool_key,
-                    HIDDEN_WORDS=hidden_words, HAS_WEIGHTS=has_weights, **sending)
-            else:
-                sending.pop("K")
-                self._launcher(normal_kernels.normal_combine_send)[((ranks - 1) * self.normal_parts,)](
-                    self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RECV=parts["recv"][0],
-                    **sending)
-            self._sent()
-            self._launcher(normal_kernels.normal_combine_wait)[(1,)](
-                self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
-                COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.normal_parts)
+        if self.normal_direct:
+            self._aboleth_launcher(normal_kernels.normal_combine_direct)[((ranks - 1) * self.normal_parts,)](
+                self.endpoints, self.regions, x_words, weights, handle.recv_info, self.pool_key,
+                HIDDEN_WORDS=hidden_words, HAS_WEIGHTS=has_weights, **sending)
+        else:
+            sending.pop("K")
+            self._aboleth_launcher(normal_kernels.normal_combine_send)[((ranks - 1) * self.normal_parts,)](
+                self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RECV=parts["recv"][0],
+                **sending)
+        self._sent()
+        self._aboleth_launcher(normal_kernels.normal_combine_wait)[(1,)](
+            self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
+            COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.normal_parts)
         tokens = handle.num_tokens
         combined = torch.empty(tokens, layout.hidden, dtype=torch.bfloat16, device=x.device)
         combined_weights = torch.empty(tokens, k, dtype=torch.float32, device=x.device) if has_weights else None

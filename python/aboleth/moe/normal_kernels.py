@@ -42,7 +42,8 @@ Combine:
   output and the weights of a peer's row into the ``recv`` block place it came from; then
   :func:`normal_combine_send` (``parts`` programs per peer): one put of the program's share of
   those rows back into the peer's ``send`` block of this rank, one add;
-- :func:`normal_combine_wait` (one program): bounded waits for every peer's counter;
+- :func:`normal_combine_wait` (one program): advances the combine epoch, then bounded waits
+  for every peer's counter;
 - :func:`normal_combine_reduce` (plain, one program per (token, chunk of hidden)): the sum over
   the ranks the token went to, in rank order, in FP32, then the combine's biases (none, one or
   two), rounded to BF16 once (deterministic); the weights summed the same way.
@@ -396,8 +397,15 @@ def normal_combine_direct(endpoints, regions, x_words, topk_weights, recv_info, 
 @triton.jit
 def normal_combine_wait(endpoints, pool, RANK: tl.constexpr, RANKS: tl.constexpr, ERRORS: tl.constexpr,
                         EPOCHS: tl.constexpr, COMBINE_FLAGS: tl.constexpr, PARTS: tl.constexpr):
+    """Advances the combine epoch (here rather than by a torch op before the send: one launch
+    less on the host, which bounds a combine; nothing before this kernel reads it), then bounded
+    waits for every peer's counter to reach ``epoch * PARTS``."""
     words = pool.to(tl.pointer_type(tl.int64))
-    epoch = tl.load(words + EPOCHS // 8 + 1)
+    epoch = tl.load(words + EPOCHS // 8 + 1) + 1
+    # Every thread has read the old epoch before one stores the new one: a thread reading after
+    # the store would wait for the next epoch's adds.
+    tl.debug_barrier()
+    tl.store(words + EPOCHS // 8 + 1, epoch)
     _wait_for_every_peer(endpoints, words, COMBINE_FLAGS // 8, epoch * PARTS, 0, ERRORS // 8, epoch, RANK, RANKS, 1,
                          0, False)
 
