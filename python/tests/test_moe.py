@@ -137,9 +137,9 @@ def test_a_call_that_raised_before_its_send_stops_the_buffer_until_restart():
     # for it give up, and every later call on this rank would wait on counters out of step.
     for _ in range(2):
         with pytest.raises(RuntimeError, match="this Buffer stopped on rank 1, after: its normal combine raised "
-                                               "after advancing its epoch and before launching its send .*give up\\)"
-                                               "\\. Its signal counters .* call restart\\(\\) on this Buffer on "
-                                               "every rank"):
+                                               "before it had launched every kernel that moves its epoch and "
+                                               "counters .*count the wrong epoch\\)\\. Its signal counters .* "
+                                               "call restart\\(\\) on this Buffer on every rank"):
             buffer._begin("normal", "dispatch", NORMAL)
 
 
@@ -496,13 +496,18 @@ def test_every_kernel_the_buffer_launches_takes_the_fast_launch_path():
     import re
     from aboleth.moe import buffer, kernels, normal, normal_kernels
     from aboleth.moe.launch import Launcher
-    launched = set()
+    launched, through_aboleth = set(), set()
     for module in (buffer, normal):
-        launched |= set(re.findall(r"_launcher\((?:normal_)?kernels\.([a-z_0-9]+)\)", inspect.getsource(module)))
+        source = inspect.getsource(module)
+        launched |= set(re.findall(r"_launcher\((?:normal_)?kernels\.([a-z_0-9]+)\)", source))
+        through_aboleth |= set(re.findall(r"_aboleth_launcher\((?:normal_)?kernels\.([a-z_0-9]+)\)", source))
     assert {"normal_prepare", "normal_dispatch_send", "dispatch_send", "combine_reduce"} <= launched
     for name in sorted(launched):
         kernel = getattr(normal_kernels, name, None) or getattr(kernels, name)
         assert Launcher(kernel).fast, name
+        # A kernel that communicates (it takes the endpoint table) must compile through the
+        # World's compilation block (_aboleth_launcher); a plain one must not.
+        assert ("endpoints" in kernel.arg_names) == (name in through_aboleth), name
     import triton
 
     @triton.jit

@@ -411,21 +411,32 @@ def profile_kernels(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any
 
 
 def dispatch_timeline(world: Any, buffer: Buffer, x: Any, arguments: Dict[str, Any]) -> Dict[str, Any]:
-    """One BF16 dispatch under torch.profiler (after two unprofiled ones), between barriers: when
-    each of its kernels and copies ran on the device, and when the host call returned, in us
-    from the host call's start (torch.profiler puts both on one clock): where the device waits
-    for the host, and the host for the device."""
+    """One BF16 dispatch under torch.profiler (after two unprofiled dispatch + combine rounds, so
+    that it follows a combine: a dispatch right after a dispatch synchronizes and meets the other
+    ranks first), between barriers: when each of its kernels and copies ran on the device, and
+    when the host call returned, in us from the host call's start (torch.profiler puts both on
+    one clock): where the device waits for the host, and the host for the device."""
     from torch.profiler import ProfilerActivity, profile, record_function
+
+    def combine(handle: Any, recv_weights: Any) -> None:
+        outputs = torch.zeros(handle.num_rows, x.shape[1], dtype=torch.bfloat16, device="cuda")
+        torch.cuda.synchronize()
+        world.barrier()
+        buffer.combine(outputs, handle, topk_weights=recv_weights)
+
     for index in range(3):
         torch.cuda.synchronize()
         world.barrier()
         if index < 2:
-            buffer.dispatch(x, **arguments)
+            _, _, recv_weights, _, handle, _ = buffer.dispatch(x, **arguments)
+            combine(handle, recv_weights)
             continue
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
             with record_function("aboleth.dispatch"):
-                buffer.dispatch(x, **arguments)
+                _, _, recv_weights, _, handle, _ = buffer.dispatch(x, **arguments)
             torch.cuda.synchronize()
+    combine(handle, recv_weights)
+    torch.cuda.synchronize()
     world.barrier()
     events = list(profiler.events())
     # The host's range (torch.profiler also puts the label on the device's timeline).

@@ -12,7 +12,8 @@ One pool per rank (``aboleth/moe/layout.py``) is registered with an :class:`abol
 exchanged once as the region ``pool``. Every call runs on the current stream with no host
 synchronization: the epochs live in the pool and are incremented on the device, so a CUDA graph
 that captured a dispatch and a combine advances them on every replay. A wait that gave up, or a
-call that raised between advancing its epoch and launching its send, stops the Buffer: its
+call that raised before it had launched every kernel that moves its epoch and counters, stops the
+Buffer: its
 calls raise at once until ``restart()`` on every rank (``_begin``). Failed waits on the pool's
 counters are reported in MoE terms (peer, call, epoch, experts), others as the World reports them.
 """
@@ -135,7 +136,7 @@ class Buffer(NormalMode, DeepEPExtras):
         self.endpoints = self.table.endpoint_handles.view(torch.int64)
         self.regions = self.table.regions("pool")
         self._layout: Any = None  # the last call's LowLatencyLayout or NormalLayout
-        self._launchers: Dict[Any, Launcher] = {}  # per kernel (_launcher)
+        self._launchers: Dict[Any, Launcher] = {}  # per kernel (_launcher, _aboleth_launcher)
         self._normal_layouts: Dict[Tuple[int, ...], NormalLayout] = {}  # per configuration (normal.py)
         self._low_latency_layouts: Dict[Tuple[int, ...], LowLatencyLayout] = {}
         self._last_call: Optional[Tuple[str, str, Any]] = None  # (mode, "dispatch" or "combine", layout)
@@ -208,6 +209,8 @@ class Buffer(NormalMode, DeepEPExtras):
         launcher = self._launchers.get(kernel)
         if launcher is None:
             launcher = self._launchers[kernel] = Launcher(kernel)
+        elif launcher.compilation is not None:
+            raise RuntimeError(f"aboleth.moe: {kernel.__name__} communicates: launch it with _aboleth_launcher")
         return launcher
 
     def _aboleth_launcher(self, kernel: Any) -> Launcher:
@@ -218,6 +221,8 @@ class Buffer(NormalMode, DeepEPExtras):
         launcher = self._launchers.get(kernel)
         if launcher is None:
             launcher = self._launchers[kernel] = Launcher(kernel, compilation=self._compile)
+        elif launcher.compilation is None:
+            raise RuntimeError(f"aboleth.moe: {kernel.__name__} is plain Triton: launch it with _launcher")
         return launcher
 
     def _begin(self, mode: str, call: str, layout: Any) -> None:
@@ -225,8 +230,9 @@ class Buffer(NormalMode, DeepEPExtras):
         (``_order_after``), and records that its send is not launched yet (until ``_sent``).
 
         Every rank's signal counters only grow, and each call waits for the peers' counters to
-        reach its epoch: a rank that advanced its epoch and raised before launching its send
-        (a kernel that failed to compile, an interrupt), or whose wait gave up, leaves its
+        reach its epoch: a rank that raised before it had launched every kernel that moves its
+        epoch and counters (the send, and the normal combine's wait, which advances its epoch;
+        a kernel that failed to compile, an interrupt), or whose wait gave up, leaves its
         counters and its peers' out of step for every later call, whose waits would all give
         up in turn. Such a Buffer stops instead: its calls raise at once, naming the first
         failure, until ``restart()`` (collective) starts the counters again. A wait that gave
@@ -236,8 +242,9 @@ class Buffer(NormalMode, DeepEPExtras):
         Buffer (the World's other users report their own). Replays of a captured graph do not
         pass here and are never refused."""
         if self._sending is not None:
-            self._stop(f"its {self._sending} raised after advancing its epoch and before launching its send "
-                       "(the other ranks' waits for it give up)")
+            self._stop(f"its {self._sending} raised before it had launched every kernel that moves its epoch and "
+                       "counters (the other ranks' waits for it give up, or its own later waits count the wrong "
+                       "epoch)")
         if self._stopped is None:
             try:
                 self.world.check_waits()  # a host read of the failure count when none failed

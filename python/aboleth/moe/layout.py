@@ -15,8 +15,10 @@ channels) and ``combine_row_bytes`` per combined row (BF16):
 
 - ``errors``: 8 int64 words this rank's kernels record failures in (a peer's mismatched
   configuration); read by ``Buffer.check_errors()``;
-- ``epochs``: 2 int64 words, the dispatch and combine epochs, incremented on the device before
-  each call (graph replays advance them too);
+- ``epochs``: 2 int64 words, the dispatch and combine epochs, incremented on the device by each
+  call (graph replays advance them too): in the low-latency mode by torch before the call's
+  kernels, in the normal mode by ``normal_prepare`` (dispatch) and ``normal_combine_wait``
+  (combine);
 - ``dispatch_flags`` / ``combine_flags``: one int64 per source rank, a counter each of the
   source's sending programs adds 1 to (``parts`` per call: the receiver waits for
   ``epoch * parts``);

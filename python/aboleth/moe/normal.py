@@ -349,10 +349,12 @@ class NormalMode:
             self._aboleth_launcher(normal_kernels.normal_combine_send)[((ranks - 1) * self.normal_parts,)](
                 self.endpoints, self.regions, self.pool, self.pool_key, handle.recv_info, RECV=parts["recv"][0],
                 **sending)
-        self._sent()
         self._aboleth_launcher(normal_kernels.normal_combine_wait)[(1,)](
             self.endpoints, self.pool, RANK=rank, RANKS=ranks, ERRORS=parts["errors"][0], EPOCHS=epochs,
             COMBINE_FLAGS=parts["combine_flags"][0], PARTS=self.normal_parts)
+        # After the wait, which advances the combine epoch: a raise before here leaves this
+        # rank's epoch or its peers' counters behind, and stops the Buffer.
+        self._sent()
         tokens = handle.num_tokens
         combined = torch.empty(tokens, layout.hidden, dtype=torch.bfloat16, device=x.device)
         combined_weights = torch.empty(tokens, k, dtype=torch.float32, device=x.device) if has_weights else None
