@@ -12,10 +12,10 @@ One pool per rank (``aboleth/moe/layout.py``) is registered with an :class:`abol
 exchanged once as the region ``pool``. Every call runs on the current stream with no host
 synchronization: the epochs live in the pool and are incremented on the device, so a CUDA graph
 that captured a dispatch and a combine advances them on every replay. A wait that gave up, or a
-call that raised before it had launched every kernel that moves its epoch and counters, stops the
-Buffer: its
-calls raise at once until ``restart()`` on every rank (``_begin``). Failed waits on the pool's
-counters are reported in MoE terms (peer, call, epoch, experts), others as the World reports them.
+call that raised before it had launched every kernel that moves its epoch and counters, stops
+the Buffer: its calls raise at once until ``restart()`` on every rank (``_begin``). Failed waits
+on the pool's counters are reported in MoE terms (peer, call, epoch, experts), others as the
+World reports them.
 """
 
 from __future__ import annotations
@@ -200,29 +200,28 @@ class Buffer(NormalMode, DeepEPExtras):
         offset, length = (layout or self._layout).parts()[part]
         return self.pool[offset:offset + length].view(dtype).view(shape)
 
-    def _compile(self) -> Any:
-        return self.world.compilation()
-
     def _launcher(self, kernel: Any) -> Launcher:
         """This Buffer's launcher of the plain-Triton ``kernel`` (``aboleth/moe/launch.py``): its
         compiled kernels looked up without Triton's binding."""
-        launcher = self._launchers.get(kernel)
-        if launcher is None:
-            launcher = self._launchers[kernel] = Launcher(kernel)
-        elif launcher.compilation is not None:
-            raise RuntimeError(f"aboleth.moe: {kernel.__name__} communicates: launch it with _aboleth_launcher")
-        return launcher
+        return self._launcher_of(kernel, communicates=False)
 
     def _aboleth_launcher(self, kernel: Any) -> Launcher:
         """The same for a kernel that communicates (``aboleth.language``): a launch that compiles
         (the first of each specialization) goes through this World's ``compilation()`` block, for
         its transport; the cached ones do not enter it (a block entered on every call cost a
         dispatch microseconds it spends on the host, which bounds it)."""
+        return self._launcher_of(kernel, communicates=True)
+
+    def _launcher_of(self, kernel: Any, communicates: bool) -> Launcher:
+        """One launcher per kernel, made on first use; a kernel asked for as the other kind
+        raises (it would compile without, or needlessly with, the aboleth stage)."""
         launcher = self._launchers.get(kernel)
         if launcher is None:
-            launcher = self._launchers[kernel] = Launcher(kernel, compilation=self._compile)
-        elif launcher.compilation is None:
-            raise RuntimeError(f"aboleth.moe: {kernel.__name__} is plain Triton: launch it with _launcher")
+            compilation = self.world.compilation if communicates else None
+            launcher = self._launchers[kernel] = Launcher(kernel, compilation=compilation)
+        elif (launcher.compilation is not None) != communicates:
+            right = "_aboleth_launcher" if launcher.compilation is not None else "_launcher"
+            raise RuntimeError(f"aboleth.moe: launch {kernel.__name__} with {right}")
         return launcher
 
     def _begin(self, mode: str, call: str, layout: Any) -> None:
